@@ -1,0 +1,77 @@
+import express, { type ErrorRequestHandler, type Express } from 'express';
+import type { Logger } from 'pino';
+import type { Document } from 'openapi-backend';
+import { AppError, isAppError } from './errors.ts';
+import { createOpenApiMiddleware, type SecurityHandlers } from './http/openapi.ts';
+import { sendError } from './http/problem.ts';
+import { requestLog, setRoute } from './http/request-log.ts';
+import type { Handlers } from './http/types.ts';
+import { docsAssets } from './platform/docs.ts';
+
+/** Largest JSON body any route accepts; larger ones answer 413 `PAYLOAD_TOO_LARGE`. */
+export const JSON_BODY_LIMIT = '1mb';
+
+export interface AppOptions {
+  logger: Logger;
+  document: Document;
+  handlers: Handlers;
+  security: SecurityHandlers;
+  validateResponses: boolean;
+}
+
+/** Builds the Express application. No side effects: no listening, no connections opened. */
+export async function createApp(options: AppOptions): Promise<Express> {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  app.set('query parser', 'simple');
+
+  app.use(requestLog(options.logger));
+  app.use((req, res, next) => {
+    res.setHeader('X-Content-Type-Options', 'nosniff');
+    next();
+  });
+  app.use((req, res, next) => {
+    if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');
+    next();
+  }, docsAssets());
+  app.use(
+    express.json({
+      limit: JSON_BODY_LIMIT,
+      verify: (req, _res, buffer) => {
+        (req as express.Request).rawBody = buffer;
+      },
+    }),
+  );
+  app.use(
+    await createOpenApiMiddleware({
+      document: options.document,
+      handlers: options.handlers,
+      security: options.security,
+      validateResponses: options.validateResponses,
+    }),
+  );
+  app.use(errorHandler);
+  return app;
+}
+
+/** Maps every failure to the documented error shape; a 500 never carries a stack or SQL. */
+const errorHandler: ErrorRequestHandler = (error, req, res, _next) => {
+  sendError(req, res, toAppError(error, req));
+};
+
+function toAppError(error: unknown, req: express.Request): AppError {
+  if (isAppError(error)) return error;
+  const bodyError = error as { type?: string; status?: number };
+  if (bodyError.type === 'entity.too.large') {
+    return new AppError('PAYLOAD_TOO_LARGE', `The request body is larger than ${JSON_BODY_LIMIT}.`);
+  }
+  if (bodyError.type === 'entity.parse.failed') {
+    return new AppError('MALFORMED_REQUEST', 'The request body is not valid JSON.');
+  }
+  if (bodyError.type === 'encoding.unsupported' || bodyError.type === 'charset.unsupported') {
+    return new AppError('MALFORMED_REQUEST', 'The request body has an unsupported encoding.');
+  }
+  req.log.error({ err: error }, 'unhandled error');
+  return new AppError('INTERNAL_ERROR', 'Something went wrong on our side. Quote the request id if you contact support.');
+}

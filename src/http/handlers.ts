@@ -1,0 +1,58 @@
+import type { Knex } from 'knex';
+import type { Document } from 'openapi-backend';
+import { platformHandlers } from '../platform/platform.handlers.ts';
+import { notBuilt } from './not-implemented.ts';
+import type { Handlers } from './types.ts';
+
+export interface HandlerDeps {
+  db: Knex;
+  document: Document;
+}
+
+/**
+ * The one handler map of the service, keyed by operationId. A route of the document without an
+ * entry here fails type-checking and start-up; an operation not built yet answers 501.
+ */
+export function buildHandlers(deps: HandlerDeps): Handlers {
+  return {
+    ...platformHandlers(deps),
+    ...notBuilt([
+      'registerUser',
+      'signIn',
+      'getSession',
+      'updateProfile',
+      'logOut',
+      'requestPasswordReset',
+      'confirmPasswordReset',
+    ]),
+    ...notBuilt(['listSsoProviders', 'startSsoLogin', 'completeSsoLogin']),
+    ...notBuilt(['getOrganization', 'updateOrganization', 'listMembers', 'createInvitation', 'listInvitations', 'resendInvitation']),
+    ...notBuilt([
+      'listMyInvitations',
+      'previewInvitation',
+      'acceptInvitationByToken',
+      'rejectInvitationByToken',
+      'acceptInvitation',
+      'rejectInvitation',
+      'registerWithInvitation',
+      'startInvitationSso',
+    ]),
+    ...notBuilt(['listDeployableModels', 'getDeployableModel']),
+    ...notBuilt(['listDeployments', 'getDeployment', 'createDeployment', 'deleteDeployment']),
+    ...notBuilt([
+      'getBillingConfig',
+      'getBillingAccount',
+      'getUsageSummary',
+      'getSubscription',
+      'activatePostpaidSubscription',
+      'updateCollectionMethod',
+      'listPaymentMethods',
+      'setDefaultPaymentMethod',
+      'detachPaymentMethod',
+      'createBillingPortalSession',
+      'createCheckoutSetupSession',
+      'listInvoices',
+      'handleBillingWebhook',
+    ]),
+  };
+}

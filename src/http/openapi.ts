@@ -1,0 +1,182 @@
+import type { NextFunction, Request, Response } from 'express';
+import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
+import type { ErrorObject } from 'ajv';
+import addFormats from 'ajv-formats';
+import { AppError, type ValidationIssue } from '../errors.ts';
+import { setRoute } from './request-log.ts';
+import type { Handlers, OperationId } from './types.ts';
+
+/** The handler shape the dispatcher works with; each handler's own type is checked in its map. */
+type LooseHandler = (context: object) => Promise<LooseReply> | LooseReply;
+interface LooseReply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string | string[]>;
+}
+
+const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
+
+export interface SecurityHandlers {
+  /** Resolves the caller from the session cookie, or throws an AppError. */
+  SessionCookie: (context: Context, req: Request) => unknown;
+  /** Resolves the caller from a bearer API key, or throws an AppError. */
+  ApiKeyBearer: (context: Context, req: Request) => unknown;
+}
+
+export interface OpenApiOptions {
+  document: Document;
+  handlers: Handlers;
+  security: SecurityHandlers;
+  /** Validate each success response against the document; a mismatch becomes a 500. */
+  validateResponses: boolean;
+}
+
+/**
+ * Binds the OpenAPI document to the handlers: routing, security, request validation (with query
+ * coercion and formats), 404/405, and response validation. Returns the Express middleware.
+ */
+export async function createOpenApiMiddleware(options: OpenApiOptions) {
+  const { document, handlers, validateResponses } = options;
+  assertEveryOperationHasAHandler(document, handlers);
+
+  const api = new OpenAPIBackend({
+    definition: structuredClone(document),
+    strict: true,
+    validate: true,
+    coerceTypes: true,
+    ajvOpts: { allErrors: true, useDefaults: true },
+    customizeAjv: (ajv) => {
+      addFormats.default(ajv);
+      return ajv;
+    },
+  });
+
+  const schemes = Object.keys(document.components?.securitySchemes ?? {});
+  for (const scheme of schemes) {
+    if (!(scheme in options.security)) throw new Error(`No security handler for the scheme ${scheme} of the OpenAPI document.`);
+    api.registerSecurityHandler(scheme, options.security[scheme as keyof SecurityHandlers]);
+  }
+
+  api.register({
+    postRoutingHandler: (context: Context, req: Request, res: Response) => {
+      if (context.operation) setRoute(res, `${req.method} ${context.operation.path}`);
+    },
+    notFound: () => {
+      throw new AppError('NOT_FOUND', 'No route matches this path.');
+    },
+    methodNotAllowed: (context: Context, req: Request) => {
+      const allowed = allowedMethods(api, req);
+      throw new AppError('METHOD_NOT_ALLOWED', `${req.method} is not allowed here; use ${allowed.join(', ')}.`, {
+        headers: { Allow: allowed.join(', ') },
+      });
+    },
+    unauthorizedHandler: (context: Context) => {
+      throw securityFailure(context);
+    },
+    validationFail: (context: Context) => {
+      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+        errors: (context.validation.errors ?? []).map(toIssue),
+      });
+    },
+  });
+
+  for (const operationId of Object.keys(handlers) as OperationId[]) {
+    const handler = handlers[operationId] as unknown as LooseHandler;
+    api.register(operationId, async (context: Context, req: Request, res: Response) => {
+      const handlerContext = {
+        operationId,
+        body: context.request.requestBody,
+        params: context.request.params,
+        query: context.request.query,
+        headers: req.headers,
+        cookies: context.request.cookies,
+        requestId: req.id,
+        log: req.log,
+        req,
+        res,
+      };
+      const reply = await handler(handlerContext);
+      if (res.headersSent) return;
+      if (validateResponses) {
+        const result = api.validateResponse(reply.body, context.operation, reply.status);
+        if (result.errors) {
+          req.log.error({ operationId, status: reply.status, errors: result.errors }, 'response does not match the OpenAPI document');
+          throw new AppError('INTERNAL_ERROR', 'The server produced a response that does not match its contract.');
+        }
+      }
+      res.status(reply.status);
+      if (reply.headers) res.set(reply.headers);
+      if (reply.body === undefined) {
+        res.end();
+      } else if (typeof reply.body === 'string' && res.get('Content-Type')) {
+        res.send(reply.body);
+      } else {
+        res.json(reply.body);
+      }
+    });
+  }
+
+  await api.init();
+
+  return async function openApiMiddleware(req: Request, res: Response, next: NextFunction) {
+    try {
+      await api.handleRequest(
+        { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> },
+        req,
+        res,
+      );
+    } catch (error) {
+      next(error);
+    }
+  };
+}
+
+function assertEveryOperationHasAHandler(document: Document, handlers: Handlers): void {
+  const documented = new Set<string>();
+  for (const pathItem of Object.values(document.paths ?? {})) {
+    for (const method of METHODS) {
+      const operationId = pathItem?.[method]?.operationId;
+      if (operationId) documented.add(operationId);
+    }
+  }
+  const missing = [...documented].filter((id) => !(id in handlers));
+  const unknown = Object.keys(handlers).filter((id) => !documented.has(id));
+  if (missing.length || unknown.length) {
+    throw new Error(
+      `Handlers do not match the OpenAPI document. Missing: ${missing.join(', ') || 'none'}. Unknown: ${unknown.join(', ') || 'none'}.`,
+    );
+  }
+}
+
+function allowedMethods(api: OpenAPIBackend, req: Request): string[] {
+  return METHODS.filter((method) => {
+    try {
+      return Boolean(api.router.matchOperation({ method, path: req.path, headers: {} }, true));
+    } catch {
+      return false;
+    }
+  }).map((method) => method.toUpperCase());
+}
+
+/** Picks the most telling failure among the security handlers that ran. */
+function securityFailure(context: Context): AppError {
+  const results = Object.values(context.security ?? {}) as Array<{ error?: unknown } | undefined>;
+  const errors = results.map((result) => result?.error).filter((error): error is AppError => error instanceof AppError);
+  // A credential that was presented and refused says more than one that was absent.
+  const telling = errors.find((error) => error.code !== 'UNAUTHENTICATED') ?? errors[0];
+  return telling ?? new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
+}
+
+function toIssue(error: ErrorObject): ValidationIssue {
+  const [, where = '', ...rest] = error.instancePath.split('/');
+  const location = [where === 'requestBody' ? 'body' : where, ...rest].filter(Boolean).join('/');
+  if (error.keyword === 'additionalProperties' || (error.keyword === 'not' && error.schemaPath.includes('additionalProperties'))) {
+    const field = 'additionalProperty' in error.params ? String(error.params.additionalProperty) : rest.at(-1);
+    return { location, message: `unknown field \`${field}\` is not allowed` };
+  }
+  if (error.keyword === 'required') {
+    const field = String(error.params.missingProperty);
+    return { location: location ? `${location}/${field}` : field, message: `\`${field}\` is required` };
+  }
+  return { location: location || where, message: error.message ?? 'is invalid' };
+}

@@ -1,0 +1,70 @@
+import type { Request, Response } from 'express';
+import { AppError } from '../errors.ts';
+import type { components } from '../../generated/api.d.ts';
+
+type Problem = components['schemas']['Problem'];
+type InferenceError = components['schemas']['InferenceError'];
+
+const PROBLEM_BASE = 'https://docs.model-deployment.example/errors/';
+
+/** Inference routes answer errors in the hosted-inference shape that OpenAI-compatible clients parse. */
+const INFERENCE_PATHS = new Set([
+  '/v1/chat/completions',
+  '/v1/embeddings',
+  '/v1/rerank',
+  '/v1/audio/transcriptions',
+  '/v1/images/generations',
+  '/v1/models',
+]);
+
+export function isInferencePath(path: string): boolean {
+  return INFERENCE_PATHS.has(path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path);
+}
+
+export function toProblem(error: AppError, requestId: string): Problem {
+  return {
+    type: PROBLEM_BASE + error.code.toLowerCase().replaceAll('_', '-'),
+    title: error.title,
+    status: error.status,
+    detail: error.message,
+    code: error.code,
+    ...(error.errors ? { errors: error.errors } : {}),
+    request_id: requestId,
+  };
+}
+
+const INFERENCE_TYPES: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  409: 'invalid_request_error',
+  413: 'invalid_request_error',
+  422: 'invalid_request_error',
+  429: 'rate_limit_error',
+};
+
+export function toInferenceError(error: AppError): InferenceError {
+  return {
+    error: {
+      message: error.message,
+      type: INFERENCE_TYPES[error.status] ?? 'server_error',
+      code: error.code.toLowerCase(),
+      param: error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
+    },
+  };
+}
+
+/** Writes an error in the shape of the route it answers. */
+export function sendError(req: Request, res: Response, error: AppError): void {
+  if (res.headersSent) {
+    res.destroy(error);
+    return;
+  }
+  res.status(error.status).set(error.headers);
+  if (isInferencePath(req.path)) {
+    res.json(toInferenceError(error));
+  } else {
+    res.json(toProblem(error, req.id));
+  }
+}

@@ -1,0 +1,52 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Request, Response } from 'express';
+import type { Logger } from 'pino';
+import type { operations } from '../../generated/api.d.ts';
+
+/** Every operationId of the OpenAPI document. */
+export type OperationId = keyof operations;
+
+type Operation<K extends OperationId> = operations[K];
+type ContentOf<T> = T extends { content: infer C } ? C[keyof C] : undefined;
+type Responses<K extends OperationId> = Operation<K>['responses'];
+type SuccessStatus<K extends OperationId> = Extract<keyof Responses<K>, 200 | 201 | 202 | 204 | 302 | 303>;
+
+export type RequestBody<K extends OperationId> = Operation<K> extends { requestBody: { content: infer C } }
+  ? C[keyof C]
+  : Operation<K> extends { requestBody?: { content: infer C } }
+    ? C[keyof C] | undefined
+    : undefined;
+
+type Parameters<K extends OperationId, Where extends 'path' | 'query'> = Operation<K>['parameters'] extends {
+  [P in Where]?: infer T;
+}
+  ? [T] extends [never] ? Record<string, never> : NonNullable<T>
+  : Record<string, never>;
+
+/** What a handler answers: one of the operation's documented success responses. */
+export type Reply<K extends OperationId> = {
+  [S in SuccessStatus<K>]: {
+    status: S;
+    body: ContentOf<Responses<K>[S]>;
+    headers?: Record<string, string | string[]>;
+  };
+}[SuccessStatus<K>];
+
+/** The validated request, as a handler sees it. */
+export interface HandlerContext<K extends OperationId> {
+  operationId: K;
+  body: RequestBody<K>;
+  params: Parameters<K, 'path'>;
+  query: Parameters<K, 'query'>;
+  headers: IncomingHttpHeaders;
+  cookies: Record<string, string | undefined>;
+  requestId: string;
+  log: Logger;
+  req: Request;
+  res: Response;
+}
+
+export type Handler<K extends OperationId> = (context: HandlerContext<K>) => Reply<K> | Promise<Reply<K>>;
+
+/** One handler for every operation of the document; the compiler refuses a missing one. */
+export type Handlers = { [K in OperationId]: Handler<K> };

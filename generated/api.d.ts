@@ -181,6 +181,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/audio/transcriptions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Transcribe audio
+         * @description Transcribes an audio file with the speech-to-text deployment (or hosted model) named by
+         *     `model`. The body is `multipart/form-data`. Callers: an API key scoped to the deployment, or a
+         *     session of role member or above.
+         *
+         *     The upload is streamed through to the engine, not buffered, and may be at most 25 MiB (413
+         *     `request_too_large` beyond). Send the `model` part before `file` (the OpenAI SDKs and
+         *     `curl -F model=… -F file=@…` do): the proxy must read `model` to route; if `file` comes first it
+         *     is held (at most 25 MiB) until `model` arrives. `response_format` `json` (default) and
+         *     `verbose_json` answer JSON; `text`, `srt` and `vtt` answer `text/plain`.
+         */
+        post: operations["createTranscription"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/auth/password-reset/confirm": {
         parameters: {
             query?: never;
@@ -583,6 +611,79 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/chat/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a chat completion
+         * @description Creates a chat completion on the deployment (or hosted model) named by `model`. Callers: an API
+         *     key scoped to the deployment, or a session of role member or above.
+         *
+         *     With `stream: true` the 200 answer is `text/event-stream`: each event is
+         *     `data: <ChatCompletionChunk JSON>\n\n`, relayed as the engine produces it; when
+         *     `stream_options.include_usage` is true the last chunk has empty `choices` and carries `usage`;
+         *     the stream ends with `data: [DONE]\n\n`. Errors found before the stream starts answer with their
+         *     status as usual; if the engine fails after it started, the proxy sends one last event
+         *     `data: <InferenceError JSON>\n\n` and closes the stream without `[DONE]`. Otherwise the answer is
+         *     one `ChatCompletion` as JSON. JSON bodies may be up to 10 MiB (413 beyond).
+         */
+        post: operations["createChatCompletion"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/embeddings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create embeddings
+         * @description Embeds the input with the deployment (or hosted model) named by `model`. Callers: an API key
+         *     scoped to the deployment, or a session of role member or above. JSON bodies may be up to 10 MiB.
+         */
+        post: operations["createEmbedding"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/generations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Generate images
+         * @description Generates images from a prompt with the image deployment (or hosted model) named by `model`.
+         *     Callers: an API key scoped to the deployment, or a session of role member or above. The service
+         *     does not host image files: `response_format` `url` (default) answers `data:` URLs, `b64_json` the
+         *     bare base64 PNG.
+         */
+        post: operations["createImage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/invitations": {
         parameters: {
             query?: never;
@@ -792,6 +893,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/models": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List models
+         * @description What the caller may send as `model`: for an API key, its scoped deployments that are `running`;
+         *     for a session (role member or above), the caller's own `running` deployments and the enabled
+         *     hosted models. Each deployment is listed once, by deployment id, with its `model_name`.
+         */
+        get: operations["listModels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/organization": {
         parameters: {
             query?: never;
@@ -817,6 +940,87 @@ export interface paths {
          *     whitespace) answers 422 `VALIDATION_FAILED`.
          */
         patch: operations["updateOrganization"];
+        trace?: never;
+    };
+    "/v1/organization/api-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List API keys
+         * @description Every API key of the caller's organization, newest first, revoked keys included. Needs role
+         *     admin or super_admin (403 `FORBIDDEN` otherwise). The list is not paginated.
+         */
+        get: operations["listApiKeys"];
+        put?: never;
+        /**
+         * Create an API key
+         * @description Creates an `active` key scoped to the given deployments of the organization and returns its
+         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise). 422
+         *     `VALIDATION_FAILED` when a deployment id is not one of the organization's deployments (or is
+         *     `terminated`) or `expires_at` is not in the future.
+         */
+        post: operations["createApiKey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/api-keys/deployment-options": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List deployments a key can be scoped to
+         * @description The organization's deployments a key can be scoped to: every deployment of the organization
+         *     (whoever created it) that is not `terminated`, newest first. Needs role admin or super_admin
+         *     (403 `FORBIDDEN` otherwise).
+         */
+        get: operations["listApiKeyDeploymentOptions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/api-keys/{api_key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API key
+         * @description Revokes the key: it is refused from now on (401 on inference routes) and can no longer be
+         *     changed. Returns the revoked key; revoking an already revoked key returns it unchanged. Needs
+         *     role admin or super_admin (403 `FORBIDDEN` otherwise). 404 `NOT_FOUND` when the key is not one
+         *     of the organization's.
+         */
+        delete: operations["revokeApiKey"];
+        options?: never;
+        head?: never;
+        /**
+         * Update an API key
+         * @description Changes a key's name, scope (`deployment_ids` replaces the whole scope), expiry (`null` clears
+         *     it) or status (`active` or `disabled`; `revoked` is reached only by DELETE). Omitted fields keep
+         *     their value; an empty body returns the key unchanged. Needs role admin or super_admin (403
+         *     `FORBIDDEN` otherwise). 404 `NOT_FOUND` when the key is not one of the organization's; 409
+         *     `API_KEY_REVOKED` when the key is revoked.
+         */
+        patch: operations["updateApiKey"];
         trace?: never;
     };
     "/v1/organization/invitations": {
@@ -891,6 +1095,28 @@ export interface paths {
         get: operations["listMembers"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/rerank": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rerank documents
+         * @description Ranks documents by relevance to a query with the rerank deployment (or hosted model) named by
+         *     `model` (Xinference / Cohere rerank schema). Callers: an API key scoped to the deployment, or a
+         *     session of role member or above. JSON bodies may be up to 10 MiB.
+         */
+        post: operations["createRerank"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1104,19 +1330,110 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
-        /** @description An organization API key, `Authorization: Bearer svc-sk-…`. Accepted only on inference routes. */
-        ApiKeyBearer: {
+        /**
+         * @description An organization API key. The secret itself is never returned after creation; `key_prefix`
+         *     identifies the key in lists and logs.
+         * @example {
+         *       "id": 12,
+         *       "organization_id": 7,
+         *       "name": "Production chatbot",
+         *       "key_prefix": "svc-sk-pmZH6qDp",
+         *       "status": "active",
+         *       "expires_at": "2027-11-20T00:00:00Z",
+         *       "last_used_at": "2026-11-21T14:05:00Z",
+         *       "revoked_at": null,
+         *       "deployments": [
+         *         {
+         *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *           "model_name": "qwen2.5-instruct",
+         *           "status": "running"
+         *         }
+         *       ],
+         *       "created_at": "2026-11-20T09:45:00Z"
+         *     }
+         */
+        ApiKey: {
+            /** Format: int32 */
+            id: number;
             /**
-             * @description Http authentication
-             * @enum {string}
+             * Format: int32
+             * @description The organization the key belongs to.
              */
-            type: "http";
+            organization_id: number;
+            /** @description A label chosen by the admin; need not be unique. */
+            name: string;
+            /** @description `svc-sk-` followed by the first 8 characters of the secret. */
+            key_prefix: string;
+            status: components["schemas"]["ApiKeyStatus"];
             /**
-             * @description bearer auth scheme
-             * @enum {string}
+             * Format: date-time
+             * @description When the key stops working; `null` means it never expires.
              */
-            scheme: "Bearer";
+            expires_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the key last authenticated a request, to within a minute; `null` if never used.
+             */
+            last_used_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the key was revoked; `null` unless `status` is `revoked`.
+             */
+            revoked_at: string | null;
+            /**
+             * @description The deployments the key may call, in the order they were given. A deployment that is later
+             *     terminated stays listed with its status, but the key can no longer reach it.
+             */
+            deployments: components["schemas"]["ApiKeyDeployment"][];
+            /** Format: date-time */
+            created_at: string;
         };
+        /**
+         * @description A deployment as API-key management shows it: a key's scope, or an option for that scope.
+         * @example {
+         *       "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *       "model_name": "qwen2.5-instruct",
+         *       "status": "running"
+         *     }
+         */
+        ApiKeyDeployment: {
+            /**
+             * Format: uuid
+             * @description Deployment id (UUID).
+             */
+            id: string;
+            /** @description Catalog model name of the deployment. */
+            model_name: string;
+            /** @description The deployment's current status. */
+            status: components["schemas"]["DeploymentStatus"];
+        };
+        /**
+         * Format: uuid
+         * @description A deployment id (UUID), as used in `deployment_ids`.
+         */
+        ApiKeyDeploymentId: string;
+        /** @description The deployments an API key can be scoped to. */
+        ApiKeyDeploymentOptionList: {
+            /** @description The organization's deployments that are not `terminated`, newest first. */
+            items: components["schemas"]["ApiKeyDeployment"][];
+        };
+        /** @description All API keys of the caller's organization. */
+        ApiKeyList: {
+            /** @description Every key of the organization, newest first, revoked keys included. */
+            items: components["schemas"]["ApiKey"][];
+        };
+        /**
+         * @description Where an API key is in its life. A key is created `active`; PATCH may move it between `active`
+         *     and `disabled` (a disabled key is refused until re-activated); DELETE makes it `revoked`, which is
+         *     final. Expiry is not a status: a key whose `expires_at` has passed keeps its status and is refused.
+         * @enum {string}
+         */
+        ApiKeyStatus: "active" | "disabled" | "revoked";
+        /**
+         * @description The statuses PATCH may set. `revoked` is reached only by DELETE.
+         * @enum {string}
+         */
+        ApiKeyUpdatableStatus: "active" | "disabled";
         /** @description 400: the request could not be read, e.g. malformed JSON (`MALFORMED_REQUEST`). */
         BadRequestError: {
             body: components["schemas"]["Problem"];
@@ -1250,6 +1567,269 @@ export interface components {
              */
             url: string;
         };
+        /** @description Log probabilities of a choice. */
+        ChatChoiceLogprobs: {
+            content: components["schemas"]["ChatTokenLogprob"][] | null;
+        };
+        /**
+         * @description A chat completion (non-streaming answer).
+         * @example {
+         *       "id": "chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d",
+         *       "object": "chat.completion",
+         *       "created": 1795269912,
+         *       "model": "dep-0192f1c62b9e7c4e",
+         *       "choices": [
+         *         {
+         *           "index": 0,
+         *           "message": {
+         *             "role": "assistant",
+         *             "content": "The capital of France is Paris."
+         *           },
+         *           "finish_reason": "stop"
+         *         }
+         *       ],
+         *       "usage": {
+         *         "prompt_tokens": 24,
+         *         "completion_tokens": 8,
+         *         "total_tokens": 32
+         *       }
+         *     }
+         */
+        ChatCompletion: {
+            id: string;
+            /** @enum {string} */
+            object: "chat.completion";
+            /**
+             * Format: int64
+             * @description When the completion was created, in Unix seconds.
+             */
+            created: number;
+            /**
+             * @description The model that answered: the deployment's `engine_model_uid` (the serving engine's name for
+             *     it), or the hosted model's name.
+             */
+            model: string;
+            choices: components["schemas"]["ChatCompletionChoice"][];
+            usage: components["schemas"]["CompletionUsage"];
+            /** @description The engine's configuration fingerprint, when it reports one. */
+            system_fingerprint?: string | null;
+        };
+        /** @description One generated choice. */
+        ChatCompletionChoice: {
+            /** Format: int32 */
+            index: number;
+            message: components["schemas"]["ChatCompletionMessage"];
+            finish_reason: components["schemas"]["ChatFinishReason"] | (null);
+            /** @description Present when `logprobs` was requested. */
+            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | (never | null);
+        };
+        /**
+         * @description One event of a streamed chat completion, sent as `data: <this JSON>\n\n`. When
+         *     `stream_options.include_usage` is true, a last chunk with empty `choices` carries `usage`; the
+         *     stream then ends with `data: [DONE]\n\n`.
+         * @example {
+         *       "id": "chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d",
+         *       "object": "chat.completion.chunk",
+         *       "created": 1795269912,
+         *       "model": "dep-0192f1c62b9e7c4e",
+         *       "choices": [
+         *         {
+         *           "index": 0,
+         *           "delta": {
+         *             "content": " Paris"
+         *           },
+         *           "finish_reason": null
+         *         }
+         *       ],
+         *       "usage": null
+         *     }
+         */
+        ChatCompletionChunk: {
+            /** @description The same on every chunk of one completion. */
+            id: string;
+            /** @enum {string} */
+            object: "chat.completion.chunk";
+            /**
+             * Format: int64
+             * @description Unix seconds; the same on every chunk.
+             */
+            created: number;
+            model: string;
+            choices: components["schemas"]["ChatCompletionChunkChoice"][];
+            /** @description `null` (or absent) except on the last chunk when `stream_options.include_usage` is true. */
+            usage?: components["schemas"]["CompletionUsage"] | (never | null);
+            system_fingerprint?: string | null;
+        };
+        /** @description One choice in a chunk. */
+        ChatCompletionChunkChoice: {
+            /** Format: int32 */
+            index: number;
+            delta: components["schemas"]["ChatCompletionDelta"];
+            /** @description Set on the last chunk of the choice. */
+            finish_reason: components["schemas"]["ChatFinishReason"] | (null);
+            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | (never | null);
+        };
+        /** @description What a chunk adds to the message. */
+        ChatCompletionDelta: {
+            /**
+             * @description Present on the first chunk of a choice.
+             * @enum {string}
+             */
+            role?: "assistant";
+            /** @description The next piece of text. */
+            content?: string | null;
+            tool_calls?: components["schemas"]["ChatToolCallChunk"][];
+        };
+        /** @description The message the model generated. */
+        ChatCompletionMessage: {
+            /** @enum {string} */
+            role: "assistant";
+            /** @description The text; `null` when the model only called tools. */
+            content: string | null;
+            /** @description Tool calls the model made. */
+            tool_calls?: components["schemas"]["ChatToolCall"][];
+        };
+        /** @description One part of a multi-part message. */
+        ChatContentPart: components["schemas"]["ChatContentPartText"] | components["schemas"]["ChatContentPartImage"] | components["schemas"]["ChatContentPartInputAudio"];
+        /** @description An image part of a message (vision models). */
+        ChatContentPartImage: {
+            /** @enum {string} */
+            type: "image_url";
+            image_url: components["schemas"]["ChatImageUrl"];
+        };
+        /** @description An audio part of a message (audio models). */
+        ChatContentPartInputAudio: {
+            /** @enum {string} */
+            type: "input_audio";
+            input_audio: components["schemas"]["ChatInputAudio"];
+        };
+        /** @description A text part of a message. */
+        ChatContentPartText: {
+            /** @enum {string} */
+            type: "text";
+            text: string;
+        };
+        /**
+         * @description Why generation stopped.
+         * @enum {string}
+         */
+        ChatFinishReason: "stop" | "length" | "tool_calls" | "content_filter" | "function_call";
+        /** @description A function the model may call. */
+        ChatFunctionDefinition: {
+            /** @description Function name: letters, digits, `_` and `-`, at most 64 characters. */
+            name: string;
+            description?: string;
+            /** @description JSON Schema of the arguments. */
+            parameters?: {
+                [key: string]: unknown;
+            };
+            /** @description Ask the engine to follow `parameters` exactly, when it supports it. */
+            strict?: boolean | null;
+        };
+        /** @description The image of an image part. */
+        ChatImageUrl: {
+            /** @description An `https:` URL or a `data:image/…;base64,…` URL. */
+            url: string;
+            /**
+             * @description How closely the model looks at the image.
+             * @enum {string}
+             */
+            detail?: "auto" | "low" | "high";
+        };
+        /** @description The audio of an audio part. */
+        ChatInputAudio: {
+            /** @description Base64-encoded audio. */
+            data: string;
+            /** @enum {string} */
+            format: "wav" | "mp3";
+        };
+        /** @description One message of the conversation. */
+        ChatMessage: {
+            role: components["schemas"]["ChatRole"];
+            /** @description Text, or an array of content parts. May be `null` or omitted on an `assistant` message that has `tool_calls`. */
+            content?: components["schemas"]["ChatMessageContent"] | (never | null);
+            /** @description An optional name for the participant. */
+            name?: string;
+            /** @description Tool calls made by an `assistant` message. */
+            tool_calls?: components["schemas"]["ChatToolCall"][];
+            /** @description On a `tool` message: the id of the tool call it answers. */
+            tool_call_id?: string;
+        };
+        /** @description A message's content: text, or an array of content parts. */
+        ChatMessageContent: string | components["schemas"]["ChatContentPart"][];
+        /** @description Forces the model to call one function. */
+        ChatNamedToolChoice: {
+            /** @enum {string} */
+            type: "function";
+            function: components["schemas"]["ChatNamedToolChoiceFunction"];
+        };
+        /** @description The function of a forced tool choice. */
+        ChatNamedToolChoiceFunction: {
+            name: string;
+        };
+        /**
+         * @description Who wrote a chat message.
+         * @enum {string}
+         */
+        ChatRole: "system" | "user" | "assistant" | "tool" | "developer";
+        /** @description Streaming options. */
+        ChatStreamOptions: {
+            /** @description When true, a last chunk before `data: [DONE]` carries `usage` for the whole request. */
+            include_usage?: boolean;
+        };
+        /** @description The log probability of one output token. */
+        ChatTokenLogprob: {
+            token: string;
+            /** Format: double */
+            logprob: number;
+            bytes: number[] | null;
+            /** @description The most likely tokens at this position. */
+            top_logprobs: components["schemas"]["ChatTopLogprob"][];
+        };
+        /** @description A tool the model may call. */
+        ChatTool: {
+            /** @enum {string} */
+            type: "function";
+            function: components["schemas"]["ChatFunctionDefinition"];
+        };
+        /** @description A tool call made by the model. */
+        ChatToolCall: {
+            /** @description Id to answer with a `tool` message's `tool_call_id`. */
+            id: string;
+            /** @enum {string} */
+            type: "function";
+            function: components["schemas"]["ChatToolCallFunction"];
+        };
+        /** @description A piece of a tool call in a stream; pieces with the same `index` belong together. */
+        ChatToolCallChunk: {
+            /** Format: int32 */
+            index: number;
+            id?: string;
+            /** @enum {string} */
+            type?: "function";
+            function?: components["schemas"]["ChatToolCallChunkFunction"];
+        };
+        /** @description A piece of a tool call in a stream. */
+        ChatToolCallChunkFunction: {
+            name?: string;
+            /** @description The next piece of the JSON-encoded arguments. */
+            arguments?: string;
+        };
+        /** @description The function a tool call invokes. */
+        ChatToolCallFunction: {
+            /** @description Function name. */
+            name: string;
+            /** @description The arguments, as a JSON-encoded string generated by the model. */
+            arguments: string;
+        };
+        /** @description A likely token at a position. */
+        ChatTopLogprob: {
+            token: string;
+            /** Format: double */
+            logprob: number;
+            /** @description UTF-8 bytes of the token, when it is not valid text on its own. */
+            bytes: number[] | null;
+        };
         /**
          * @description Why a checkout setup session is opened: `payment_method_setup` saves a card (it becomes the
          *     default when the customer has none); `postpaid_activation` saves a card, makes it the default and
@@ -1291,9 +1871,113 @@ export interface components {
          * @enum {string}
          */
         CollectionMethod: "charge_automatically" | "send_invoice";
+        /** @description Token usage of a completion. */
+        CompletionUsage: {
+            /**
+             * Format: int32
+             * @description Tokens in the prompt.
+             */
+            prompt_tokens: number;
+            /**
+             * Format: int32
+             * @description Tokens generated.
+             */
+            completion_tokens: number;
+            /**
+             * Format: int32
+             * @description `prompt_tokens + completion_tokens`.
+             */
+            total_tokens: number;
+        };
         /** @description 409: the request conflicts with the resource's current state; `code` says how. */
         ConflictError: {
             body: components["schemas"]["Problem"];
+        };
+        /** @description A new API key. Unknown fields are rejected. */
+        CreateApiKeyRequest: {
+            /** @description A label for the key. */
+            name: string;
+            /**
+             * @description Ids of the organization's deployments the key may call; at least one, no duplicates, none
+             *     `terminated`. Any deployment of the organization may be chosen, not only the caller's own.
+             */
+            deployment_ids: components["schemas"]["ApiKeyDeploymentId"][];
+            /**
+             * Format: date-time
+             * @description When the key stops working; must be in the future. Omitted or `null`: the key never expires.
+             */
+            expires_at?: string | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        CreateChatCompletionRequest: {
+            model: components["schemas"]["InferenceModelRef"];
+            /** @description The conversation so far. */
+            messages: components["schemas"]["ChatMessage"][];
+            /**
+             * @description When true, the answer is a `text/event-stream` of `ChatCompletionChunk` events.
+             * @default false
+             */
+            stream: boolean | null;
+            stream_options?: components["schemas"]["ChatStreamOptions"] | (never | null);
+            /**
+             * Format: double
+             * @description Sampling temperature.
+             */
+            temperature?: number | null;
+            /**
+             * Format: double
+             * @description Nucleus-sampling probability mass.
+             */
+            top_p?: number | null;
+            /**
+             * Format: int32
+             * @description How many choices to generate.
+             */
+            n?: number | null;
+            /**
+             * Format: int32
+             * @description Deprecated alias of `max_completion_tokens`.
+             */
+            max_tokens?: number | null;
+            /**
+             * Format: int32
+             * @description Upper bound on generated tokens.
+             */
+            max_completion_tokens?: number | null;
+            /** @description Up to 4 sequences where generation stops. */
+            stop?: components["schemas"]["StopSequences"] | (never | null);
+            /** Format: double */
+            presence_penalty?: number | null;
+            /** Format: double */
+            frequency_penalty?: number | null;
+            /** @description Token id (as a string) to a bias from -100 to 100. */
+            logit_bias?: {
+                [key: string]: components["schemas"]["LogitBiasValue"];
+            } | null;
+            /** @description Return log probabilities of the output tokens. */
+            logprobs?: boolean | null;
+            /**
+             * Format: int32
+             * @description How many most likely tokens to return at each position; needs `logprobs`.
+             */
+            top_logprobs?: number | null;
+            /**
+             * Format: int64
+             * @description Seed for best-effort deterministic sampling.
+             */
+            seed?: number | null;
+            /** @description An end-user id, for abuse monitoring. */
+            user?: string;
+            /** @description Functions the model may call. */
+            tools?: components["schemas"]["ChatTool"][];
+            /** @description `none`, `auto`, `required`, or a named function. */
+            tool_choice?: ("none" | "auto" | "required") | components["schemas"]["ChatNamedToolChoice"];
+            /** @description The output format. */
+            response_format?: components["schemas"]["ResponseFormatText"] | components["schemas"]["ResponseFormatJsonObject"] | components["schemas"]["ResponseFormatJsonSchema"];
+        } & {
+            [key: string]: unknown;
         };
         /** @description Opens a checkout session that saves a card. Unknown fields are rejected. */
         CreateCheckoutSetupSessionRequest: {
@@ -1317,6 +2001,64 @@ export interface components {
             model_size_in_billions?: number | components["schemas"]["DecimalString"];
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        CreateEmbeddingRequest: {
+            /** @description Text to embed: a string, an array of strings, an array of token ids, or an array of token-id arrays. */
+            input: string | string[] | number[] | number[][];
+            model: components["schemas"]["InferenceModelRef"];
+            /**
+             * @description `float` (default) returns arrays of numbers; `base64` returns base64 strings of little-endian float32.
+             * @enum {string}
+             */
+            encoding_format?: "float" | "base64";
+            /**
+             * Format: int32
+             * @description Output dimensions, for models that support shortening.
+             */
+            dimensions?: number;
+            /** @description An end-user id, for abuse monitoring. */
+            user?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The embeddings of the inputs, in input order. */
+        CreateEmbeddingResponse: {
+            /** @enum {string} */
+            object: "list";
+            data: components["schemas"]["Embedding"][];
+            /** @description The model that answered (see `ChatCompletion.model`). */
+            model: string;
+            usage: components["schemas"]["EmbeddingUsage"];
+        };
+        /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        CreateImageRequest: {
+            model: components["schemas"]["InferenceModelRef"];
+            /** @description What to draw. */
+            prompt: string;
+            /**
+             * Format: int32
+             * @description How many images.
+             * @default 1
+             */
+            n: number | null;
+            /** @description `<width>x<height>` in pixels, e.g. `1024x1024`; the model's default when omitted. */
+            size?: string | null;
+            /**
+             * @description `url` (default) answers each image as a `data:image/png;base64,…` URL, since the service does
+             *     not host image files; `b64_json` answers the bare base64 PNG.
+             * @default url
+             * @enum {string|null}
+             */
+            response_format: "url" | "b64_json" | null;
+            /** @description Quality hint passed to the engine, e.g. `standard`, `hd`. */
+            quality?: string;
+            /** @description Style hint passed to the engine, e.g. `vivid`, `natural`. */
+            style?: string | null;
+            /** @description An end-user id, for abuse monitoring. */
+            user?: string;
         } & {
             [key: string]: unknown;
         };
@@ -1344,6 +2086,77 @@ export interface components {
             return_url?: string;
         } & {
             [key: string]: unknown;
+        };
+        /** @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine. */
+        CreateRerankRequest: {
+            model: components["schemas"]["InferenceModelRef"];
+            /** @description What the documents are ranked against. */
+            query: string;
+            /** @description The documents to rank. */
+            documents: string[];
+            /**
+             * Format: int32
+             * @description Return only the best `top_n` results; all when omitted.
+             */
+            top_n?: number | null;
+            /**
+             * @description Include each document's text in the results.
+             * @default false
+             */
+            return_documents: boolean | null;
+        } & {
+            [key: string]: unknown;
+        };
+        CreateTranscriptionRequest: {
+            /**
+             * Format: binary
+             * @description The audio file (flac, mp3, mp4, mpeg, mpga, m4a, ogg, wav or webm), at most 25 MiB.
+             */
+            file: string;
+            /** @description Which model to call: a deployment id, an unambiguous model name, or a hosted model's name. */
+            model: components["schemas"]["InferenceModelRef"];
+            /** @description Language of the audio, ISO 639-1 (e.g. `en`); detected when omitted. */
+            language?: string;
+            /** @description Text to guide the style or continue a previous segment. */
+            prompt?: string;
+            /** @description `json` (default) or `verbose_json` answer JSON; `text`, `srt` and `vtt` answer `text/plain`. */
+            response_format?: components["schemas"]["TranscriptionResponseFormat"];
+            /** @description Sampling temperature, 0 to 1. */
+            temperature?: components["schemas"]["TranscriptionTemperature"];
+        };
+        /**
+         * @description The created key. `key` is the full secret and is shown only in this response.
+         * @example {
+         *       "key": "svc-sk-pmZH6qDpNTaRIT53O2jU4JU1vwxCyqwL3DUDsN",
+         *       "api_key": {
+         *         "id": 12,
+         *         "organization_id": 7,
+         *         "name": "Production chatbot",
+         *         "key_prefix": "svc-sk-pmZH6qDp",
+         *         "status": "active",
+         *         "expires_at": "2027-11-20T00:00:00Z",
+         *         "last_used_at": null,
+         *         "revoked_at": null,
+         *         "deployments": [
+         *           {
+         *             "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *             "model_name": "qwen2.5-instruct",
+         *             "status": "running"
+         *           }
+         *         ],
+         *         "created_at": "2026-11-20T09:45:00Z"
+         *       }
+         *     }
+         */
+        CreatedApiKey: {
+            /**
+             * @description The secret: `svc-sk-`, then at least 32 random base62 characters, then a 6-character base62
+             *     checksum (CRC32 of the random part) that lets secret scanners recognize a key offline. Send it
+             *     as `Authorization: Bearer <key>` on inference routes. Only its SHA-256 is stored: it cannot be
+             *     shown again.
+             */
+            key: string;
+            api_key: components["schemas"]["ApiKey"];
         };
         /** @description A lower-case ISO 4217 currency code, e.g. `usd`. */
         CurrencyCode: string;
@@ -1543,6 +2356,25 @@ export interface components {
          * @enum {string}
          */
         DeploymentStatus: "requested" | "provisioning" | "starting" | "running" | "failed" | "terminating" | "terminated";
+        /** @description The embedding of one input. */
+        Embedding: {
+            /** @enum {string} */
+            object: "embedding";
+            /**
+             * Format: int32
+             * @description Position of the input in `input`.
+             */
+            index: number;
+            /** @description The vector; a base64 string of little-endian float32 when `encoding_format` is `base64`. */
+            embedding: number[] | string;
+        };
+        /** @description Token usage of an embeddings request. */
+        EmbeddingUsage: {
+            /** Format: int32 */
+            prompt_tokens: number;
+            /** Format: int32 */
+            total_tokens: number;
+        };
         /**
          * @description Stable machine-readable error codes. Clients branch on these, never on `title` or `detail`.
          * @enum {string}
@@ -1555,6 +2387,24 @@ export interface components {
              * @enum {string}
              */
             status: "ok";
+        };
+        /** @description One generated image. */
+        ImageData: {
+            /** @description `data:image/png;base64,…` URL, when `response_format` is `url`. */
+            url?: string;
+            /** @description Base64 PNG, when `response_format` is `b64_json`. */
+            b64_json?: string;
+            /** @description The prompt the engine actually used, when it rewrote it. */
+            revised_prompt?: string;
+        };
+        /** @description Generated images. */
+        ImagesResponse: {
+            /**
+             * Format: int64
+             * @description Unix seconds.
+             */
+            created: number;
+            data: components["schemas"]["ImageData"][];
         };
         /**
          * @description The hosted-inference error body.
@@ -1581,6 +2431,36 @@ export interface components {
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
+        /** @description A model the caller may call. */
+        InferenceModel: {
+            /** @description The value to send as `model`: the deployment id for a deployment, the model name for a hosted model. */
+            id: string;
+            /** @enum {string} */
+            object: "model";
+            /**
+             * Format: int64
+             * @description When the deployment (or hosted model) was created, in Unix seconds.
+             */
+            created: number;
+            /** @description `organization` for the organization's deployments, `system` for hosted models. */
+            owned_by: string;
+            /** @description Catalog model name; also accepted as `model` while it is unambiguous among the caller's running deployments. */
+            model_name: string;
+            /** @description The deployment id; `null` for a hosted model. */
+            deployment_id: string | null;
+        };
+        /** @description The models the caller may call. */
+        InferenceModelList: {
+            /** @enum {string} */
+            object: "list";
+            data: components["schemas"]["InferenceModel"][];
+        };
+        /**
+         * @description Which model to call: a deployment id, or a model name that is unambiguous among the caller's
+         *     running deployments (for an API key, among the key's scoped deployments), or the name of a
+         *     hosted catalog model (session callers only).
+         */
+        InferenceModelRef: string;
         /**
          * @description An invitation to join an organization with a role.
          * @example {
@@ -1796,6 +2676,11 @@ export interface components {
             /** @enum {boolean} */
             authenticated: false;
         };
+        /**
+         * Format: int32
+         * @description A token bias from -100 to 100.
+         */
+        LogitBiasValue: number;
         /**
          * @description A member of the organization.
          * @example {
@@ -2023,6 +2908,69 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description Documents ranked by relevance, most relevant first. */
+        Rerank: {
+            id: string;
+            results: components["schemas"]["RerankResult"][];
+            /** @description Token counts, when the engine reports them. */
+            meta?: components["schemas"]["RerankMeta"] | (never | null);
+        };
+        /** @description A ranked document's text. */
+        RerankDocument: {
+            text: string;
+        };
+        /** @description Engine-reported details of a rerank request. */
+        RerankMeta: {
+            tokens?: components["schemas"]["RerankTokens"] | (never | null);
+        };
+        /** @description One ranked document. */
+        RerankResult: {
+            /**
+             * Format: int32
+             * @description Position of the document in `documents`.
+             */
+            index: number;
+            /**
+             * Format: double
+             * @description Relevance to the query; higher is more relevant.
+             */
+            relevance_score: number;
+            /** @description The document, when `return_documents` is true; `null` otherwise. */
+            document: components["schemas"]["RerankDocument"] | (never | null);
+        };
+        /** @description Tokens processed by a rerank request. */
+        RerankTokens: {
+            /** Format: int32 */
+            input_tokens: number;
+            /** Format: int32 */
+            output_tokens: number;
+        };
+        /** @description Output that is a JSON object. */
+        ResponseFormatJsonObject: {
+            /** @enum {string} */
+            type: "json_object";
+        };
+        /** @description Output that follows a JSON Schema. */
+        ResponseFormatJsonSchema: {
+            /** @enum {string} */
+            type: "json_schema";
+            json_schema: components["schemas"]["ResponseFormatJsonSchemaSpec"];
+        };
+        /** @description The schema of structured output. */
+        ResponseFormatJsonSchemaSpec: {
+            name: string;
+            description?: string;
+            /** @description JSON Schema the output must follow. */
+            schema?: {
+                [key: string]: unknown;
+            };
+            strict?: boolean | null;
+        };
+        /** @description Plain-text output. */
+        ResponseFormatText: {
+            /** @enum {string} */
+            type: "text";
+        };
         /**
          * @description A member's role in an organization, least to most privileged: `viewer` reads everything of the
          *     organization except billing; `member` also creates and deletes deployments and calls inference
@@ -2144,6 +3092,8 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description Where generation stops: one sequence or up to 4. */
+        StopSequences: string | string[];
         /**
          * @description A Stripe Event, as Stripe sends it. Modelled loosely and open: only the fields the service reads are
          *     listed; every other field Stripe sends is accepted.
@@ -2217,6 +3167,68 @@ export interface components {
             current_period_start: string;
             /** Format: date-time */
             current_period_end: string;
+        };
+        /**
+         * @description The transcribed text. `verbose_json` adds `task`, `language`, `duration` and `segments`.
+         * @example {
+         *       "text": "Thanks for calling. Your order shipped this morning."
+         *     }
+         */
+        Transcription: {
+            text: string;
+            /** @description `transcribe` (verbose_json only). */
+            task?: string;
+            /** @description Detected or given language (verbose_json only). */
+            language?: string;
+            /**
+             * Format: double
+             * @description Length of the audio in seconds (verbose_json only).
+             */
+            duration?: number;
+            /** @description Timed segments (verbose_json only). */
+            segments?: components["schemas"]["TranscriptionSegment"][];
+        };
+        /**
+         * @description Output format of a transcription. (A string union, so that the multipart part is plain text.)
+         * @enum {string}
+         */
+        TranscriptionResponseFormat: "json" | "text" | "srt" | "verbose_json" | "vtt";
+        /** @description A timed segment of a verbose transcription. */
+        TranscriptionSegment: {
+            /** Format: int32 */
+            id: number;
+            /**
+             * Format: double
+             * @description Start, in seconds.
+             */
+            start: number;
+            /**
+             * Format: double
+             * @description End, in seconds.
+             */
+            end: number;
+            text: string;
+        };
+        /**
+         * Format: double
+         * @description Transcription sampling temperature, 0 to 1.
+         */
+        TranscriptionTemperature: number;
+        /** @description Changes to an API key; omitted fields keep their value. Unknown fields are rejected. */
+        UpdateApiKeyRequest: {
+            /** @description A new label. */
+            name?: string;
+            /** @description Replaces the key's whole scope; same rules as on create. */
+            deployment_ids?: components["schemas"]["ApiKeyDeploymentId"][];
+            /**
+             * Format: date-time
+             * @description A new expiry in the future, or `null` to make the key never expire.
+             */
+            expires_at?: string | null;
+            /** @description `disabled` suspends the key; `active` re-enables it. */
+            status?: components["schemas"]["ApiKeyUpdatableStatus"];
+        } & {
+            [key: string]: unknown;
         };
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
@@ -3133,6 +4145,181 @@ export interface operations {
                 content: {
                     /** @example <!doctype html><title>API reference</title> */
                     "text/html": string;
+                };
+            };
+        };
+    };
+    createTranscription: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "multipart/form-data": components["schemas"]["CreateTranscriptionRequest"];
+            };
+        };
+        responses: {
+            /**
+             * @description The transcription: `application/json` for `response_format` `json` (default) or `verbose_json`;
+             *     `text/plain` for `text`, `srt` or `vtt`.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "text": "Thanks for calling. Your order shipped this morning."
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Transcription"];
+                    "text/plain": string;
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
+             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
+             *     serving engine refused the request; `message` repeats its reason).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or answered something that is not a valid response.
+             */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
+             *     response headers, or no further bytes of a response).
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
                 };
             };
         };
@@ -4478,6 +5665,557 @@ export interface operations {
             };
         };
     };
+    createChatCompletion: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateChatCompletionRequest"];
+            };
+        };
+        responses: {
+            /**
+             * @description The chat completion: one `ChatCompletion` as `application/json` when `stream` is false or
+             *     omitted; with `stream: true`, `text/event-stream` with one `data: <ChatCompletionChunk JSON>\n\n`
+             *     event per chunk, a last chunk carrying `usage` when `stream_options.include_usage` is true, then
+             *     `data: [DONE]\n\n`.
+             */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChatCompletion"];
+                    "text/event-stream": string;
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
+             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
+             *     serving engine refused the request; `message` repeats its reason).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or answered something that is not a valid response.
+             */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
+             *     response headers, or no further bytes of a response).
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
+    createEmbedding: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "model": "0192f1d2-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+                 *       "input": "The food was delicious and the waiter was friendly."
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateEmbeddingRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "list",
+                     *       "data": [
+                     *         {
+                     *           "object": "embedding",
+                     *           "index": 0,
+                     *           "embedding": [
+                     *             0.0123,
+                     *             -0.0456,
+                     *             0.0789,
+                     *             0.0012
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "model": "dep-0192f1d25e6f7a8b",
+                     *       "usage": {
+                     *         "prompt_tokens": 11,
+                     *         "total_tokens": 11
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreateEmbeddingResponse"];
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
+             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
+             *     serving engine refused the request; `message` repeats its reason).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or answered something that is not a valid response.
+             */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
+             *     response headers, or no further bytes of a response).
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
+    createImage: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "model": "sd3-medium",
+                 *       "prompt": "A lighthouse on a cliff at dawn, watercolor",
+                 *       "n": 1,
+                 *       "size": "1024x1024",
+                 *       "response_format": "b64_json"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateImageRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created": 1795269912,
+                     *       "data": [
+                     *         {
+                     *           "b64_json": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ImagesResponse"];
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
+             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
+             *     serving engine refused the request; `message` repeats its reason).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or answered something that is not a valid response.
+             */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
+             *     response headers, or no further bytes of a response).
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
     listMyInvitations: {
         parameters: {
             query?: never;
@@ -5260,6 +6998,119 @@ export interface operations {
             };
         };
     };
+    listModels: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "object": "list",
+                     *       "data": [
+                     *         {
+                     *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *           "object": "model",
+                     *           "created": 1795167000,
+                     *           "owned_by": "organization",
+                     *           "model_name": "qwen2.5-instruct",
+                     *           "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"
+                     *         },
+                     *         {
+                     *           "id": "llama-3.1-8b-instruct",
+                     *           "object": "model",
+                     *           "created": 1793577600,
+                     *           "owned_by": "system",
+                     *           "model_name": "llama-3.1-8b-instruct",
+                     *           "deployment_id": null
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["InferenceModelList"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
     getOrganization: {
         parameters: {
             query?: never;
@@ -5384,6 +7235,506 @@ export interface operations {
                 };
             };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listApiKeys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "id": 12,
+                     *           "organization_id": 7,
+                     *           "name": "Production chatbot",
+                     *           "key_prefix": "svc-sk-pmZH6qDp",
+                     *           "status": "active",
+                     *           "expires_at": "2027-11-20T00:00:00Z",
+                     *           "last_used_at": "2026-11-21T14:05:00Z",
+                     *           "revoked_at": null,
+                     *           "deployments": [
+                     *             {
+                     *               "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *               "model_name": "qwen2.5-instruct",
+                     *               "status": "running"
+                     *             }
+                     *           ],
+                     *           "created_at": "2026-11-20T09:45:00Z"
+                     *         },
+                     *         {
+                     *           "id": 9,
+                     *           "organization_id": 7,
+                     *           "name": "Staging",
+                     *           "key_prefix": "svc-sk-4fQx81Lm",
+                     *           "status": "revoked",
+                     *           "expires_at": null,
+                     *           "last_used_at": "2026-11-18T08:12:00Z",
+                     *           "revoked_at": "2026-11-19T16:40:00Z",
+                     *           "deployments": [
+                     *             {
+                     *               "id": "0192e8a4-7d1f-7a3b-8c2d-3e4f5a6b7c8d",
+                     *               "model_name": "bge-m3",
+                     *               "status": "terminated"
+                     *             }
+                     *           ],
+                     *           "created_at": "2026-11-10T11:00:00Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKeyList"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createApiKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "Production chatbot",
+                 *       "deployment_ids": [
+                 *         "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"
+                 *       ],
+                 *       "expires_at": "2027-11-20T00:00:00Z"
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateApiKeyRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded and a new resource has been created as a result. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "key": "svc-sk-pmZH6qDpNTaRIT53O2jU4JU1vwxCyqwL3DUDsN",
+                     *       "api_key": {
+                     *         "id": 12,
+                     *         "organization_id": 7,
+                     *         "name": "Production chatbot",
+                     *         "key_prefix": "svc-sk-pmZH6qDp",
+                     *         "status": "active",
+                     *         "expires_at": "2027-11-20T00:00:00Z",
+                     *         "last_used_at": null,
+                     *         "revoked_at": null,
+                     *         "deployments": [
+                     *           {
+                     *             "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *             "model_name": "qwen2.5-instruct",
+                     *             "status": "running"
+                     *           }
+                     *         ],
+                     *         "created_at": "2026-11-20T09:45:00Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CreatedApiKey"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, an
+             *     id in `deployment_ids` is not a deployment of the organization or is `terminated`, or
+             *     `expires_at` is not in the future.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listApiKeyDeploymentOptions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *           "model_name": "qwen2.5-instruct",
+                     *           "status": "running"
+                     *         },
+                     *         {
+                     *           "id": "0192f1d2-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+                     *           "model_name": "bge-m3",
+                     *           "status": "starting"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKeyDeploymentOptionList"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeApiKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                api_key_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 12,
+                     *       "organization_id": 7,
+                     *       "name": "Production chatbot",
+                     *       "key_prefix": "svc-sk-pmZH6qDp",
+                     *       "status": "revoked",
+                     *       "expires_at": "2027-11-20T00:00:00Z",
+                     *       "last_used_at": "2026-11-21T14:05:00Z",
+                     *       "revoked_at": "2026-11-22T10:00:00Z",
+                     *       "deployments": [
+                     *         {
+                     *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *           "model_name": "qwen2.5-instruct",
+                     *           "status": "running"
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:45:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateApiKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                api_key_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "name": "Production chatbot (EU)",
+                 *       "status": "disabled",
+                 *       "expires_at": null
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateApiKeyRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 12,
+                     *       "organization_id": 7,
+                     *       "name": "Production chatbot (EU)",
+                     *       "key_prefix": "svc-sk-pmZH6qDp",
+                     *       "status": "disabled",
+                     *       "expires_at": null,
+                     *       "last_used_at": "2026-11-21T14:05:00Z",
+                     *       "revoked_at": null,
+                     *       "deployments": [
+                     *         {
+                     *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *           "model_name": "qwen2.5-instruct",
+                     *           "status": "running"
+                     *         }
+                     *       ],
+                     *       "created_at": "2026-11-20T09:45:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKey"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 409: `API_KEY_REVOKED`, the key is revoked; a revoked key cannot be changed. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, an
+             *     id in `deployment_ids` is not a deployment of the organization or is `terminated`, or
+             *     `expires_at` is not in the future.
+             */
             422: {
                 headers: {
                     [name: string]: unknown;
@@ -5760,6 +8111,211 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createRerank: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "model": "bge-reranker-v2-m3",
+                 *       "query": "How do I reset my password?",
+                 *       "documents": [
+                 *         "Our office is closed on public holidays.",
+                 *         "To reset your password, open Settings and choose Reset password."
+                 *       ],
+                 *       "top_n": 2,
+                 *       "return_documents": true
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateRerankRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "rerank-3b1f0c9e6a2d4e7f",
+                     *       "results": [
+                     *         {
+                     *           "index": 1,
+                     *           "relevance_score": 0.9812,
+                     *           "document": {
+                     *             "text": "To reset your password, open Settings and choose Reset password."
+                     *           }
+                     *         },
+                     *         {
+                     *           "index": 0,
+                     *           "relevance_score": 0.0147,
+                     *           "document": {
+                     *             "text": "Our office is closed on public holidays."
+                     *           }
+                     *         }
+                     *       ],
+                     *       "meta": {
+                     *         "tokens": {
+                     *           "input_tokens": 38,
+                     *           "output_tokens": 0
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Rerank"];
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
+             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
+             *     serving engine refused the request; `message` repeats its reason).
+             */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
+             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
+             *     default 600 requests per minute per API key, or per user for session callers; the server may
+             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage). Retry after `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or answered something that is not a valid response.
+             */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
+             *     service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
+             *     response headers, or no further bytes of a response).
+             */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
                 };
             };
         };

@@ -33,7 +33,7 @@ async function main(config: Config): Promise<void> {
     stops.push(() => embedded!.stop());
   }
 
-  const db = createDatabase({ url: databaseUrl, poolMax: config.databasePoolMax });
+  const db = createDatabase({ url: databaseUrl, poolMax: config.databasePoolMax, log });
   stops.unshift(() => db.destroy());
   const applied = await migrateToLatest(db);
   if (applied.length) log.info({ migrations: applied }, 'migrations applied');

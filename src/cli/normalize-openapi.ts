@@ -3,8 +3,9 @@
  * 3.0.3 defines `nullable`, so that every validator (ajv in openapi-backend, Prism) reads it alike.
  *
  * - `nullable: true` next to an `enum` admits null only if the enum lists it: null is appended.
- * - `nullable: true` without a `type` (TypeSpec writes `{allOf: [$ref], nullable: true}` for
- *   `Model | null`) has no effect in 3.0.3: it becomes `anyOf: [$ref, <null of that type>]`.
+ * - `nullable: true` without a `type`, or beside `allOf`/`anyOf`/`oneOf` (TypeSpec writes
+ *   `{allOf: [$ref], nullable: true}` for `Model | null`), does not admit null in 3.0.3: the schema
+ *   becomes `anyOf: [<the schema>, <null of that type>]`.
  *
  * Usage: node src/cli/normalize-openapi.ts generated/openapi.json
  */
@@ -32,11 +33,14 @@ export function normalizeNullable(document: Schema): Schema {
     if (Array.isArray(schema.enum) && !schema.enum.includes(null)) {
       schema.enum = [...schema.enum, null];
     }
-    const allOf = schema.allOf;
-    if (schema.type === undefined && Array.isArray(allOf) && allOf.length === 1) {
-      const { allOf: _, nullable: __, ...rest } = schema;
-      const inner = allOf[0] as Schema;
-      return { ...rest, anyOf: [inner, { type: typeOf(inner) ?? 'object', nullable: true, enum: [null] }] };
+    const composed = ['allOf', 'anyOf', 'oneOf'].some((key) => Array.isArray(schema[key]));
+    if (schema.type === undefined || composed) {
+      const { nullable: _, description, ...rest } = schema;
+      const allOf = rest.allOf as Schema[] | undefined;
+      const single = allOf?.length === 1 && Object.keys(rest).every((key) => key === 'allOf' || key === 'type');
+      const inner = single ? allOf[0]! : rest;
+      const nullOnly = { type: typeOf(inner) ?? 'object', nullable: true, enum: [null] };
+      return { ...(description === undefined ? {} : { description }), anyOf: [inner, nullOnly] };
     }
     return schema;
   };

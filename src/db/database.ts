@@ -2,6 +2,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import knex, { type Knex } from 'knex';
 import { Model } from 'objection';
+import type { Logger } from 'pino';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
 
@@ -10,6 +11,8 @@ export interface DatabaseOptions {
   poolMax: number;
   /** How long a query may wait for a pooled connection before failing. */
   acquireTimeoutMs?: number;
+  /** Where knex's own warnings go (instead of the console). */
+  log?: Logger;
 }
 
 /** A knex instance on Postgres, bound to objection's models. */
@@ -20,6 +23,12 @@ export function createDatabase(options: DatabaseOptions): Knex {
     pool: { min: 0, max: options.poolMax },
     acquireConnectionTimeout: options.acquireTimeoutMs ?? 5_000,
     migrations: { directory: MIGRATIONS_DIR, loadExtensions: ['.ts'], tableName: 'knex_migrations' },
+    log: {
+      warn: (message: unknown) => options.log?.warn({ knex: message }, 'database warning'),
+      error: (message: unknown) => options.log?.error({ knex: message }, 'database error'),
+      deprecate: (message: unknown) => options.log?.warn({ knex: message }, 'database deprecation'),
+      debug: (message: unknown) => options.log?.debug({ knex: message }, 'database debug'),
+    },
   });
   Model.knex(db);
   return db;

@@ -39,6 +39,8 @@ export function buildHandlers(deps: HandlerDeps): Handlers {
     ]),
     ...notBuilt(['listDeployableModels', 'getDeployableModel']),
     ...notBuilt(['listDeployments', 'getDeployment', 'createDeployment', 'deleteDeployment']),
+    ...notBuilt(['listApiKeys', 'createApiKey', 'listApiKeyDeploymentOptions', 'updateApiKey', 'revokeApiKey']),
+    ...notBuilt(['createChatCompletion', 'createEmbedding', 'createRerank', 'createTranscription', 'createImage', 'listModels']),
     ...notBuilt([
       'getBillingConfig',
       'getBillingAccount',

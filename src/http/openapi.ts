@@ -86,7 +86,8 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
       const handlerContext = {
         operationId,
         body: context.request.requestBody,
-        params: context.request.params,
+        // openapi-backend keeps coerced path parameters only in the validation result.
+        params: { ...context.request.params, ...context.validation?.coerced?.params },
         query: context.request.query,
         headers: req.headers,
         cookies: context.request.cookies,

@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { jsonOf, type Problem } from '../helpers/http.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+
+/** The error contract every route shares: shapes, statuses and request ids. */
+describe('HTTP error handling', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp();
+  });
+  afterAll(() => app.close());
+
+  const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+    fetch(`${app.url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+
+  async function expectProblem(response: Response, status: number, code: string) {
+    expect(response.status).toBe(status);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    const body = await jsonOf<Problem>(response);
+    expect(body).toMatchObject({ status, code, title: expect.any(String), detail: expect.any(String) });
+    expect(body.type).toMatch(/^https:\/\//);
+    expect(body.request_id).toBe(response.headers.get('x-request-id'));
+    return body;
+  }
+
+  it('answers an unknown path with 404 NOT_FOUND', async () => {
+    await expectProblem(await fetch(`${app.url}/v1/nothing-here`), 404, 'NOT_FOUND');
+  });
+
+  it('answers a known path with the wrong method with 405 and an Allow header', async () => {
+    const response = await fetch(`${app.url}/api/v1/model-deployments/0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21`, { method: 'PUT' });
+    await expectProblem(response, 405, 'METHOD_NOT_ALLOWED');
+    expect(response.headers.get('allow')).toBe('GET, DELETE');
+  });
+
+  it('answers malformed JSON with 400 MALFORMED_REQUEST', async () => {
+    await expectProblem(await post('/v1/user/signin', '{"email": '), 400, 'MALFORMED_REQUEST');
+  });
+
+  it('answers a body over 1 MiB with 413 PAYLOAD_TOO_LARGE', async () => {
+    const big = JSON.stringify({ email: 'a@example.com', password: 'x'.repeat(1_100_000) });
+    await expectProblem(await post('/v1/user/signin', big), 413, 'PAYLOAD_TOO_LARGE');
+  });
+
+  it('answers an invalid body with 422 VALIDATION_FAILED listing each problem', async () => {
+    const body = await expectProblem(await post('/v1/user/signin', JSON.stringify({ email: 42 })), 422, 'VALIDATION_FAILED');
+    expect(body.errors).toEqual(
+      expect.arrayContaining([
+        { location: 'body/password', message: '`password` is required' },
+        { location: 'body/email', message: expect.stringMatching(/string/) },
+      ]),
+    );
+  });
+
+  it('rejects unknown fields of a strict body with 422', async () => {
+    const body = await expectProblem(
+      await post('/v1/auth/password-reset/request', JSON.stringify({ email: 'ada@example.com', admin: true })),
+      422,
+      'VALIDATION_FAILED',
+    );
+    expect(body.errors).toContainEqual({ location: 'body/admin', message: 'unknown field `admin` is not allowed' });
+  });
+
+  it('answers an operation that is not built yet with 501 NOT_IMPLEMENTED', async () => {
+    await expectProblem(
+      await post('/v1/auth/password-reset/request', JSON.stringify({ email: 'ada@example.com' })),
+      501,
+      'NOT_IMPLEMENTED',
+    );
+    await expectProblem(await fetch(`${app.url}/api/v1/model-deployments`), 501, 'NOT_IMPLEMENTED');
+  });
+
+  it('gives every response a request id and keeps a well-formed inbound one', async () => {
+    const generated = await fetch(`${app.url}/healthz`);
+    expect(generated.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
+    const kept = await fetch(`${app.url}/healthz`, { headers: { 'x-request-id': 'trace-1234-abcd' } });
+    expect(kept.headers.get('x-request-id')).toBe('trace-1234-abcd');
+    const replaced = await fetch(`${app.url}/healthz`, { headers: { 'x-request-id': 'bad id with spaces' } });
+    expect(replaced.headers.get('x-request-id')).toMatch(/^req_/);
+  });
+});

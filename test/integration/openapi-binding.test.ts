@@ -1,0 +1,155 @@
+import type { Server } from 'node:http';
+import type { Document } from 'openapi-backend';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApp } from '../../src/app.ts';
+import { AppError } from '../../src/errors.ts';
+import { buildHandlers } from '../../src/http/handlers.ts';
+import { authenticationNotBuilt } from '../../src/http/not-implemented.ts';
+import { closeServer, listen } from '../../src/http/server.ts';
+import type { Handlers } from '../../src/http/types.ts';
+import { createLogger } from '../../src/logger.ts';
+import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { jsonOf, type Problem } from '../helpers/http.ts';
+
+/**
+ * The binding between a document and its handlers, on a small document of its own: query coercion
+ * and defaults, path parameters, security failures, and response validation.
+ */
+const problem = { $ref: '#/components/schemas/Problem' };
+const document = {
+  openapi: '3.0.0',
+  info: { title: 'binding test', version: '1' },
+  paths: {
+    '/items': {
+      get: {
+        operationId: 'listItems',
+        parameters: [
+          { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 500, default: 100 } },
+          { name: 'enabled_only', in: 'query', schema: { type: 'boolean', default: true } },
+        ],
+        responses: {
+          200: {
+            description: 'ok',
+            content: {
+              'application/json': {
+                schema: {
+                  type: 'object',
+                  required: ['limit', 'enabled_only'],
+                  properties: { limit: { type: 'integer' }, enabled_only: { type: 'boolean' } },
+                },
+              },
+            },
+          },
+          default: { description: 'error', content: { 'application/json': { schema: problem } } },
+        },
+      },
+    },
+    '/items/{item_id}': {
+      get: {
+        operationId: 'getItem',
+        parameters: [{ name: 'item_id', in: 'path', required: true, schema: { type: 'integer' } }],
+        responses: {
+          200: {
+            description: 'ok',
+            content: { 'application/json': { schema: { type: 'object', required: ['id'], properties: { id: { type: 'integer' } } } } },
+          },
+        },
+      },
+    },
+    '/private': {
+      get: {
+        operationId: 'getPrivate',
+        security: [{ SessionCookie: [] }],
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+  },
+  components: {
+    securitySchemes: { SessionCookie: { type: 'apiKey', in: 'cookie', name: 'session' } },
+    schemas: loadOpenApiDocument().components!.schemas!,
+  },
+} as unknown as Document;
+
+const handlers = {
+  listItems: ({ query }: { query: { limit: number; enabled_only: boolean } }) => ({ status: 200, body: query }),
+  // Breaks its own contract on purpose: `id` must be an integer.
+  getItem: ({ params }: { params: { item_id: number } }) => ({ status: 200, body: { id: params.item_id === 13 ? 'thirteen' : params.item_id } }),
+  getPrivate: () => ({ status: 200, body: {} }),
+} as unknown as Handlers;
+
+describe('OpenAPI binding', () => {
+  let server: Server;
+  let url: string;
+  beforeAll(async () => {
+    const app = await createApp({
+      logger: createLogger('silent'),
+      document,
+      handlers,
+      security: {
+        SessionCookie: () => {
+          throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
+        },
+        ApiKeyBearer: () => undefined,
+      },
+      validateResponses: true,
+    });
+    server = await listen(app, 0, '127.0.0.1');
+    const address = server.address();
+    url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`;
+  });
+  afterAll(() => closeServer(server, 1_000));
+
+  it('coerces query strings to their schema types and fills defaults', async () => {
+    expect(await jsonOf(await fetch(`${url}/items?limit=7&enabled_only=false`))).toEqual({ limit: 7, enabled_only: false });
+    expect(await jsonOf(await fetch(`${url}/items`))).toEqual({ limit: 100, enabled_only: true });
+  });
+
+  it('refuses out-of-range and mistyped query values with 422 naming the parameter', async () => {
+    const response = await fetch(`${url}/items?limit=501`);
+    expect(response.status).toBe(422);
+    expect((await jsonOf<Problem>(response)).errors).toEqual([{ location: 'query/limit', message: 'must be <= 500' }]);
+    expect((await fetch(`${url}/items?limit=abc`)).status).toBe(422);
+  });
+
+  it('turns a security handler failure into its error', async () => {
+    const response = await fetch(`${url}/private`);
+    expect(response.status).toBe(401);
+    expect(await jsonOf(response)).toMatchObject({ code: 'UNAUTHENTICATED' });
+  });
+
+  it('answers 500 without details when a handler breaks the contract', async () => {
+    expect(await jsonOf(await fetch(`${url}/items/12`))).toEqual({ id: 12 });
+    const response = await fetch(`${url}/items/13`);
+    expect(response.status).toBe(500);
+    const body = await jsonOf<Problem>(response);
+    expect(body).toMatchObject({ code: 'INTERNAL_ERROR' });
+    expect(JSON.stringify(body)).not.toContain('thirteen');
+  });
+});
+
+describe('handler registration', () => {
+  const real = loadOpenApiDocument();
+
+  it('has a handler for every operation of the document', () => {
+    const documented = Object.values(real.paths ?? {}).flatMap((item) =>
+      Object.values(item ?? {}).flatMap((operation) =>
+        operation && typeof operation === 'object' && 'operationId' in operation ? [operation.operationId as string] : [],
+      ),
+    );
+    const registered = Object.keys(buildHandlers({ db: undefined as never, document: real }));
+    expect(registered.sort()).toEqual(documented.sort());
+  });
+
+  it('refuses to start when an operation has no handler', async () => {
+    const { getHealth: _, ...incomplete } = buildHandlers({ db: undefined as never, document: real });
+    await expect(
+      createApp({
+        logger: createLogger('silent'),
+        document: real,
+        handlers: incomplete as Handlers,
+        security: authenticationNotBuilt,
+        validateResponses: true,
+      }),
+    ).rejects.toThrow(/Missing: getHealth/);
+  });
+});

@@ -1,0 +1,61 @@
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OPENAPI_PATH } from '../../src/openapi-document.ts';
+import { jsonOf, type Problem } from '../helpers/http.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { freePort } from '../helpers/net.ts';
+
+describe('platform routes', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp();
+  });
+  afterAll(() => app.close());
+
+  it('reports ok when the database answers', async () => {
+    const response = await fetch(`${app.url}/healthz`);
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({ status: 'ok' });
+  });
+
+  it('serves the generated OpenAPI document byte for byte in content', async () => {
+    const response = await fetch(`${app.url}/openapi.json`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await jsonOf(response)).toEqual(JSON.parse(readFileSync(OPENAPI_PATH, 'utf8')));
+  });
+
+  it.each([
+    ['/docs', /\/docs\/assets\/swagger-ui-bundle\.js/],
+    ['/redoc', /\/redoc\/assets\/redoc\.standalone\.js/],
+  ])('serves %s from installed assets with no external address', async (path, script) => {
+    const response = await fetch(`${app.url}${path}`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^text\/html/);
+    const html = await response.text();
+    expect(html).toMatch(script);
+    expect(html).toContain('/openapi.json');
+    expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
+    for (const asset of html.matchAll(/(?:src|href)="(\/[^"]+)"/g)) {
+      const assetResponse = await fetch(`${app.url}${asset[1]}`);
+      expect(assetResponse.status, asset[1]).toBe(200);
+      expect((await assetResponse.arrayBuffer()).byteLength).toBeGreaterThan(1000);
+    }
+  });
+});
+
+describe('health without a database', () => {
+  it('answers 503 SERVICE_UNAVAILABLE when Postgres does not answer', async () => {
+    const closedPort = await freePort();
+    const app = await startTestApp({ databaseUrl: `postgres://postgres@127.0.0.1:${closedPort}/nothing` });
+    try {
+      const response = await fetch(`${app.url}/healthz`);
+      expect(response.status).toBe(503);
+      const body = await jsonOf<Problem>(response);
+      expect(body).toMatchObject({ status: 503, code: 'SERVICE_UNAVAILABLE' });
+      expect(body.request_id).toBe(response.headers.get('x-request-id'));
+    } finally {
+      await app.close();
+    }
+  });
+});

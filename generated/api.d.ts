@@ -1434,10 +1434,6 @@ export interface components {
          * @enum {string}
          */
         ApiKeyUpdatableStatus: "active" | "disabled";
-        /** @description 400: the request could not be read, e.g. malformed JSON (`MALFORMED_REQUEST`). */
-        BadRequestError: {
-            body: components["schemas"]["Problem"];
-        };
         /**
          * @description The billing account of an organization, created with it (status `active`, mode `postpaid`,
          *     currency `usd`). Processor fields are `null` until the customer or subscription exists.
@@ -1889,10 +1885,6 @@ export interface components {
              */
             total_tokens: number;
         };
-        /** @description 409: the request conflicts with the resource's current state; `code` says how. */
-        ConflictError: {
-            body: components["schemas"]["Problem"];
-        };
         /** @description A new API key. Unknown fields are rejected. */
         CreateApiKeyRequest: {
             /** @description A label for the key. */
@@ -1919,7 +1911,7 @@ export interface components {
              * @description When true, the answer is a `text/event-stream` of `ChatCompletionChunk` events.
              * @default false
              */
-            stream: boolean | null;
+            stream?: boolean | null;
             stream_options?: components["schemas"]["ChatStreamOptions"] | (never | null);
             /**
              * Format: double
@@ -2043,7 +2035,7 @@ export interface components {
              * @description How many images.
              * @default 1
              */
-            n: number | null;
+            n?: number | null;
             /** @description `<width>x<height>` in pixels, e.g. `1024x1024`; the model's default when omitted. */
             size?: string | null;
             /**
@@ -2052,7 +2044,7 @@ export interface components {
              * @default url
              * @enum {string|null}
              */
-            response_format: "url" | "b64_json" | null;
+            response_format?: "url" | "b64_json" | null;
             /** @description Quality hint passed to the engine, e.g. `standard`, `hd`. */
             quality?: string;
             /** @description Style hint passed to the engine, e.g. `vivid`, `natural`. */
@@ -2073,7 +2065,7 @@ export interface components {
              * @description Role the invitee gets on accepting. Only a super_admin may invite an `admin`.
              * @default member
              */
-            role: components["schemas"]["InvitationRole"];
+            role?: components["schemas"]["InvitationRole"];
         } & {
             [key: string]: unknown;
         };
@@ -2103,7 +2095,7 @@ export interface components {
              * @description Include each document's text in the results.
              * @default false
              */
-            return_documents: boolean | null;
+            return_documents?: boolean | null;
         } & {
             [key: string]: unknown;
         };

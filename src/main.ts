@@ -1,10 +1,9 @@
-import path from 'node:path';
 import type { Server } from 'node:http';
 import type { PgBoss } from 'pg-boss';
 import { createApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { createDatabase, migrateToLatest } from './db/database.ts';
-import { startEmbeddedPostgres, type RunningPostgres } from './db/embedded-postgres.ts';
+import { resolveDatabase } from './db/resolve.ts';
 import { buildHandlers } from './http/handlers.ts';
 import { authenticationNotBuilt } from './http/not-implemented.ts';
 import { closeServer, listen } from './http/server.ts';
@@ -16,22 +15,29 @@ import { loadOpenApiDocument } from './openapi-document.ts';
 /** Composition root: config, database, migrations, job queue, HTTP; stops cleanly on SIGTERM/SIGINT. */
 async function main(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
+  // Registered first, so a signal during start-up also stops whatever has started so far.
   const stops: Array<() => Promise<void>> = [];
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
+    for (const stop of stops) {
+      try {
+        await stop();
+      } catch (error) {
+        log.error({ err: error }, 'error while shutting down');
+      }
+    }
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  process.on('SIGINT', () => void shutdown('SIGINT'));
 
-  let embedded: RunningPostgres | undefined;
-  let databaseUrl = config.databaseUrl;
-  if (!databaseUrl) {
-    log.info('DATABASE_URL is not set: starting the embedded Postgres (local stand-in)');
-    embedded = await startEmbeddedPostgres({
-      dataDir: path.join(config.dataDir, 'postgres'),
-      port: config.embeddedPgPort,
-      database: 'model_deployment',
-      persistent: true,
-      log,
-    });
-    databaseUrl = embedded.url;
-    stops.push(() => embedded!.stop());
-  }
+  const database = await resolveDatabase(config, log);
+  const databaseUrl = database.url;
+  stops.push(database.stop);
 
   const db = createDatabase({ url: databaseUrl, poolMax: config.databasePoolMax, log });
   stops.unshift(() => db.destroy());
@@ -54,7 +60,8 @@ async function main(config: Config): Promise<void> {
     server = await listen(app, config.port, config.host);
     const address = server.address();
     const port = typeof address === 'object' && address ? address.port : config.port;
-    stops.unshift(() => closeServer(server!, config.shutdownTimeoutMs));
+    const listening = server;
+    stops.unshift(() => closeServer(listening, config.shutdownTimeoutMs));
     const base = config.publicUrl;
     log.info({ port, role: config.role }, 'listening');
     process.stdout.write(
@@ -65,7 +72,7 @@ async function main(config: Config): Promise<void> {
         `  Swagger UI    ${base}/docs`,
         `  ReDoc         ${base}/redoc`,
         `  OpenAPI       ${base}/openapi.json`,
-        `  Database      ${embedded ? `embedded Postgres (local stand-in) on 127.0.0.1:${config.embeddedPgPort}` : 'DATABASE_URL'}`,
+        `  Database      ${database.description}`,
         '',
         '',
       ].join('\n'),
@@ -74,23 +81,6 @@ async function main(config: Config): Promise<void> {
     log.info('worker started');
   }
 
-  let stopping = false;
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
-    for (const stop of stops) {
-      try {
-        await stop();
-      } catch (error) {
-        log.error({ err: error }, 'error while shutting down');
-      }
-    }
-    log.info('stopped');
-    process.exit(0);
-  };
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
-  process.on('SIGINT', () => void shutdown('SIGINT'));
 }
 
 try {

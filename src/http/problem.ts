@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import { AppError } from '../errors.ts';
+import type { AppError } from '../errors.ts';
 import type { components } from '../../generated/api.d.ts';
 
 type Problem = components['schemas']['Problem'];

@@ -1,0 +1,53 @@
+# Every target runs on the project's pinned Node 24 (the `node` devDependency), whatever Node
+# the machine has: node_modules/.bin comes first on PATH once installed.
+SHELL := /bin/bash
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
+export NODE_OPTIONS := --disable-warning=ExperimentalWarning
+
+GENERATED ?= generated
+INSTALLED := node_modules/.install-stamp
+
+.PHONY: install generate check-generated lint typecheck migrate run test clean
+
+## install: install dependencies when package.json or the lockfile changed
+install: $(INSTALLED)
+$(INSTALLED): package.json package-lock.json
+	npm ci --no-audit --no-fund
+	@touch $@
+
+## generate: compile spec/ to $(GENERATED)/openapi.json and $(GENERATED)/api.d.ts
+generate: $(INSTALLED)
+	tsp compile spec --config spec/tspconfig.yaml --option "@typespec/openapi3.emitter-output-dir=$(abspath $(GENERATED))"
+	node src/cli/normalize-openapi.ts $(GENERATED)/openapi.json
+	openapi-typescript $(GENERATED)/openapi.json --default-non-nullable false -o $(GENERATED)/api.d.ts >/dev/null 2>&1
+
+## check-generated: fail if regenerating would change a byte of generated/
+check-generated: $(INSTALLED)
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(MAKE) -s generate GENERATED=$$tmp && \
+	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
+
+## lint: Spectral (with the OWASP ruleset) on the document, ESLint on the TypeScript
+lint: $(INSTALLED)
+	spectral lint generated/openapi.json --fail-severity=error -D
+	eslint .
+
+## typecheck: TypeScript, strict, no emit
+typecheck: $(INSTALLED)
+	tsc -p tsconfig.json
+
+## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
+migrate: $(INSTALLED)
+	node src/cli/migrate.ts
+
+## run: install, generate, migrate and start the service with its workers
+run: generate
+	node src/main.ts
+
+## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
+test: $(INSTALLED)
+	vitest run $(VITEST_ARGS)
+
+## clean: remove local data (the embedded Postgres cluster)
+clean:
+	rm -rf .data

@@ -1,0 +1,77 @@
+import { Ajv } from 'ajv';
+import addFormats from 'ajv-formats';
+import { describe, expect, it } from 'vitest';
+import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+
+/** Every example of the document (the ones Prism serves) is valid against its own schema. */
+const document = loadOpenApiDocument() as unknown as {
+  paths: Record<string, Record<string, Operation>>;
+  components: { schemas: Record<string, { example?: unknown }> };
+};
+interface MediaType {
+  schema?: unknown;
+  example?: unknown;
+  examples?: Record<string, { value: unknown }>;
+}
+interface Operation {
+  operationId: string;
+  requestBody?: { content: Record<string, MediaType> };
+  responses: Record<string, { content?: Record<string, MediaType> }>;
+}
+
+const ajv = new Ajv({ strict: false, allErrors: true });
+addFormats.default(ajv);
+ajv.addSchema(document, 'openapi.json');
+
+const pointer = (...segments: string[]) =>
+  `openapi.json#/${segments.map((s) => s.replaceAll('~', '~0').replaceAll('/', '~1')).join('/')}`;
+
+interface Case {
+  name: string;
+  schemaRef: string;
+  value: unknown;
+}
+
+function mediaCases(where: string, base: string[], content: Record<string, MediaType> = {}): Case[] {
+  return Object.entries(content).flatMap(([type, media]) => {
+    const schemaRef = pointer(...base, type, 'schema');
+    const named = Object.entries(media.examples ?? {}).map(([key, example]) => ({ name: `${where} ${type} (${key})`, schemaRef, value: example.value }));
+    return media.example === undefined ? named : [{ name: `${where} ${type}`, schemaRef, value: media.example }, ...named];
+  });
+}
+
+const operations = Object.entries(document.paths).flatMap(([path, item]) =>
+  Object.entries(item).map(([method, operation]) => ({ path, method, operation })),
+);
+
+const cases: Case[] = [
+  ...operations.flatMap(({ path, method, operation }) => [
+    ...mediaCases(`${operation.operationId} request`, ['paths', path, method, 'requestBody', 'content'], operation.requestBody?.content),
+    ...Object.entries(operation.responses).flatMap(([status, response]) =>
+      mediaCases(`${operation.operationId} ${status}`, ['paths', path, method, 'responses', status, 'content'], response.content),
+    ),
+  ]),
+  ...Object.entries(document.components.schemas)
+    .filter(([, schema]) => schema.example !== undefined)
+    .map(([name, schema]) => ({ name: `schema ${name}`, schemaRef: pointer('components', 'schemas', name), value: schema.example })),
+];
+
+describe('OpenAPI examples', () => {
+  it('exist for every operation whose success response has a body', () => {
+    const hasBody = (operation: Operation) =>
+      Object.entries(operation.responses).some(([status, response]) => /^2/.test(status) && response.content);
+    const withoutExample = operations
+      .filter(({ operation }) => hasBody(operation))
+      .filter(({ operation }) => !Object.values(operation.responses).some((response) => mediaCases('', [], response.content).length > 0))
+      .map(({ operation }) => operation.operationId);
+    expect(withoutExample).toEqual([]);
+    expect(cases.length).toBeGreaterThan(operations.length);
+  });
+
+  it.each(cases.map((c) => [c.name, c] as const))('%s is valid against its schema', (_name, { schemaRef, value }) => {
+    const validate = ajv.getSchema(schemaRef) ?? ajv.compile({ $ref: schemaRef });
+    const valid = validate(value);
+    expect(validate.errors ?? [], JSON.stringify(value).slice(0, 300)).toEqual([]);
+    expect(valid).toBe(true);
+  });
+});

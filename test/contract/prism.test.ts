@@ -1,0 +1,99 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import createClient from 'openapi-fetch';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { paths } from '../../generated/api.d.ts';
+import { freePort, waitUntil } from '../helpers/net.ts';
+
+/**
+ * What the frontend and SDK teams do: run Prism's mock of generated/openapi.json and drive it with a
+ * client generated from generated/api.d.ts. The mock must start, serve the examples, and enforce
+ * the contract's security and strict bodies.
+ */
+const require = createRequire(import.meta.url);
+const PRISM = path.join(path.dirname(require.resolve('@stoplight/prism-cli/package.json')), 'dist', 'index.js');
+const DOCUMENT = fileURLToPath(new URL('../../generated/openapi.json', import.meta.url));
+
+describe('contract: Prism mock of the OpenAPI document', () => {
+  let prism: ChildProcess;
+  let baseUrl: string;
+  let output = '';
+
+  beforeAll(async () => {
+    const port = await freePort();
+    baseUrl = `http://127.0.0.1:${port}`;
+    prism = spawn(process.execPath, [PRISM, 'mock', '--host', '127.0.0.1', '--port', String(port), DOCUMENT], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    prism.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    prism.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    await waitUntil(async () => (await fetch(`${baseUrl}/healthz`)).ok, `Prism to serve the document\n${output}`, 60_000);
+  }, 90_000);
+
+  afterAll(() => {
+    prism?.kill();
+  });
+
+  const client = () => createClient<paths>({ baseUrl });
+  const session = { Cookie: 'session=contract-test' };
+
+  it('serves the health example', async () => {
+    const { data, response } = await client().GET('/healthz');
+    expect(response.status).toBe(200);
+    expect(data).toEqual({ status: 'ok' });
+  });
+
+  it('serves a typed page of deployments to a signed-in caller', async () => {
+    const { data, response } = await client().GET('/api/v1/model-deployments', { params: { query: { limit: 10 } }, headers: session });
+    expect(response.status).toBe(200);
+    expect(data?.items[0]).toMatchObject({ model_name: 'qwen2.5-instruct', status: 'requested' });
+    expect(data).toMatchObject({ total: 1, limit: 100, offset: 0 });
+  });
+
+  it('answers 401 without the session cookie', async () => {
+    const { response } = await client().GET('/api/v1/model-deployments');
+    expect(response.status).toBe(401);
+  });
+
+  it('creates a deployment with 201 and status requested', async () => {
+    const { data, response } = await client().POST('/api/v1/model-deployments', {
+      body: { model_name: 'qwen2.5-instruct', model_size_in_billions: '7' },
+      headers: { ...session, 'X-CSRF-Token': 'token' },
+    });
+    expect(response.status).toBe(201);
+    expect(data?.status).toBe('requested');
+  });
+
+  it('rejects an unknown field of a strict body with 422', async () => {
+    const response = await fetch(`${baseUrl}/api/v1/model-deployments`, {
+      method: 'POST',
+      headers: { ...session, 'content-type': 'application/json' },
+      body: JSON.stringify({ model_name: 'qwen2.5-instruct', gpu: 'h100' }),
+    });
+    expect(response.status).toBe(422);
+  });
+
+  it('signs in and returns the session example', async () => {
+    const { data, response } = await client().POST('/v1/user/signin', { body: { email: 'ada@example.com', password: 'correct horse battery' } });
+    expect(response.status).toBe(200);
+    expect(data?.authenticated).toBe(true);
+    expect(data?.user.role.name).toBe('super_admin');
+  });
+
+  it('answers a chat completion to a bearer API key', async () => {
+    const { data, response } = await client().POST('/v1/chat/completions', {
+      body: { model: 'qwen2.5-instruct', messages: [{ role: 'user', content: 'What is the capital of France?' }] },
+      headers: { Authorization: 'Bearer svc-sk-7Kq2mZ9xW4pL8vN3rT6yB1cD5fG0hJ2k9Qw3Zx' },
+    });
+    expect(response.status).toBe(200);
+    expect(data).toMatchObject({ object: 'chat.completion', usage: { total_tokens: expect.any(Number) } });
+  });
+
+  it('previews an invitation with no sign-in', async () => {
+    const { data, response } = await client().GET('/v1/invitations/by-token/{token}', { params: { path: { token: 'inv_3q9Zx7Lm2Vb8Nc4Rt6Yp1Kd5' } } });
+    expect(response.status).toBe(200);
+    expect(data).toMatchObject({ status: expect.any(String), invitee_email: expect.stringContaining('@') });
+  });
+});

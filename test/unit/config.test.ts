@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../../src/config.ts';
+
+describe('configuration', () => {
+  it('has working defaults for make run', () => {
+    const config = loadConfig({});
+    expect(config).toMatchObject({
+      env: 'development',
+      role: 'all',
+      port: 8080,
+      publicUrl: 'http://localhost:8080',
+      databaseUrl: undefined,
+      session: { cookieName: 'session', secure: false, sameSite: 'lax' },
+      allowedOrigins: ['http://localhost:8080'],
+      responseValidation: true,
+    });
+  });
+
+  it('defaults to secure cookies and no response validation in production', () => {
+    expect(loadConfig({ NODE_ENV: 'production' })).toMatchObject({ session: { secure: true }, responseValidation: false });
+  });
+
+  it.each([
+    [{ PORT: 'eighty' }, /PORT/],
+    [{ ROLE: 'scheduler' }, /ROLE/],
+    [{ DATABASE_URL: 'not a url' }, /DATABASE_URL/],
+    [{ SESSION_COOKIE_NAME: 'bad name;' }, /SESSION_COOKIE_NAME/],
+    [{ SESSION_COOKIE_SECURE: 'maybe' }, /SESSION_COOKIE_SECURE/],
+    [{ SESSION_COOKIE_SAMESITE: 'none' }, /SESSION_COOKIE_SAMESITE.*SESSION_COOKIE_SECURE/],
+    [{ ALLOWED_ORIGINS: 'https://app.example.com, nonsense' }, /ALLOWED_ORIGINS/],
+  ])('fails fast naming the variable for %o', (env, message) => {
+    expect(() => loadConfig(env)).toThrow(ConfigError);
+    expect(() => loadConfig(env)).toThrow(message);
+  });
+
+  it('reads origins as a comma-separated list of origins', () => {
+    expect(loadConfig({ ALLOWED_ORIGINS: 'https://app.example.com/path, http://localhost:3000' }).allowedOrigins).toEqual([
+      'https://app.example.com',
+      'http://localhost:3000',
+    ]);
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadConfig({ PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
+  });
+});

@@ -34,13 +34,9 @@ export function toProblem(error: AppError, requestId: string): Problem {
 }
 
 const INFERENCE_TYPES: Record<number, string> = {
-  400: 'invalid_request_error',
   401: 'authentication_error',
   403: 'permission_error',
   404: 'not_found_error',
-  409: 'invalid_request_error',
-  413: 'invalid_request_error',
-  422: 'invalid_request_error',
   429: 'rate_limit_error',
 };
 
@@ -48,7 +44,7 @@ export function toInferenceError(error: AppError): InferenceError {
   return {
     error: {
       message: error.message,
-      type: INFERENCE_TYPES[error.status] ?? 'server_error',
+      type: INFERENCE_TYPES[error.status] ?? (error.status < 500 ? 'invalid_request_error' : 'server_error'),
       code: error.code.toLowerCase(),
       param: error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
     },
@@ -61,10 +57,10 @@ export function sendError(req: Request, res: Response, error: AppError): void {
     res.destroy(error);
     return;
   }
-  res.status(error.status).set(error.headers);
   if (isInferencePath(req.path)) {
-    res.json(toInferenceError(error));
+    // Hosted-inference clients expect 400 for any request they got wrong, validation included.
+    res.status(error.status === 422 ? 400 : error.status).set(error.headers).json(toInferenceError(error));
   } else {
-    res.json(toProblem(error, req.id));
+    res.status(error.status).set(error.headers).json(toProblem(error, req.id));
   }
 }

@@ -79,3 +79,29 @@ describe('HTTP error handling', () => {
     expect(replaced.headers.get('x-request-id')).toMatch(/^req_/);
   });
 });
+
+describe('errors on inference routes', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp();
+  });
+  afterAll(() => app.close());
+
+  it('answer in the hosted-inference shape, with 400 for a body that is not JSON', async () => {
+    const response = await fetch(`${app.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer svc-sk-x' },
+      body: '{"model": ',
+    });
+    expect(response.status).toBe(400);
+    expect(await jsonOf(response)).toEqual({
+      error: { message: 'The request body is not valid JSON.', type: 'invalid_request_error', code: 'malformed_request', param: null },
+    });
+  });
+
+  it('answer an unknown method with 405 in the same shape', async () => {
+    const response = await fetch(`${app.url}/v1/embeddings`);
+    expect(response.status).toBe(405);
+    expect(await jsonOf(response)).toMatchObject({ error: { type: 'invalid_request_error', code: 'method_not_allowed' } });
+  });
+});

@@ -1,0 +1,108 @@
+import { describe, expect, it } from 'vitest';
+import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+
+/** The conventions every operation of the contract keeps (STYLE.md, DESIGN.md §3). */
+interface Parameter {
+  $ref?: string;
+  name?: string;
+  in?: string;
+}
+interface Operation {
+  operationId: string;
+  tags?: string[];
+  summary?: string;
+  description?: string;
+  security?: Array<Record<string, string[]>>;
+  parameters?: Parameter[];
+  requestBody?: { content: Record<string, { schema: { $ref?: string } }> };
+  responses: Record<string, { content?: Record<string, { schema: { $ref?: string } }> }>;
+}
+
+const document = loadOpenApiDocument() as unknown as {
+  security: Array<Record<string, string[]>>;
+  paths: Record<string, Record<string, Operation>>;
+  components: { parameters: Record<string, Parameter>; schemas: Record<string, { additionalProperties?: unknown }> };
+};
+const operations = Object.entries(document.paths).flatMap(([path, item]) =>
+  Object.entries(item).map(([method, operation]) => ({ route: `${method.toUpperCase()} ${path}`, method, path, operation })),
+);
+const INFERENCE = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/rerank', '/v1/audio/transcriptions', '/v1/images/generations', '/v1/models']);
+const schemesOf = (operation: Operation) => (operation.security ?? document.security).flatMap((requirement) => Object.keys(requirement));
+const usesCookie = (operation: Operation) => schemesOf(operation).includes('SessionCookie');
+const parameter = (p: Parameter) => (p.$ref ? document.components.parameters[p.$ref.split('/').pop() ?? ''] : p);
+
+/** Every route of the interface document (seed/000_f85e5053997f4385.txt). */
+const INTERFACE_ROUTES = [
+  'GET /healthz', 'GET /docs', 'GET /redoc', 'GET /openapi.json',
+  'POST /v1/user/register', 'POST /v1/user/signin', 'GET /v1/auth/session', 'PATCH /v1/user/profile', 'POST /v1/user/logout',
+  'GET /v1/sso/providers', 'GET /v1/sso/login/{provider}', 'GET /v1/sso/callback/{provider}',
+  'POST /v1/auth/password-reset/request', 'POST /v1/auth/password-reset/confirm',
+  'GET /v1/organization/api-keys', 'POST /v1/organization/api-keys', 'GET /v1/organization/api-keys/deployment-options',
+  'PATCH /v1/organization/api-keys/{api_key_id}', 'DELETE /v1/organization/api-keys/{api_key_id}',
+  'GET /api/v1/model-deployments', 'GET /api/v1/model-deployments/{deployment_id}', 'POST /api/v1/model-deployments',
+  'DELETE /api/v1/model-deployments/{deployment_id}',
+  'GET /api/v1/deployable-models', 'GET /api/v1/deployable-models/{model_id}',
+  'POST /v1/chat/completions', 'POST /v1/embeddings', 'POST /v1/rerank', 'POST /v1/audio/transcriptions',
+  'POST /v1/images/generations', 'GET /v1/models',
+  'GET /v1/organization', 'PATCH /v1/organization', 'GET /v1/organization/members', 'POST /v1/organization/invitations',
+  'GET /v1/organization/invitations', 'POST /v1/organization/invitations/{invitation_id}/resend',
+  'GET /v1/invitations', 'GET /v1/invitations/by-token/{token}', 'POST /v1/invitations/by-token/{token}/accept',
+  'POST /v1/invitations/by-token/{token}/reject', 'POST /v1/invitations/{invitation_id}/accept',
+  'POST /v1/invitations/{invitation_id}/reject', 'POST /v1/invitations/register', 'POST /v1/invitations/sso/{provider}/start',
+  'GET /v1/billing/config', 'GET /v1/billing/account', 'GET /v1/billing/usage-summary', 'GET /v1/billing/subscription',
+  'POST /v1/billing/subscription/activate-postpaid', 'PATCH /v1/billing/subscription/collection-method',
+  'GET /v1/billing/payment-methods', 'PATCH /v1/billing/payment-methods/default', 'DELETE /v1/billing/payment-methods/{payment_method_id}',
+  'POST /v1/billing/portal/session', 'POST /v1/billing/checkout/setup-session', 'GET /v1/billing/invoices', 'POST /v1/billing/webhook',
+];
+
+describe('the OpenAPI document', () => {
+  it('describes every route of the interface and nothing else', () => {
+    expect(operations.map((o) => o.route).sort()).toEqual([...INTERFACE_ROUTES].sort());
+  });
+
+  it.each(operations.map((o) => [o.route, o.operation] as const))('%s has a camelCase operationId, a tag, a summary and a description', (_route, operation) => {
+    expect(operation.operationId).toMatch(/^[a-z][a-zA-Z0-9]+$/);
+    expect(operation.tags).toHaveLength(1);
+    expect(operation.summary?.length).toBeGreaterThan(3);
+    expect(operation.description?.length).toBeGreaterThan(10);
+  });
+
+  it('documents the CSRF header on every state-changing route that accepts the session cookie', () => {
+    const missing = operations
+      .filter(({ method, operation }) => method !== 'get' && usesCookie(operation))
+      .filter(({ operation }) => !(operation.parameters ?? []).map(parameter).some((p) => p?.in === 'header' && p.name === 'X-CSRF-Token'))
+      .map((o) => o.route);
+    expect(missing).toEqual([]);
+  });
+
+  it('documents 401 on every route that needs a credential', () => {
+    const missing = operations.filter(({ operation }) => schemesOf(operation).length > 0 && !operation.responses['401']).map((o) => o.route);
+    expect(missing).toEqual([]);
+  });
+
+  it('offers API keys only on inference routes', () => {
+    const keyRoutes = operations.filter(({ operation }) => schemesOf(operation).includes('ApiKeyBearer')).map((o) => o.path);
+    expect(new Set(keyRoutes)).toEqual(INFERENCE);
+  });
+
+  it('answers errors as Problem on management routes and InferenceError on inference routes', () => {
+    for (const { route, path, operation } of operations) {
+      const expected = INFERENCE.has(path) ? '#/components/schemas/InferenceError' : '#/components/schemas/Problem';
+      for (const [status, response] of Object.entries(operation.responses)) {
+        if (/^[23]/.test(status)) continue;
+        expect(response.content?.['application/json']?.schema.$ref, `${route} ${status}`).toBe(expected);
+      }
+    }
+  });
+
+  it('closes every management request body to unknown fields', () => {
+    const open = operations
+      .filter(({ path, operation }) => operation.requestBody?.content['application/json'] && !INFERENCE.has(path) && path !== '/v1/billing/webhook')
+      .filter(({ operation }) => {
+        const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? '';
+        return JSON.stringify(document.components.schemas[ref.split('/').pop() ?? '']?.additionalProperties) !== '{"not":{}}';
+      })
+      .map((o) => o.route);
+    expect(open).toEqual([]);
+  });
+});

@@ -1,0 +1,41 @@
+import type { Knex } from 'knex';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { BaseModel } from '../../src/db/base-model.ts';
+import { createDatabase } from '../../src/db/database.ts';
+
+class Probe extends BaseModel {
+  static override tableName = 'base_model_probe';
+  declare id: number;
+  declare displayName: string;
+  declare updatedAt: Date;
+}
+
+describe('the objection base model', () => {
+  let db: Knex;
+  beforeAll(() => {
+    db = createDatabase({ url: inject('databaseUrl'), poolMax: 2 });
+  });
+  afterAll(() => db.destroy());
+
+  it('maps snake_case columns to camelCase, and the baseline trigger keeps updated_at', async () => {
+    await db.transaction(async (trx) => {
+      await trx.raw(`
+        create temporary table base_model_probe (
+          id serial primary key,
+          display_name text not null,
+          updated_at timestamptz not null default now()
+        ) on commit drop;
+        create trigger base_model_probe_updated_at before update on base_model_probe
+          for each row execute function set_updated_at();
+      `);
+      const longAgo = new Date('2020-01-01T00:00:00Z');
+      const created = await Probe.query(trx).insert({ displayName: 'first', updatedAt: longAgo }).returning('*');
+      expect(created).toMatchObject({ displayName: 'first', updatedAt: longAgo });
+      expect(await trx('base_model_probe').where({ id: created.id }).first()).toMatchObject({ display_name: 'first' });
+
+      const updated = await Probe.query(trx).patchAndFetchById(created.id, { displayName: 'second' });
+      expect(updated.displayName).toBe('second');
+      expect(updated.updatedAt.getTime()).toBeGreaterThan(longAgo.getTime());
+    });
+  });
+});

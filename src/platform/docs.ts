@@ -20,38 +20,38 @@ export function docsAssets(): Router {
   return router;
 }
 
-export function swaggerUiPage(title: string): string {
+function page(title: string, head: string, body: string): string {
   return `<!doctype html>
 <html lang="en">
 <head>
   <meta charset="utf-8">
   <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>${title} · API documentation</title>
-  <link rel="stylesheet" href="${DOCS_ASSETS}/swagger-ui.css">
+  <title>${title}</title>${head}
 </head>
 <body>
-  <div id="swagger-ui"></div>
-  <script src="${DOCS_ASSETS}/swagger-ui-bundle.js"></script>
-  <script>
-    window.ui = SwaggerUIBundle({ url: '/openapi.json', dom_id: '#swagger-ui', deepLinking: true, withCredentials: true });
-  </script>
+${body}
 </body>
 </html>
 `;
 }
 
+export function swaggerUiPage(title: string): string {
+  return page(
+    `${title} · API documentation`,
+    `\n  <link rel="stylesheet" href="${DOCS_ASSETS}/swagger-ui.css">`,
+    `  <div id="swagger-ui"></div>
+  <script src="${DOCS_ASSETS}/swagger-ui-bundle.js"></script>
+  <script>
+    window.ui = SwaggerUIBundle({ url: '/openapi.json', dom_id: '#swagger-ui', deepLinking: true, withCredentials: true });
+  </script>`,
+  );
+}
+
 export function redocPage(title: string): string {
-  return `<!doctype html>
-<html lang="en">
-<head>
-  <meta charset="utf-8">
-  <meta name="viewport" content="width=device-width, initial-scale=1">
-  <title>${title} · API reference</title>
-</head>
-<body>
-  <redoc spec-url="/openapi.json"></redoc>
-  <script src="${REDOC_ASSETS}/redoc.standalone.js"></script>
-</body>
-</html>
-`;
+  return page(
+    `${title} · API reference`,
+    '',
+    `  <redoc spec-url="/openapi.json"></redoc>
+  <script src="${REDOC_ASSETS}/redoc.standalone.js"></script>`,
+  );
 }

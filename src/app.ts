@@ -5,6 +5,7 @@ import { AppError, isAppError } from './errors.ts';
 import { createOpenApiMiddleware, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
 import { requestLog, setRoute } from './http/request-log.ts';
+import { originCheck } from './http/security.ts';
 import type { Handlers } from './http/types.ts';
 import { docsAssets } from './platform/docs.ts';
 
@@ -16,6 +17,8 @@ export interface AppOptions {
   document: Document;
   handlers: Handlers;
   security: SecurityHandlers;
+  allowedOrigins: readonly string[];
+  trustProxy: boolean | number | string;
   validateResponses: boolean;
 }
 
@@ -25,6 +28,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.disable('x-powered-by');
   app.set('etag', false);
   app.set('query parser', 'simple');
+  app.set('trust proxy', options.trustProxy);
 
   app.use(requestLog(options.logger));
   app.use((req, res, next) => {
@@ -43,6 +47,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
       },
     }),
   );
+  app.use(originCheck(options.allowedOrigins));
   app.use(
     await createOpenApiMiddleware({
       document: options.document,

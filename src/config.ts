@@ -27,6 +27,21 @@ const schema = z.object({
   SESSION_COOKIE_SAMESITE: z.enum(['lax', 'strict', 'none']).default('lax'),
   ALLOWED_ORIGINS: z.string().optional(),
   RESPONSE_VALIDATION: booleanFlag.optional(),
+  APP_SECRET: z.string().min(32, 'must be at least 32 characters').optional(),
+  TRUST_PROXY: z.string().optional(),
+  SMTP_URL: z.url().optional(),
+  MAIL_FROM: z.string().min(3).default('Model Deployment <no-reply@model-deployment.local>'),
+  EMAIL_RETRY_LIMIT: z.coerce.number().int().min(0).max(20).default(4),
+  EMAIL_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(5),
+  MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
+  MAILDEV_WEB_PORT: z.coerce.number().int().min(1).max(65535).default(1080),
+  WEB_APP_URL: z.url().optional(),
+  OIDC_ISSUER: z.url().optional(),
+  OIDC_CLIENT_ID: z.string().min(1).optional(),
+  OIDC_CLIENT_SECRET: z.string().min(1).optional(),
+  OIDC_PROVIDER_NAME: z.string().regex(/^[a-z0-9-]{1,64}$/, 'must be lower-case letters, digits or dashes').default('google'),
+  OIDC_DISPLAY_NAME: z.string().min(1).optional(),
+  MAX_ACTIVE_RESOURCES: z.coerce.number().int().min(0).default(5),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
 });
 
@@ -46,6 +61,21 @@ export interface Config {
   allowedOrigins: string[];
   /** Validate every response against the OpenAPI document (on outside production). */
   responseValidation: boolean;
+  /** Server secret for CSRF tokens and encryption at rest; a fixed development value outside production. */
+  appSecret: string;
+  /** Express `trust proxy` setting, so client addresses come from X-Forwarded-For behind a proxy. */
+  trustProxy: boolean | number | string;
+  /** SMTP server for outgoing email; undefined starts MailDev (local stand-in) in development. */
+  smtpUrl: string | undefined;
+  mailFrom: string;
+  /** Retries of an email that could not be sent, with exponential backoff from the delay. */
+  emailRetry: { limit: number; delaySeconds: number };
+  maildev: { smtpPort: number; webPort: number };
+  /** Where links in emails and SSO redirects land (the web app); defaults to PUBLIC_URL. */
+  webAppUrl: string;
+  oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
+  /** Active deployments a new billing account may hold. */
+  maxActiveResources: number;
   shutdownTimeoutMs: number;
 }
 
@@ -62,6 +92,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, '');
   const sameSite = e.SESSION_COOKIE_SAMESITE;
+  if (e.NODE_ENV === 'production' && !e.APP_SECRET) {
+    throw new ConfigError('Invalid configuration:\n  APP_SECRET: required in production (at least 32 random characters)');
+  }
+  if (e.NODE_ENV === 'production' && !e.SMTP_URL) {
+    throw new ConfigError('Invalid configuration:\n  SMTP_URL: required in production');
+  }
+  const oidcSet = [e.OIDC_ISSUER, e.OIDC_CLIENT_ID, e.OIDC_CLIENT_SECRET].filter(Boolean).length;
+  if (oidcSet !== 0 && oidcSet !== 3) {
+    throw new ConfigError('Invalid configuration:\n  OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET: set all three or none');
+  }
   const secure = e.SESSION_COOKIE_SECURE ?? e.NODE_ENV === 'production';
   if (sameSite === 'none' && !secure) {
     throw new ConfigError('Invalid configuration:\n  SESSION_COOKIE_SAMESITE: "none" requires SESSION_COOKIE_SECURE=true');
@@ -78,18 +118,46 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     dataDir: e.DATA_DIR,
     embeddedPgPort: e.EMBEDDED_PG_PORT,
     session: { cookieName: e.SESSION_COOKIE_NAME, secure, sameSite },
-    allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS, publicUrl),
+    allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS ?? [publicUrl, e.WEB_APP_URL ?? publicUrl].join(',')),
     responseValidation: e.RESPONSE_VALIDATION ?? e.NODE_ENV !== 'production',
+    appSecret: e.APP_SECRET ?? DEVELOPMENT_SECRET,
+    trustProxy: parseTrustProxy(e.TRUST_PROXY),
+    smtpUrl: e.SMTP_URL,
+    mailFrom: e.MAIL_FROM,
+    emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS },
+    maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
+    webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),
+    oidc: {
+      providerName: e.OIDC_PROVIDER_NAME,
+      displayName: e.OIDC_DISPLAY_NAME ?? titleCase(e.OIDC_PROVIDER_NAME),
+      issuer: e.OIDC_ISSUER,
+      clientId: e.OIDC_CLIENT_ID,
+      clientSecret: e.OIDC_CLIENT_SECRET,
+    },
+    maxActiveResources: e.MAX_ACTIVE_RESOURCES,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
   };
 }
 
-function parseOrigins(list: string | undefined, publicUrl: string): string[] {
-  const origins = (list ?? publicUrl).split(',').map((origin) => origin.trim()).filter(Boolean);
+/** Outside production only: sessions and encrypted data of a development database use it. */
+const DEVELOPMENT_SECRET = 'development-only-secret-do-not-use-in-production';
+
+function parseTrustProxy(value: string | undefined): boolean | number | string {
+  if (value === undefined || value === 'false') return false;
+  if (value === 'true') return true;
+  return /^\d+$/.test(value) ? Number(value) : value;
+}
+
+function titleCase(name: string): string {
+  return name.charAt(0).toUpperCase() + name.slice(1);
+}
+
+function parseOrigins(list: string): string[] {
+  const origins = list.split(',').map((origin) => origin.trim()).filter(Boolean);
   for (const origin of origins) {
     if (!URL.canParse(origin)) {
       throw new ConfigError(`Invalid configuration:\n  ALLOWED_ORIGINS: "${origin}" is not a URL`);
     }
   }
-  return origins.map((origin) => new URL(origin).origin);
+  return [...new Set(origins.map((origin) => new URL(origin).origin))];
 }

@@ -1,18 +1,10 @@
-import type { Server } from 'node:http';
-import type { PgBoss } from 'pg-boss';
-import { createApp } from './app.ts';
 import { ConfigError, loadConfig, type Config } from './config.ts';
-import { createDatabase, migrateToLatest } from './db/database.ts';
 import { resolveDatabase } from './db/resolve.ts';
-import { buildHandlers } from './http/handlers.ts';
-import { authenticationNotBuilt } from './http/not-implemented.ts';
-import { closeServer, listen } from './http/server.ts';
-import { startJobQueue, stopJobQueue } from './jobs/queue.ts';
-import { jobDefinitions } from './jobs/definitions.ts';
+import { startMailDev } from './local/maildev.ts';
 import { createLogger } from './logger.ts';
-import { loadOpenApiDocument } from './openapi-document.ts';
+import { startService } from './service.ts';
 
-/** Composition root: config, database, migrations, job queue, HTTP; stops cleanly on SIGTERM/SIGINT. */
+/** Composition root: database, local stand-ins, the service; stops cleanly on SIGTERM/SIGINT. */
 async function main(config: Config): Promise<void> {
   const log = createLogger(config.logLevel);
   // Registered first, so a signal during start-up also stops whatever has started so far.
@@ -36,34 +28,22 @@ async function main(config: Config): Promise<void> {
   process.on('SIGINT', () => void shutdown('SIGINT'));
 
   const database = await resolveDatabase(config, log);
-  const databaseUrl = database.url;
   stops.push(database.stop);
 
-  const db = createDatabase({ url: databaseUrl, poolMax: config.databasePoolMax, log });
-  stops.unshift(() => db.destroy());
-  const applied = await migrateToLatest(db);
-  if (applied.length) log.info({ migrations: applied }, 'migrations applied');
+  let smtpUrl = config.smtpUrl;
+  let inbox: string | undefined;
+  if (!smtpUrl) {
+    log.info('SMTP_URL is not set: starting MailDev (local stand-in)');
+    const maildev = await startMailDev({ ...config.maildev, log });
+    stops.unshift(maildev.stop);
+    smtpUrl = maildev.smtpUrl;
+    inbox = maildev.webUrl;
+  }
 
-  const boss: PgBoss = await startJobQueue({ url: databaseUrl, work: config.role !== 'api', jobs: jobDefinitions(), log });
-  stops.unshift(() => stopJobQueue(boss, config.shutdownTimeoutMs));
+  const service = await startService({ config, log, databaseUrl: database.url, smtpUrl, onStarted: (stop) => stops.unshift(stop) });
 
-  let server: Server | undefined;
-  if (config.role !== 'worker') {
-    const document = loadOpenApiDocument();
-    const app = await createApp({
-      logger: log,
-      document,
-      handlers: buildHandlers({ db, document }),
-      security: authenticationNotBuilt,
-      validateResponses: config.responseValidation,
-    });
-    server = await listen(app, config.port, config.host);
-    const address = server.address();
-    const port = typeof address === 'object' && address ? address.port : config.port;
-    const listening = server;
-    stops.unshift(() => closeServer(listening, config.shutdownTimeoutMs));
+  if (service.server) {
     const base = config.publicUrl;
-    log.info({ port, role: config.role }, 'listening');
     process.stdout.write(
       [
         '',
@@ -73,14 +53,13 @@ async function main(config: Config): Promise<void> {
         `  ReDoc         ${base}/redoc`,
         `  OpenAPI       ${base}/openapi.json`,
         `  Database      ${database.description}`,
+        `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
         '',
         '',
       ].join('\n'),
     );
-  } else {
-    log.info('worker started');
   }
-
+  log.info({ role: config.role, port: service.port }, 'started');
 }
 
 try {

@@ -1,30 +1,17 @@
-import type { Knex } from 'knex';
-import type { Document } from 'openapi-backend';
+import { accountHandlers } from '../accounts/accounts.handlers.ts';
+import type { Container } from '../container.ts';
 import { platformHandlers } from '../platform/platform.handlers.ts';
 import { notBuilt } from './not-implemented.ts';
 import type { Handlers } from './types.ts';
-
-export interface HandlerDeps {
-  db: Knex;
-  document: Document;
-}
 
 /**
  * The one handler map of the service, keyed by operationId. A route of the document without an
  * entry here fails type-checking and start-up; an operation not built yet answers 501.
  */
-export function buildHandlers(deps: HandlerDeps): Handlers {
+export function buildHandlers(c: Container): Handlers {
   return {
-    ...platformHandlers(deps),
-    ...notBuilt([
-      'registerUser',
-      'signIn',
-      'getSession',
-      'updateProfile',
-      'logOut',
-      'requestPasswordReset',
-      'confirmPasswordReset',
-    ]),
+    ...platformHandlers(c),
+    ...accountHandlers(c),
     ...notBuilt(['listSsoProviders', 'startSsoLogin', 'completeSsoLogin']),
     ...notBuilt(['getOrganization', 'updateOrganization', 'listMembers', 'createInvitation', 'listInvitations', 'resendInvitation']),
     ...notBuilt([

@@ -18,9 +18,9 @@ const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'tr
 
 export interface SecurityHandlers {
   /** Resolves the caller from the session cookie, or throws an AppError. */
-  SessionCookie: (context: Context, req: Request) => unknown;
+  SessionCookie: (context: Context, req: Request, res: Response) => unknown;
   /** Resolves the caller from a bearer API key, or throws an AppError. */
-  ApiKeyBearer: (context: Context, req: Request) => unknown;
+  ApiKeyBearer: (context: Context, req: Request, res: Response) => unknown;
 }
 
 export interface OpenApiOptions {
@@ -91,6 +91,7 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
         query: context.request.query,
         headers: req.headers,
         cookies: context.request.cookies,
+        auth: authenticatedPrincipal(context),
         requestId: req.id,
         log: req.log,
         req,
@@ -130,6 +131,15 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
       next(error);
     }
   };
+}
+
+/** The result of the security handler that succeeded, if any (a failed one holds `{error}`). */
+function authenticatedPrincipal(context: Context): unknown {
+  for (const scheme of ['ApiKeyBearer', 'SessionCookie']) {
+    const result = context.security?.[scheme] as { error?: unknown } | undefined;
+    if (result && !result.error) return result;
+  }
+  return undefined;
 }
 
 function assertEveryOperationHasAHandler(document: Document, handlers: Handlers): void {

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { operations } from '../../generated/api.d.ts';
+import type { Principal } from '../accounts/principal.ts';
 
 /** Every operationId of the OpenAPI document. */
 export type OperationId = keyof operations;
@@ -40,6 +41,8 @@ export interface HandlerContext<K extends OperationId> {
   query: Parameters<K, 'query'>;
   headers: IncomingHttpHeaders;
   cookies: Record<string, string | undefined>;
+  /** The authenticated caller; undefined on routes that need no authentication. */
+  auth: Principal | undefined;
   requestId: string;
   log: Logger;
   req: Request;

@@ -1,5 +1,15 @@
-import { PgBoss } from 'pg-boss';
+import type { Knex } from 'knex';
+import { fromKnex, PgBoss, type SendOptions } from 'pg-boss';
 import type { Logger } from 'pino';
+
+/** What a job handler knows about the attempt it runs. */
+export interface JobContext {
+  log: Logger;
+  /** 0 on the first attempt. */
+  retryCount: number;
+  /** True when a failure now is final: no retry follows. */
+  lastAttempt: boolean;
+}
 
 /** A background job kind: its queue, how it retries, and what a worker does with it. */
 export interface JobDefinition<Data extends object = object> {
@@ -9,23 +19,19 @@ export interface JobDefinition<Data extends object = object> {
   retryDelaySeconds?: number;
   /** How many jobs of this queue one worker process runs at once. */
   concurrency?: number;
-  handle(data: Data, log: Logger): Promise<void>;
+  handle(data: Data, context: JobContext): Promise<void>;
 }
 
 export interface JobQueueOptions {
   url: string;
-  /** Run the workers of `jobs` in this process (ROLE worker or all). */
+  /** This process consumes jobs, supervises queues and runs schedules (ROLE worker or all). */
   work: boolean;
-  jobs: JobDefinition[];
   log: Logger;
   poolMax?: number;
 }
 
-/**
- * Starts pg-boss on the service's Postgres. Every process can enqueue; only worker processes
- * consume, supervise and run schedules. Queues are created idempotently at start.
- */
-export async function startJobQueue(options: JobQueueOptions): Promise<PgBoss> {
+/** pg-boss on the service's Postgres, not started yet. Every process can enqueue. */
+export function createJobQueue(options: JobQueueOptions): PgBoss {
   const boss = new PgBoss({
     connectionString: options.url,
     application_name: 'model-deployment-service:jobs',
@@ -35,6 +41,11 @@ export async function startJobQueue(options: JobQueueOptions): Promise<PgBoss> {
     useListenNotify: options.work,
   });
   boss.on('error', (error) => options.log.error({ err: error }, 'job queue error'));
+  return boss;
+}
+
+/** Starts the queue, creates every job's queue idempotently, and in workers starts consuming. */
+export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger }): Promise<void> {
   await boss.start();
   for (const job of options.jobs) {
     await boss.createQueue(job.queue, {
@@ -44,19 +55,27 @@ export async function startJobQueue(options: JobQueueOptions): Promise<PgBoss> {
       notify: true,
     });
   }
-  if (options.work) {
-    for (const job of options.jobs) {
-      await boss.work<object>(job.queue, { batchSize: 1, localConcurrency: job.concurrency ?? 1 }, async ([item]) => {
+  if (!options.work) return;
+  for (const job of options.jobs) {
+    await boss.work(
+      job.queue,
+      // NOTIFY wakes workers for new jobs at once; retries and delayed jobs are found by polling.
+      { batchSize: 1, localConcurrency: job.concurrency ?? 1, includeMetadata: true, notifyPollingIntervalSeconds: 2 },
+      async ([item]) => {
         if (!item) return;
         const log = options.log.child({ queue: job.queue, job_id: item.id });
-        await job.handle(item.data, log);
-      });
-    }
+        await job.handle(item.data as object, { log, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
+      },
+    );
   }
-  return boss;
 }
 
 /** Stops taking new jobs and waits for the running ones to finish, up to `timeoutMs`. */
 export async function stopJobQueue(boss: PgBoss, timeoutMs: number): Promise<void> {
   await boss.stop({ graceful: true, timeout: timeoutMs, close: true });
+}
+
+/** Enqueues a job inside the caller's transaction: it exists only if the transaction commits. */
+export async function enqueue(boss: PgBoss, trx: Knex.Transaction, queue: string, data: object, options: SendOptions = {}): Promise<string | null> {
+  return boss.send(queue, data, { ...options, db: fromKnex(trx) });
 }

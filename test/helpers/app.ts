@@ -1,44 +1,95 @@
-import type { Server } from 'node:http';
 import type { Knex } from 'knex';
-import { inject } from 'vitest';
 import { createApp } from '../../src/app.ts';
+import { loadConfig } from '../../src/config.ts';
+import { createContainer, securityHandlers, type Container } from '../../src/container.ts';
 import { createDatabase } from '../../src/db/database.ts';
 import { buildHandlers } from '../../src/http/handlers.ts';
-import { authenticationNotBuilt } from '../../src/http/not-implemented.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
+import { createJobQueue } from '../../src/jobs/queue.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { startService } from '../../src/service.ts';
+import { createTestDatabase } from './database.ts';
+import { Inbox } from './inbox.ts';
+
+/** The origin tests send as `Origin`, allowed by the test configuration. */
+export const APP_ORIGIN = 'http://app.test';
 
 export interface TestApp {
   /** Base URL, e.g. http://127.0.0.1:43567 */
   url: string;
   db: Knex;
+  container: Container;
+  /** The SMTP listener the service sends email to. */
+  inbox: Inbox;
   close(): Promise<void>;
 }
 
 /**
- * The real application on a loopback port, against the run's Postgres (or the database `databaseUrl`
- * names), with response validation on: a response that breaks the contract fails the test.
+ * The whole service (HTTP and workers) on a loopback port, in a database of its own, sending email
+ * to a real SMTP listener; responses are validated against the contract, so a response that breaks
+ * it fails the test.
  */
-export async function startTestApp(options: { databaseUrl?: string } = {}): Promise<TestApp> {
-  const db = createDatabase({ url: options.databaseUrl ?? inject('databaseUrl'), poolMax: 4, acquireTimeoutMs: 2_000 });
-  const document = loadOpenApiDocument();
+export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+  const database = await createTestDatabase();
+  const inbox = await new Inbox().start();
+  const config = loadConfig({
+    NODE_ENV: 'test',
+    PORT: '0',
+    HOST: '127.0.0.1',
+    PUBLIC_URL: APP_ORIGIN,
+    APP_SECRET: 'test-secret-test-secret-test-secret-0123',
+    ...env,
+  });
+  const service = await startService({ config, log: createLogger('silent'), databaseUrl: database.url, smtpUrl: inbox.url });
+  return {
+    url: `http://127.0.0.1:${service.port}`,
+    db: service.container.db,
+    container: service.container,
+    inbox,
+    close: async () => {
+      await service.stop();
+      await inbox.stop();
+      await database.drop();
+    },
+  };
+}
+
+/**
+ * A container on a database that need not exist, with nothing started: for tests of the HTTP
+ * binding itself and of behaviour when Postgres does not answer.
+ */
+export function offlineContainer(databaseUrl = 'postgres://postgres@127.0.0.1:9/none'): Container {
+  const config = loadConfig({ NODE_ENV: 'test', APP_SECRET: 'test-secret-test-secret-test-secret-0123', PUBLIC_URL: APP_ORIGIN });
+  const log = createLogger('silent');
+  return createContainer({
+    config,
+    log,
+    db: createDatabase({ url: databaseUrl, poolMax: 2, acquireTimeoutMs: 1_000 }),
+    boss: createJobQueue({ url: databaseUrl, work: false, log }),
+    document: loadOpenApiDocument(),
+    smtpUrl: 'smtp://127.0.0.1:9',
+  });
+}
+
+/** The Express app of a container, listening on loopback, without migrations or workers. */
+export async function listenOn(container: Container): Promise<{ url: string; close(): Promise<void> }> {
   const app = await createApp({
-    logger: createLogger('silent'),
-    document,
-    handlers: buildHandlers({ db, document }),
-    security: authenticationNotBuilt,
+    logger: container.log,
+    document: container.document,
+    handlers: buildHandlers(container),
+    security: securityHandlers(container),
+    allowedOrigins: container.config.allowedOrigins,
+    trustProxy: false,
     validateResponses: true,
   });
-  const server: Server = await listen(app, 0, '127.0.0.1');
+  const server = await listen(app, 0, '127.0.0.1');
   const address = server.address();
-  if (!address || typeof address === 'string') throw new Error('no address');
   return {
-    url: `http://127.0.0.1:${address.port}`,
-    db,
+    url: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`,
     close: async () => {
       await closeServer(server, 1_000);
-      await db.destroy();
+      await container.db.destroy();
     },
   };
 }

@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BaseModel } from '../../src/db/base-model.ts';
 import { createDatabase } from '../../src/db/database.ts';
+import { createTestDatabase } from '../helpers/database.ts';
 
 class Probe extends BaseModel {
   static override tableName = 'base_model_probe';
@@ -12,10 +13,15 @@ class Probe extends BaseModel {
 
 describe('the objection base model', () => {
   let db: Knex;
-  beforeAll(() => {
-    db = createDatabase({ url: inject('databaseUrl'), poolMax: 2 });
+  let database: Awaited<ReturnType<typeof createTestDatabase>>;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+    db = createDatabase({ url: database.url, poolMax: 2 });
   });
-  afterAll(() => db.destroy());
+  afterAll(async () => {
+    await db.destroy();
+    await database.drop();
+  });
 
   it('maps snake_case columns to camelCase, and the baseline trigger keeps updated_at', async () => {
     await db.transaction(async (trx) => {

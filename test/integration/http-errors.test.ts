@@ -62,12 +62,11 @@ describe('HTTP error handling', () => {
   });
 
   it('answers an operation that is not built yet with 501 NOT_IMPLEMENTED', async () => {
-    await expectProblem(
-      await post('/v1/auth/password-reset/request', JSON.stringify({ email: 'ada@example.com' })),
-      501,
-      'NOT_IMPLEMENTED',
-    );
-    await expectProblem(await fetch(`${app.url}/api/v1/model-deployments`), 501, 'NOT_IMPLEMENTED');
+    await expectProblem(await fetch(`${app.url}/v1/invitations/by-token/abc`), 501, 'NOT_IMPLEMENTED');
+  });
+
+  it('answers a session route without a session with 401 UNAUTHENTICATED', async () => {
+    await expectProblem(await fetch(`${app.url}/api/v1/model-deployments`), 401, 'UNAUTHENTICATED');
   });
 
   it('gives every response a request id and keeps a well-formed inbound one', async () => {

@@ -2,10 +2,12 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import pg from 'pg';
-import { describe, expect, inject, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { closeServer } from '../../src/http/server.ts';
-import { startJobQueue, stopJobQueue } from '../../src/jobs/queue.ts';
+import { createJobQueue, startJobQueue, stopJobQueue } from '../../src/jobs/queue.ts';
+import { createTestDatabase } from '../helpers/database.ts';
 import { createLogger } from '../../src/logger.ts';
+import { Inbox } from '../helpers/inbox.ts';
 import { freePort, waitUntil } from '../helpers/net.ts';
 
 function deferred<T = void>() {
@@ -42,13 +44,15 @@ describe('graceful shutdown', () => {
   });
 
   it('lets a running job finish before the job queue stops', async () => {
-    const url = inject('databaseUrl');
+    const database = await createTestDatabase();
+    const url = database.url;
     const release = deferred();
     const started = deferred();
-    const boss = await startJobQueue({
-      url,
+    const log = createLogger('silent');
+    const boss = createJobQueue({ url, work: true, log });
+    await startJobQueue(boss, {
       work: true,
-      log: createLogger('silent'),
+      log,
       jobs: [
         {
           queue: 'test-graceful-stop',
@@ -72,6 +76,7 @@ describe('graceful shutdown', () => {
       expect(rows).toEqual([{ state: 'completed' }]);
     } finally {
       await client.end();
+      await database.drop();
     }
   });
 });
@@ -79,8 +84,10 @@ describe('graceful shutdown', () => {
 describe('the service process', () => {
   it('starts, migrates, serves health, and exits 0 on SIGTERM', async () => {
     const port = await freePort();
+    const database = await createTestDatabase();
+    const inbox = await new Inbox().start();
     const child = spawn(process.execPath, ['src/main.ts'], {
-      env: { ...process.env, DATABASE_URL: inject('databaseUrl'), PORT: String(port), LOG_LEVEL: 'info', NODE_ENV: 'test' },
+      env: { ...process.env, DATABASE_URL: database.url, SMTP_URL: inbox.url, PORT: String(port), LOG_LEVEL: 'info', NODE_ENV: 'test' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -96,6 +103,8 @@ describe('the service process', () => {
       expect(output).toContain('"msg":"stopped"');
     } finally {
       child.kill('SIGKILL');
+      await inbox.stop();
+      await database.drop();
     }
   });
 

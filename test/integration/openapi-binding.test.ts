@@ -9,6 +9,7 @@ import { closeServer, listen } from '../../src/http/server.ts';
 import type { Handlers } from '../../src/http/types.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { offlineContainer } from '../helpers/app.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
 
 /**
@@ -91,6 +92,8 @@ describe('OpenAPI binding', () => {
         },
         ApiKeyBearer: () => undefined,
       },
+      allowedOrigins: [],
+      trustProxy: false,
       validateResponses: true,
     });
     server = await listen(app, 0, '127.0.0.1');
@@ -136,18 +139,20 @@ describe('handler registration', () => {
         operation && typeof operation === 'object' && 'operationId' in operation ? [operation.operationId as string] : [],
       ),
     );
-    const registered = Object.keys(buildHandlers({ db: undefined as never, document: real }));
+    const registered = Object.keys(buildHandlers(offlineContainer()));
     expect(registered.sort()).toEqual(documented.sort());
   });
 
   it('refuses to start when an operation has no handler', async () => {
-    const { getHealth: _, ...incomplete } = buildHandlers({ db: undefined as never, document: real });
+    const { getHealth: _, ...incomplete } = buildHandlers(offlineContainer());
     await expect(
       createApp({
         logger: createLogger('silent'),
         document: real,
         handlers: incomplete as Handlers,
         security: authenticationNotBuilt,
+        allowedOrigins: [],
+        trustProxy: false,
         validateResponses: true,
       }),
     ).rejects.toThrow(/Missing: getHealth/);

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OPENAPI_PATH } from '../../src/openapi-document.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
-import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { listenOn, offlineContainer, startTestApp, type TestApp } from '../helpers/app.ts';
 import { freePort } from '../helpers/net.ts';
 
 describe('platform routes', () => {
@@ -47,7 +47,7 @@ describe('platform routes', () => {
 describe('health without a database', () => {
   it('answers 503 SERVICE_UNAVAILABLE when Postgres does not answer', async () => {
     const closedPort = await freePort();
-    const app = await startTestApp({ databaseUrl: `postgres://postgres@127.0.0.1:${closedPort}/nothing` });
+    const app = await listenOn(offlineContainer(`postgres://postgres@127.0.0.1:${closedPort}/nothing`));
     try {
       const response = await fetch(`${app.url}/healthz`);
       expect(response.status).toBe(503);

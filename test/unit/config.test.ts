@@ -16,8 +16,25 @@ describe('configuration', () => {
     });
   });
 
+  const production = { NODE_ENV: 'production', APP_SECRET: 'x'.repeat(32), SMTP_URL: 'smtp://mail.example.com:587' };
+
   it('defaults to secure cookies and no response validation in production', () => {
-    expect(loadConfig({ NODE_ENV: 'production' })).toMatchObject({ session: { secure: true }, responseValidation: false });
+    expect(loadConfig(production)).toMatchObject({ session: { secure: true }, responseValidation: false });
+  });
+
+  it('requires a real secret and a real SMTP server in production', () => {
+    expect(() => loadConfig({ ...production, APP_SECRET: '' })).toThrow(/APP_SECRET/);
+    expect(() => loadConfig({ ...production, APP_SECRET: 'short' })).toThrow(/APP_SECRET/);
+    expect(() => loadConfig({ ...production, SMTP_URL: '' })).toThrow(/SMTP_URL/);
+  });
+
+  it('takes the OIDC settings all together or not at all', () => {
+    expect(() => loadConfig({ OIDC_ISSUER: 'https://accounts.example.com' })).toThrow(/OIDC_CLIENT_ID/);
+    expect(loadConfig({ OIDC_ISSUER: 'https://accounts.example.com', OIDC_CLIENT_ID: 'id', OIDC_CLIENT_SECRET: 'secret' }).oidc).toMatchObject({
+      providerName: 'google',
+      displayName: 'Google',
+      clientId: 'id',
+    });
   });
 
   it.each([

@@ -1,0 +1,171 @@
+import type { Knex } from 'knex';
+import type { components } from '../../generated/api.d.ts';
+import { AppError } from '../errors.ts';
+import { createOrganizationWithOwner } from '../organizations/organizations.repository.ts';
+import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
+import { assertPasswordLength, hashPassword, verifyPassword } from './passwords.ts';
+import { roleId, type SessionPrincipal } from './principal.ts';
+import type { NewSession, SessionStore } from './sessions.ts';
+
+type RegisterRequest = components['schemas']['RegisterRequest'];
+type SignInRequest = components['schemas']['SignInRequest'];
+type UpdateProfileRequest = components['schemas']['UpdateProfileRequest'];
+export type SessionResponse = components['schemas']['SessionResponse'];
+
+const FIFTEEN_MINUTES = 15 * 60;
+
+/** Emails are compared case-insensitively and stored trimmed and lower-cased. */
+export function normalizeEmail(email: string): string {
+  return email.trim().toLowerCase();
+}
+
+/** `name`, else first and last name, else the part of the email before `@`. */
+export function displayName(input: { name?: string | null; first_name?: string | null; last_name?: string | null }, email: string): string {
+  const given = input.name?.trim();
+  if (given) return given;
+  const joined = [input.first_name, input.last_name].map((part) => part?.trim()).filter(Boolean).join(' ');
+  return joined || email.split('@')[0] || email;
+}
+
+export function notBlank(value: string, location: string): string {
+  const trimmed = value.trim();
+  if (!trimmed) {
+    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [{ location, message: 'must not be blank' }] });
+  }
+  return trimmed;
+}
+
+export function isUniqueViolation(error: unknown, constraint: string): boolean {
+  const pg = error as { code?: string; constraint?: string };
+  return pg.code === '23505' && pg.constraint === constraint;
+}
+
+/** The Session response of the interface, for a signed-in principal. */
+export function toSessionResponse(principal: SessionPrincipal): SessionResponse {
+  const role = principal.role ?? 'viewer';
+  return {
+    authenticated: true,
+    user: {
+      id: principal.user.id,
+      email: principal.user.email,
+      name: principal.user.name,
+      organization: principal.organization?.name ?? '',
+      role: { id: roleId(role), name: role },
+      requires_profile_completion: principal.organization === null,
+    },
+    session: { expires_at: principal.expiresAt.toISOString(), auth_method: principal.authMethod },
+  };
+}
+
+/** Registration, password sign-in, profile and sign-out. */
+export class AccountsService {
+  readonly #db: Knex;
+  readonly #sessions: SessionStore;
+  readonly #limiter: RateLimiter;
+  readonly #maxActiveResources: number;
+
+  constructor(deps: { db: Knex; sessions: SessionStore; limiter: RateLimiter; maxActiveResources: number }) {
+    this.#db = deps.db;
+    this.#sessions = deps.sessions;
+    this.#limiter = deps.limiter;
+    this.#maxActiveResources = deps.maxActiveResources;
+  }
+
+  /** Creates the user, their organization (super_admin, billing account) and a session, atomically. */
+  async register(input: RegisterRequest): Promise<NewSession> {
+    assertPasswordLength(input.password);
+    const email = normalizeEmail(input.email);
+    const organizationName = notBlank(input.organization, 'body/organization');
+    const passwordHash = await hashPassword(input.password);
+    try {
+      return await this.#db.transaction(async (trx) => {
+        const [user] = await trx('users')
+          .insert({
+            email,
+            password_hash: passwordHash,
+            name: displayName(input, email),
+            first_name: input.first_name?.trim() || null,
+            last_name: input.last_name?.trim() || null,
+            country: input.country?.trim() || null,
+            contact_number: input.contact_number?.trim() || null,
+          })
+          .returning('id');
+        const userId = (user as { id: number }).id;
+        const organization = await createOrganizationWithOwner(trx, {
+          name: organizationName,
+          ownerId: userId,
+          maxActiveResources: this.#maxActiveResources,
+        });
+        return this.#sessions.create(trx, { userId, organizationId: organization.id, authMethod: 'password' });
+      });
+    } catch (error) {
+      if (isUniqueViolation(error, 'users_email_unique')) {
+        throw new AppError('EMAIL_TAKEN', 'An account with this email already exists.');
+      }
+      throw error;
+    }
+  }
+
+  /**
+   * Checks email and password and starts a session. Failures cost the same time whether or not the
+   * account exists, and are limited per account and per client address.
+   */
+  async signIn(input: SignInRequest, clientAddress: string): Promise<NewSession> {
+    const email = normalizeEmail(input.email);
+    const perAccount = { key: `signin:email:${email}`, max: 10, windowSeconds: FIFTEEN_MINUTES };
+    await this.#limiter.hit({ key: `signin:address:${clientAddress}`, max: 100, windowSeconds: FIFTEEN_MINUTES });
+    await this.#limiter.check(perAccount);
+
+    const user = await this.#db('users').whereRaw('lower(email) = ?', [email]).first('id', 'password_hash', 'current_organization_id');
+    if (!(await verifyPassword(user?.password_hash, input.password)) || !user) {
+      await this.#limiter.hit(perAccount).catch(() => undefined);
+      throw new AppError('INVALID_CREDENTIALS', 'Invalid email or password.');
+    }
+    await this.#limiter.reset(perAccount.key);
+    const organizationId = await this.#currentOrganization(user.id, user.current_organization_id);
+    return this.#sessions.create(this.#db, { userId: user.id, organizationId, authMethod: 'password' });
+  }
+
+  /** Updates the profile; `organization` completes a profile that has none. */
+  async updateProfile(principal: SessionPrincipal, input: UpdateProfileRequest): Promise<SessionPrincipal> {
+    const changes: Record<string, string | null> = {};
+    if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
+    for (const field of ['first_name', 'last_name', 'country', 'contact_number'] as const) {
+      const value = input[field];
+      if (value !== undefined) changes[field] = value === null ? null : notBlank(value, `body/${field}`);
+    }
+    const organizationName = input.organization === undefined ? undefined : notBlank(input.organization, 'body/organization');
+    if (organizationName !== undefined && principal.organization) {
+      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+        errors: [{ location: 'body/organization', message: 'you already have an organization; rename it with PATCH /v1/organization' }],
+      });
+    }
+    await this.#db.transaction(async (trx) => {
+      if (Object.keys(changes).length) await trx('users').where({ id: principal.user.id }).update(changes);
+      if (organizationName !== undefined) {
+        const organization = await createOrganizationWithOwner(trx, {
+          name: organizationName,
+          ownerId: principal.user.id,
+          maxActiveResources: this.#maxActiveResources,
+        });
+        await this.#sessions.setOrganization(trx, principal.sessionId, organization.id);
+      }
+    });
+    const refreshed = await this.#sessions.load(principal.sessionId);
+    if (!refreshed) throw new AppError('UNAUTHENTICATED', 'The session ended.');
+    return refreshed;
+  }
+
+  async logOut(principal: SessionPrincipal): Promise<void> {
+    await this.#sessions.invalidate(principal.sessionId);
+  }
+
+  /** The organization a new session starts in: the last one used, else the oldest membership. */
+  async #currentOrganization(userId: number, preferred: number | null): Promise<number | null> {
+    const membership = await this.#db('memberships')
+      .where({ user_id: userId })
+      .orderByRaw('organization_id = ? desc, created_at', [preferred ?? 0])
+      .first('organization_id');
+    return membership?.organization_id ?? null;
+  }
+}

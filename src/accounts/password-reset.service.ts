@@ -1,0 +1,85 @@
+import type { Knex } from 'knex';
+import type { PgBoss } from 'pg-boss';
+import { hashToken, randomToken } from '../crypto.ts';
+import type { EmailOutbox } from '../email/email.outbox.ts';
+import { passwordResetEmail } from '../email/templates.ts';
+import { AppError } from '../errors.ts';
+import type { JobDefinition } from '../jobs/queue.ts';
+import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
+import { normalizeEmail } from './accounts.service.ts';
+import { assertPasswordLength, hashPassword } from './passwords.ts';
+import type { SessionStore } from './sessions.ts';
+
+export const PASSWORD_RESET_QUEUE = 'password-reset-request';
+const TOKEN_LIFETIME_MS = 60 * 60 * 1000;
+const HOUR = 60 * 60;
+
+/**
+ * Password reset: a request enqueues a job and answers the same way whether or not the email has an
+ * account (the lookup happens in the job, so timing reveals nothing either). The job issues a
+ * single-use token, stored as its hash, valid one hour, and emails the link. Confirming sets the
+ * password and ends every session of the user.
+ */
+export class PasswordResetService {
+  readonly #db: Knex;
+  readonly #boss: PgBoss;
+  readonly #limiter: RateLimiter;
+  readonly #sessions: SessionStore;
+
+  constructor(deps: { db: Knex; boss: PgBoss; limiter: RateLimiter; sessions: SessionStore }) {
+    this.#db = deps.db;
+    this.#boss = deps.boss;
+    this.#limiter = deps.limiter;
+    this.#sessions = deps.sessions;
+  }
+
+  async request(rawEmail: string, clientAddress: string): Promise<void> {
+    const email = normalizeEmail(rawEmail);
+    await this.#limiter.hit({ key: `reset:address:${clientAddress}`, max: 20, windowSeconds: HOUR });
+    await this.#limiter.hit({ key: `reset:email:${email}`, max: 5, windowSeconds: HOUR });
+    await this.#boss.send(PASSWORD_RESET_QUEUE, { email });
+  }
+
+  async confirm(token: string, password: string): Promise<void> {
+    assertPasswordLength(password);
+    const passwordHash = await hashPassword(password);
+    await this.#db.transaction(async (trx) => {
+      const claimed = await trx('password_reset_tokens')
+        .where({ token_hash: hashToken(token) })
+        .whereNull('used_at')
+        .where('expires_at', '>', trx.fn.now())
+        .update({ used_at: trx.fn.now() })
+        .returning('user_id');
+      const userId = (claimed[0] as { user_id: number } | undefined)?.user_id;
+      if (userId === undefined) {
+        throw new AppError('INVALID_RESET_TOKEN', 'This reset link is invalid, expired or already used. Ask for a new one.');
+      }
+      await trx('users').where({ id: userId }).update({ password_hash: passwordHash });
+      await this.#sessions.invalidateAllOfUser(trx, userId);
+    });
+  }
+}
+
+/** Issues the token and queues the email, in one transaction, when the email has an account. */
+export function passwordResetJob(deps: { db: Knex; outbox: EmailOutbox; webAppUrl: string }): JobDefinition<{ email: string }> {
+  return {
+    queue: PASSWORD_RESET_QUEUE,
+    async handle({ email }, { log }) {
+      await deps.db.transaction(async (trx) => {
+        const user = await trx('users').whereRaw('lower(email) = ?', [email]).first('id', 'email', 'name');
+        if (!user) {
+          log.info('password reset requested for an email with no account');
+          return;
+        }
+        const token = randomToken(20);
+        await trx('password_reset_tokens').insert({
+          user_id: user.id,
+          token_hash: hashToken(token),
+          expires_at: new Date(Date.now() + TOKEN_LIFETIME_MS),
+        });
+        const link = `${deps.webAppUrl}/reset-password?token=${encodeURIComponent(token)}`;
+        await deps.outbox.enqueue(trx, { to: user.email, template: 'password_reset', ...passwordResetEmail({ name: user.name, link }) });
+      });
+    },
+  };
+}

@@ -1,0 +1,28 @@
+import type { components } from '../../generated/api.d.ts';
+
+export type Role = components['schemas']['Role'];
+
+/** Least to most privileged; a role includes every right of the roles before it. */
+export const ROLES: readonly Role[] = ['viewer', 'member', 'admin', 'super_admin'];
+
+export function roleId(role: Role): number {
+  return ROLES.indexOf(role) + 1;
+}
+
+export function roleAtLeast(role: Role | null, minimum: Role): boolean {
+  return role !== null && ROLES.indexOf(role) >= ROLES.indexOf(minimum);
+}
+
+/** A caller signed in with the session cookie. */
+export interface SessionPrincipal {
+  kind: 'session';
+  sessionId: string;
+  expiresAt: Date;
+  authMethod: string;
+  user: { id: number; email: string; name: string };
+  /** The session's current organization and the caller's role in it; null before a profile is complete. */
+  organization: { id: number; name: string } | null;
+  role: Role | null;
+}
+
+export type Principal = SessionPrincipal;

@@ -1,0 +1,58 @@
+import type { Knex } from 'knex';
+import type { Document } from 'openapi-backend';
+import type { PgBoss } from 'pg-boss';
+import type { Logger } from 'pino';
+import { AccountsService } from './accounts/accounts.service.ts';
+import { SessionCookies } from './accounts/cookies.ts';
+import { PasswordResetService, passwordResetJob } from './accounts/password-reset.service.ts';
+import { SessionStore } from './accounts/sessions.ts';
+import { Mailer } from './adapters/mailer.ts';
+import type { Config } from './config.ts';
+import { Keyring } from './crypto.ts';
+import { EmailOutbox, sendEmailJob } from './email/email.outbox.ts';
+import { authenticationNotBuilt } from './http/not-implemented.ts';
+import type { SecurityHandlers } from './http/openapi.ts';
+import { sessionAuthentication } from './http/security.ts';
+import type { JobDefinition } from './jobs/queue.ts';
+import { RateLimiter } from './rate-limit/rate-limiter.ts';
+
+export interface ContainerDeps {
+  config: Config;
+  log: Logger;
+  db: Knex;
+  boss: PgBoss;
+  document: Document;
+  /** The SMTP server to send through (SMTP_URL, MailDev or a test listener). */
+  smtpUrl: string;
+}
+
+/** Every long-lived object of the service, built with plain constructors (no DI framework). */
+export function createContainer(deps: ContainerDeps) {
+  const { config, db, boss } = deps;
+  const keyring = new Keyring(config.appSecret);
+  const sessions = new SessionStore(db);
+  const cookies = new SessionCookies(config.session, keyring);
+  const limiter = new RateLimiter(db);
+  const mailer = new Mailer(deps.smtpUrl, config.mailFrom);
+  const outbox = new EmailOutbox(boss, keyring);
+  const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources });
+  const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
+  return { ...deps, keyring, sessions, cookies, limiter, mailer, outbox, accounts, passwordReset };
+}
+
+export type Container = ReturnType<typeof createContainer>;
+
+/** Every background job kind of the service. */
+export function jobDefinitions(c: Container): JobDefinition[] {
+  return [
+    sendEmailJob({ db: c.db, keyring: c.keyring, mailer: c.mailer, retry: c.config.emailRetry }),
+    passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
+  ] as JobDefinition[];
+}
+
+export function securityHandlers(c: Container): SecurityHandlers {
+  return {
+    SessionCookie: sessionAuthentication({ sessions: c.sessions, cookies: c.cookies }),
+    ApiKeyBearer: authenticationNotBuilt.ApiKeyBearer,
+  };
+}

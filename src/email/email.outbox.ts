@@ -1,0 +1,76 @@
+import type { Knex } from 'knex';
+import type { PgBoss } from 'pg-boss';
+import type { Mailer, OutgoingEmail } from '../adapters/mailer.ts';
+import type { Keyring } from '../crypto.ts';
+import { enqueue, type JobDefinition } from '../jobs/queue.ts';
+
+export const SEND_EMAIL_QUEUE = 'send-email';
+const SEAL = 'email-body';
+
+export interface QueuedEmail extends OutgoingEmail {
+  /** What kind of email it is, e.g. `password_reset`; kept for the record. */
+  template: string;
+}
+
+/**
+ * The transactional email outbox. An email is a row (its body sealed with the server key, since it
+ * may carry a link token) plus a job, written in the caller's transaction: it goes out only if that
+ * transaction commits, and its delivery status is recorded on the row.
+ */
+export class EmailOutbox {
+  readonly #boss: PgBoss;
+  readonly #keyring: Keyring;
+
+  constructor(boss: PgBoss, keyring: Keyring) {
+    this.#boss = boss;
+    this.#keyring = keyring;
+  }
+
+  async enqueue(trx: Knex.Transaction, email: QueuedEmail): Promise<number> {
+    const body = this.#keyring.encrypt(SEAL, JSON.stringify({ text: email.text, html: email.html }));
+    const [row] = await trx('emails')
+      .insert({ to_address: email.to, subject: email.subject, template: email.template, sealed_body: body })
+      .returning('id');
+    const id = (row as { id: number }).id;
+    await enqueue(this.#boss, trx, SEND_EMAIL_QUEUE, { emailId: id });
+    return id;
+  }
+}
+
+/** Sends one queued email; retried with backoff, recorded as `failed` after the last attempt. */
+export function sendEmailJob(deps: {
+  db: Knex;
+  keyring: Keyring;
+  mailer: Mailer;
+  retry: { limit: number; delaySeconds: number };
+}): JobDefinition<{ emailId: number }> {
+  return {
+    queue: SEND_EMAIL_QUEUE,
+    retryLimit: deps.retry.limit,
+    retryDelaySeconds: deps.retry.delaySeconds,
+    concurrency: 4,
+    async handle({ emailId }, { log, lastAttempt }) {
+      const email = await deps.db('emails').where({ id: emailId, status: 'queued' }).first();
+      if (!email?.sealed_body) return;
+      const body = JSON.parse(deps.keyring.decrypt(SEAL, email.sealed_body)) as { text: string; html?: string };
+      try {
+        await deps.mailer.send({ to: email.to_address, subject: email.subject, ...body });
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        await deps.db('emails')
+          .where({ id: emailId })
+          .update({
+            attempts: deps.db.raw('attempts + 1'),
+            last_error: message.slice(0, 500),
+            ...(lastAttempt ? { status: 'failed', sealed_body: null } : {}),
+          });
+        log.warn({ email_id: emailId, template: email.template, err: message, last_attempt: lastAttempt }, 'email not sent');
+        throw error;
+      }
+      await deps.db('emails')
+        .where({ id: emailId })
+        .update({ status: 'sent', sent_at: deps.db.fn.now(), attempts: deps.db.raw('attempts + 1'), last_error: null, sealed_body: null });
+      log.info({ email_id: emailId, template: email.template }, 'email sent');
+    },
+  };
+}

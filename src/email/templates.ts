@@ -1,0 +1,19 @@
+import type { OutgoingEmail } from '../adapters/mailer.ts';
+
+const escape = (value: string) =>
+  value.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] ?? c);
+
+function withLink(subject: string, lines: string[], link: string, action: string): Omit<OutgoingEmail, 'to'> {
+  const text = [...lines, '', `${action}: ${link}`, ''].join('\n');
+  const html = `${lines.map((line) => `<p>${escape(line)}</p>`).join('\n')}\n<p><a href="${escape(link)}">${escape(action)}</a></p>\n`;
+  return { subject, text, html };
+}
+
+export function passwordResetEmail(input: { name: string; link: string }): Omit<OutgoingEmail, 'to'> {
+  return withLink(
+    'Reset your password',
+    [`Hello ${input.name},`, 'Someone asked to reset the password of your account. The link works once, for one hour.', 'If it was not you, ignore this email: your password stays as it is.'],
+    input.link,
+    'Choose a new password',
+  );
+}

@@ -1,0 +1,54 @@
+import type { NextFunction, Request, Response } from 'express';
+import type { Context } from 'openapi-backend';
+import { CSRF_COOKIE, CSRF_HEADER, type SessionCookies } from '../accounts/cookies.ts';
+import type { SessionPrincipal } from '../accounts/principal.ts';
+import type { SessionStore } from '../accounts/sessions.ts';
+import { constantTimeEqual } from '../crypto.ts';
+import { AppError } from '../errors.ts';
+import type { SecurityHandlers } from './openapi.ts';
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * Refuses a state-changing request whose `Origin` is not allowed, unless it carries a bearer API
+ * key (no ambient credential) or is the payment processor's webhook (verified by signature).
+ */
+export function originCheck(allowedOrigins: readonly string[]) {
+  const allowed = new Set(allowedOrigins);
+  return function originCheckMiddleware(req: Request, _res: Response, next: NextFunction) {
+    const origin = req.get('origin');
+    if (!origin || SAFE_METHODS.has(req.method) || req.get('authorization') || req.path === '/v1/billing/webhook') return next();
+    if (allowed.has(origin)) return next();
+    next(new AppError('CSRF_FAILED', `Requests from the origin ${origin} are not allowed.`));
+  };
+}
+
+/**
+ * Authentication by session cookie. Management routes refuse `Authorization` headers; a
+ * state-changing request must echo the `csrf_token` cookie in `X-CSRF-Token`, and that token must be
+ * the one bound to this session. A session extended by this request gets its cookies again.
+ */
+export function sessionAuthentication(deps: { sessions: SessionStore; cookies: SessionCookies }): SecurityHandlers['SessionCookie'] {
+  return async (context: Context, req: Request, res: Response): Promise<SessionPrincipal> => {
+    const keyAccepted = (context.operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement);
+    if (req.get('authorization') && !keyAccepted) {
+      throw new AppError('AUTHORIZATION_HEADER_NOT_ALLOWED', 'This route authenticates with the session cookie; remove the Authorization header.');
+    }
+    const token = context.request.cookies?.[deps.cookies.name];
+    if (typeof token !== 'string' || !token) throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
+    const validated = await deps.sessions.validate(token);
+    if (!validated) throw new AppError('UNAUTHENTICATED', 'Your session has expired or ended. Sign in again.');
+    const { principal, renewed } = validated;
+
+    if (!SAFE_METHODS.has(req.method)) {
+      const header = req.get(CSRF_HEADER) ?? '';
+      const cookie = String(context.request.cookies?.[CSRF_COOKIE] ?? '');
+      const expected = deps.cookies.csrfToken(principal.sessionId);
+      if (!header || !constantTimeEqual(header, cookie) || !constantTimeEqual(header, expected)) {
+        throw new AppError('CSRF_FAILED', 'Send the csrf_token cookie value in the X-CSRF-Token header.');
+      }
+    }
+    if (renewed) deps.cookies.set(res, token, principal.sessionId, principal.expiresAt);
+    return principal;
+  };
+}

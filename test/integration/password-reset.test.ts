@@ -1,0 +1,124 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hashToken } from '../../src/crypto.ts';
+import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { Browser } from '../helpers/browser.ts';
+import { jsonOf, type Problem } from '../helpers/http.ts';
+import { waitUntil } from '../helpers/net.ts';
+
+let app: TestApp;
+beforeAll(async () => {
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com' });
+});
+afterAll(() => app.close());
+
+const NEW_PASSWORD = 'a brand new passphrase';
+
+/** Asks for a reset through the API and reads the token out of the email the SMTP listener got. */
+async function resetToken(email: string): Promise<string> {
+  const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+  expect(response.status).toBe(200);
+  expect(await jsonOf(response)).toEqual({ accepted: true });
+  const message = await app.inbox.next(email);
+  expect(message.subject).toBe('Reset your password');
+  const link = /https:\/\/app\.example\.com\/reset-password\?token=([a-z2-7]+)/.exec(message.text);
+  expect(link).not.toBeNull();
+  return link?.[1] ?? '';
+}
+
+const confirm = (token: string, password = NEW_PASSWORD) => new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password });
+
+describe('password reset', () => {
+  it('emails a single-use link; confirming sets the password and ends every session', async () => {
+    const { browser, email } = await registeredUser(app);
+    const other = new Browser(app.url);
+    await other.post('/v1/user/signin', { email, password: PASSWORD });
+
+    const token = await resetToken(email);
+    expect(await app.db('password_reset_tokens').where({ token_hash: token }).first()).toBeUndefined();
+    expect(await app.db('password_reset_tokens').where({ token_hash: hashToken(token) }).first()).toBeDefined();
+
+    const response = await confirm(token);
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({ reset: true });
+
+    expect((await browser.get('/v1/auth/session')).status).toBe(401);
+    expect((await other.get('/v1/auth/session')).status).toBe(401);
+    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(401);
+    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD })).status).toBe(200);
+  });
+
+  it('refuses a token used once already with 400 INVALID_RESET_TOKEN', async () => {
+    const { email } = await registeredUser(app);
+    const token = await resetToken(email);
+    expect((await confirm(token)).status).toBe(200);
+    const again = await confirm(token, 'yet another passphrase');
+    expect(again.status).toBe(400);
+    expect(await jsonOf<Problem>(again)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
+    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD })).status).toBe(200);
+  });
+
+  it('refuses a token older than an hour, and an unknown one', async () => {
+    const { email } = await registeredUser(app);
+    const token = await resetToken(email);
+    await app.db('password_reset_tokens').where({ token_hash: hashToken(token) }).update({ expires_at: new Date(Date.now() - 1) });
+    expect((await confirm(token)).status).toBe(400);
+    expect((await confirm('nosuchtokennosuchtokennosuchtoke')).status).toBe(400);
+  });
+
+  it('answers the same for an email with no account, and sends nothing', async () => {
+    const email = uniqueEmail('ghost');
+    const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({ accepted: true });
+    await waitUntil(
+      async () => (await app.db('pgboss.job').where({ name: 'password-reset-request', state: 'completed' }).whereRaw("data->>'email' = ?", [email]).first()) !== undefined,
+      'the reset job to finish',
+    );
+    expect(await app.db('emails').where({ to_address: email }).first()).toBeUndefined();
+    expect(app.inbox.all(email)).toEqual([]);
+  });
+
+  it('refuses a new password outside 8 to 72 bytes, leaving the token unused', async () => {
+    const { email } = await registeredUser(app);
+    const token = await resetToken(email);
+    expect((await confirm(token, '€'.repeat(25))).status).toBe(422);
+    expect((await confirm(token)).status).toBe(200);
+  });
+
+  it('limits requests per email to 5 an hour with 429 and Retry-After', async () => {
+    const email = uniqueEmail('flood');
+    for (let i = 0; i < 5; i++) expect((await new Browser(app.url).post('/v1/auth/password-reset/request', { email })).status).toBe(200);
+    const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+    expect(response.status).toBe(429);
+    expect(response.headers.get('retry-after')).toMatch(/^\d+$/);
+  });
+
+  it('records the delivery: sent, with the body no longer kept', async () => {
+    const { email } = await registeredUser(app);
+    await resetToken(email);
+    await waitUntil(async () => (await app.db('emails').where({ to_address: email, status: 'sent' }).first()) !== undefined, 'the email to be recorded as sent');
+    expect(await app.db('emails').where({ to_address: email }).first()).toMatchObject({ status: 'sent', sealed_body: null, last_error: null, attempts: 1 });
+  });
+});
+
+describe('email delivery failures', () => {
+  it('records the SMTP error, retries, and marks the email failed after the last attempt', async () => {
+    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' });
+    try {
+      failing.inbox.refuse = true;
+      const { email } = await registeredUser(failing);
+      expect((await new Browser(failing.url).post('/v1/auth/password-reset/request', { email })).status).toBe(200);
+      await waitUntil(async () => (await failing.db('emails').where({ to_address: email, status: 'failed' }).first()) !== undefined, 'the email to fail');
+      expect(await failing.db('emails').where({ to_address: email }).first()).toMatchObject({
+        status: 'failed',
+        attempts: 2,
+        last_error: expect.stringContaining('Mailbox unavailable'),
+        sealed_body: null,
+        sent_at: null,
+      });
+    } finally {
+      await failing.close();
+    }
+  });
+});

@@ -1,3 +1,4 @@
+import { isIP } from 'node:net';
 import { z } from 'zod';
 
 /**
@@ -102,6 +103,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (oidcSet !== 0 && oidcSet !== 3) {
     throw new ConfigError('Invalid configuration:\n  OIDC_ISSUER, OIDC_CLIENT_ID, OIDC_CLIENT_SECRET: set all three or none');
   }
+  if (e.OIDC_ISSUER && !isHttpsOrLoopback(e.OIDC_ISSUER)) {
+    throw new ConfigError('Invalid configuration:\n  OIDC_ISSUER: must be an https URL (http only on a loopback host)');
+  }
   const secure = e.SESSION_COOKIE_SECURE ?? e.NODE_ENV === 'production';
   if (sameSite === 'none' && !secure) {
     throw new ConfigError('Invalid configuration:\n  SESSION_COOKIE_SAMESITE: "none" requires SESSION_COOKIE_SECURE=true');
@@ -146,6 +150,20 @@ function parseTrustProxy(value: string | undefined): boolean | number | string {
   if (value === undefined || value === 'false') return false;
   if (value === 'true') return true;
   return /^\d+$/.test(value) ? Number(value) : value;
+}
+
+/** 127.0.0.0/8, ::1 and localhost: hosts that never leave the machine. */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[(.*)\]$/, '$1').toLowerCase();
+  if (host === 'localhost') return true;
+  if (isIP(host) === 4) return host.split('.')[0] === '127';
+  return isIP(host) === 6 && (host === '::1' || host === '0:0:0:0:0:0:0:1');
+}
+
+/** An https URL, or an http one on a loopback host (tests and local development). */
+export function isHttpsOrLoopback(url: string): boolean {
+  const parsed = new URL(url);
+  return parsed.protocol === 'https:' || (parsed.protocol === 'http:' && isLoopbackHost(parsed.hostname));
 }
 
 function titleCase(name: string): string {

@@ -6,6 +6,7 @@ import { AccountsService } from './accounts/accounts.service.ts';
 import { SessionCookies } from './accounts/cookies.ts';
 import { PasswordResetService, passwordResetJob } from './accounts/password-reset.service.ts';
 import { SessionStore } from './accounts/sessions.ts';
+import { SsoService } from './accounts/sso.service.ts';
 import { Mailer } from './adapters/mailer.ts';
 import type { Config } from './config.ts';
 import { Keyring } from './crypto.ts';
@@ -14,6 +15,8 @@ import { authenticationNotBuilt } from './http/not-implemented.ts';
 import type { SecurityHandlers } from './http/openapi.ts';
 import { sessionAuthentication } from './http/security.ts';
 import type { JobDefinition } from './jobs/queue.ts';
+import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
+import { OrganizationsService } from './organizations/organizations.service.ts';
 import { RateLimiter } from './rate-limit/rate-limiter.ts';
 
 export interface ContainerDeps {
@@ -37,7 +40,10 @@ export function createContainer(deps: ContainerDeps) {
   const outbox = new EmailOutbox(boss, keyring);
   const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources });
   const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
-  return { ...deps, keyring, sessions, cookies, limiter, mailer, outbox, accounts, passwordReset };
+  const sso = new SsoService({ db, sessions, keyring, config });
+  const organizations = new OrganizationsService(db);
+  const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
+  return { ...deps, keyring, sessions, cookies, limiter, mailer, outbox, accounts, passwordReset, sso, organizations, invitations };
 }
 
 export type Container = ReturnType<typeof createContainer>;
@@ -47,6 +53,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
   return [
     sendEmailJob({ db: c.db, keyring: c.keyring, mailer: c.mailer, retry: c.config.emailRetry }),
     passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
+    expireInvitationsJob(c.invitations),
   ] as JobDefinition[];
 }
 

@@ -10,6 +10,8 @@ const SEAL = 'email-body';
 export interface QueuedEmail extends OutgoingEmail {
   /** What kind of email it is, e.g. `password_reset`; kept for the record. */
   template: string;
+  /** The invitation the email belongs to, whose delivery status it reports. */
+  invitationId?: number;
 }
 
 /**
@@ -29,7 +31,7 @@ export class EmailOutbox {
   async enqueue(trx: Knex.Transaction, email: QueuedEmail): Promise<number> {
     const body = this.#keyring.encrypt(SEAL, JSON.stringify({ text: email.text, html: email.html }));
     const [row] = await trx('emails')
-      .insert({ to_address: email.to, subject: email.subject, template: email.template, sealed_body: body })
+      .insert({ to_address: email.to, subject: email.subject, template: email.template, sealed_body: body, invitation_id: email.invitationId ?? null })
       .returning('id');
     const id = (row as { id: number }).id;
     await enqueue(this.#boss, trx, SEND_EMAIL_QUEUE, { emailId: id });

@@ -17,3 +17,15 @@ export function passwordResetEmail(input: { name: string; link: string }): Omit<
     'Choose a new password',
   );
 }
+
+export function invitationEmail(input: { organization: string; inviter: string; role: string; link: string; expiresAt: Date }): Omit<OutgoingEmail, 'to'> {
+  return withLink(
+    `${input.inviter} invited you to ${input.organization}`,
+    [
+      `${input.inviter} invited you to join ${input.organization} as ${input.role === 'admin' ? 'an' : 'a'} ${input.role}.`,
+      `The invitation is valid until ${input.expiresAt.toUTCString()}.`,
+    ],
+    input.link,
+    'Accept the invitation',
+  );
+}

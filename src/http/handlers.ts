@@ -1,5 +1,8 @@
 import { accountHandlers } from '../accounts/accounts.handlers.ts';
+import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
+import { invitationHandlers } from '../invitations/invitations.handlers.ts';
+import { organizationHandlers } from '../organizations/organizations.handlers.ts';
 import { platformHandlers } from '../platform/platform.handlers.ts';
 import { notBuilt } from './not-implemented.ts';
 import type { Handlers } from './types.ts';
@@ -12,18 +15,10 @@ export function buildHandlers(c: Container): Handlers {
   return {
     ...platformHandlers(c),
     ...accountHandlers(c),
-    ...notBuilt(['listSsoProviders', 'startSsoLogin', 'completeSsoLogin']),
-    ...notBuilt(['getOrganization', 'updateOrganization', 'listMembers', 'createInvitation', 'listInvitations', 'resendInvitation']),
-    ...notBuilt([
-      'listMyInvitations',
-      'previewInvitation',
-      'acceptInvitationByToken',
-      'rejectInvitationByToken',
-      'acceptInvitation',
-      'rejectInvitation',
-      'registerWithInvitation',
-      'startInvitationSso',
-    ]),
+    ...ssoHandlers(c),
+    ...organizationHandlers(c),
+    ...invitationHandlers(c),
+    ...notBuilt(['startInvitationSso']),
     ...notBuilt(['listDeployableModels', 'getDeployableModel']),
     ...notBuilt(['listDeployments', 'getDeployment', 'createDeployment', 'deleteDeployment']),
     ...notBuilt(['listApiKeys', 'createApiKey', 'listApiKeyDeploymentOptions', 'updateApiKey', 'revokeApiKey']),

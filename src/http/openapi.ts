@@ -3,6 +3,8 @@ import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
 import type { ErrorObject } from 'ajv';
 import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
+import type { Principal } from '../accounts/principal.ts';
+import { authorize } from './authorization.ts';
 import { setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
 
@@ -40,7 +42,7 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
   assertEveryOperationHasAHandler(document, handlers);
 
   const api = new OpenAPIBackend({
-    definition: structuredClone(document),
+    definition: withoutScalarExplode(structuredClone(document)),
     strict: true,
     validate: true,
     coerceTypes: true,
@@ -91,16 +93,20 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
         query: context.request.query,
         headers: req.headers,
         cookies: context.request.cookies,
-        auth: authenticatedPrincipal(context),
+        auth: authenticatedPrincipal(context) as Principal | undefined,
         requestId: req.id,
         log: req.log,
         req,
         res,
       };
+      authorize(operationId, handlerContext.auth);
       const reply = await handler(handlerContext);
       if (res.headersSent) return;
       if (validateResponses) {
-        const result = api.validateResponse(reply.body, context.operation, reply.status);
+        // A response documented without content (a redirect) has no body; openapi-backend would check it against `default`.
+        const result = documentedWithoutContent(context.operation, reply.status)
+          ? { errors: reply.body === undefined ? null : [{ message: 'must have no body' }] }
+          : api.validateResponse(reply.body, context.operation, reply.status);
         if (result.errors) {
           req.log.error({ operationId, status: reply.status, errors: result.errors }, 'response does not match the OpenAPI document');
           throw new AppError('INTERNAL_ERROR', 'The server produced a response that does not match its contract.');
@@ -140,6 +146,32 @@ function authenticatedPrincipal(context: Context): unknown {
     if (result && !result.error) return result;
   }
   return undefined;
+}
+
+function documentedWithoutContent(operation: Context['operation'], status: number): boolean {
+  const response = operation.responses?.[String(status)];
+  return response !== undefined && !('$ref' in response) && !response.content;
+}
+
+/**
+ * TypeSpec writes `explode: false` on every query parameter, and openapi-backend then splits the
+ * value of any such parameter at commas into an array, so a string or number fails validation (and
+ * a string with a comma loses it). `explode` has no effect on a scalar (OpenAPI 3.0, Parameter
+ * Object), so it is dropped wherever the schema is not an array.
+ */
+function withoutScalarExplode(document: Document): Document {
+  const schemas = (document.components?.schemas ?? {}) as Record<string, { type?: string }>;
+  const isArray = (schema: { type?: string; $ref?: string } | undefined): boolean =>
+    schema?.type === 'array' || (schema?.$ref !== undefined && schemas[schema.$ref.split('/').pop() ?? '']?.type === 'array');
+  const parameters: unknown[] = Object.values(document.components?.parameters ?? {});
+  for (const pathItem of Object.values(document.paths ?? {})) {
+    parameters.push(...(pathItem?.parameters ?? []));
+    for (const method of METHODS) parameters.push(...(pathItem?.[method]?.parameters ?? []));
+  }
+  for (const parameter of parameters as Array<{ in?: string; explode?: boolean; schema?: { type?: string; $ref?: string } }>) {
+    if (parameter.in === 'query' && parameter.explode === false && !isArray(parameter.schema)) delete parameter.explode;
+  }
+  return document;
 }
 
 function assertEveryOperationHasAHandler(document: Document, handlers: Handlers): void {

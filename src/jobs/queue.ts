@@ -19,6 +19,8 @@ export interface JobDefinition<Data extends object = object> {
   retryDelaySeconds?: number;
   /** How many jobs of this queue one worker process runs at once. */
   concurrency?: number;
+  /** A cron expression (UTC) when the job runs on a schedule, once across all workers. */
+  schedule?: string;
   handle(data: Data, context: JobContext): Promise<void>;
 }
 
@@ -57,6 +59,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
   }
   if (!options.work) return;
   for (const job of options.jobs) {
+    if (job.schedule) await boss.schedule(job.queue, job.schedule);
     await boss.work(
       job.queue,
       // NOTIFY wakes workers for new jobs at once; retries and delayed jobs are found by polling.

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { REQUIRED_ROLE } from '../../src/http/authorization.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 
 /** The conventions every operation of the contract keeps (STYLE.md, DESIGN.md §3). */
@@ -78,6 +79,11 @@ describe('the OpenAPI document', () => {
   it('documents 401 on every route that needs a credential', () => {
     const missing = operations.filter(({ operation }) => schemesOf(operation).length > 0 && !operation.responses['401']).map((o) => o.route);
     expect(missing).toEqual([]);
+  });
+
+  it('states the role of every operation that accepts a session (src/http/authorization.ts)', () => {
+    const sessionOperations = operations.filter(({ operation }) => usesCookie(operation)).map(({ operation }) => operation.operationId);
+    expect(Object.keys(REQUIRED_ROLE).sort()).toEqual(sessionOperations.sort());
   });
 
   it('offers API keys only on inference routes', () => {

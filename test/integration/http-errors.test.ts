@@ -62,7 +62,8 @@ describe('HTTP error handling', () => {
   });
 
   it('answers an operation that is not built yet with 501 NOT_IMPLEMENTED', async () => {
-    await expectProblem(await fetch(`${app.url}/v1/invitations/by-token/abc`), 501, 'NOT_IMPLEMENTED');
+    const event = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
+    await expectProblem(await post('/v1/billing/webhook', JSON.stringify(event), { 'stripe-signature': 't=1,v1=abc' }), 501, 'NOT_IMPLEMENTED');
   });
 
   it('answers a session route without a session with 401 UNAUTHENTICATED', async () => {

@@ -45,6 +45,27 @@ const document = {
         },
       },
     },
+    '/search': {
+      get: {
+        operationId: 'search',
+        // As TypeSpec writes every query parameter.
+        parameters: [
+          { name: 'q', in: 'query', explode: false, schema: { type: 'string' } },
+          { name: 'page', in: 'query', explode: false, schema: { type: 'integer' } },
+        ],
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    '/go': {
+      get: {
+        operationId: 'go',
+        parameters: [{ name: 'with_body', in: 'query', schema: { type: 'boolean', default: false } }],
+        responses: {
+          302: { description: 'redirect', headers: { Location: { schema: { type: 'string' } } } },
+          default: { description: 'error', content: { 'application/json': { schema: problem } } },
+        },
+      },
+    },
     '/items/{item_id}': {
       get: {
         operationId: 'getItem',
@@ -76,6 +97,8 @@ const handlers = {
   // Breaks its own contract on purpose: `id` must be an integer.
   getItem: ({ params }: { params: { item_id: number } }) => ({ status: 200, body: { id: params.item_id === 13 ? 'thirteen' : params.item_id } }),
   getPrivate: () => ({ status: 200, body: {} }),
+  search: ({ query }: { query: object }) => ({ status: 200, body: query }),
+  go: ({ query }: { query: { with_body: boolean } }) => ({ status: 302, body: query.with_body ? { to: 'x' } : undefined, headers: { Location: 'https://example.com/' } }),
 } as unknown as Handlers;
 
 describe('OpenAPI binding', () => {
@@ -112,6 +135,18 @@ describe('OpenAPI binding', () => {
     expect(response.status).toBe(422);
     expect((await jsonOf<Problem>(response)).errors).toEqual([{ location: 'query/limit', message: 'must be <= 500' }]);
     expect((await fetch(`${url}/items?limit=abc`)).status).toBe(422);
+  });
+
+  it('reads a scalar query parameter with explode false as one value, commas included', async () => {
+    expect(await jsonOf(await fetch(`${url}/search?q=a,b&page=2`))).toEqual({ q: 'a,b', page: 2 });
+  });
+
+  it('answers a response documented without content (a redirect) with no body, and refuses one with a body', async () => {
+    const response = await fetch(`${url}/go`, { redirect: 'manual' });
+    expect(response.status).toBe(302);
+    expect(response.headers.get('location')).toBe('https://example.com/');
+    expect(await response.text()).toBe('');
+    expect((await fetch(`${url}/go?with_body=true`, { redirect: 'manual' })).status).toBe(500);
   });
 
   it('turns a security handler failure into its error', async () => {

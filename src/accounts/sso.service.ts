@@ -1,0 +1,228 @@
+import type { Knex } from 'knex';
+import type { components } from '../../generated/api.d.ts';
+import { OidcClient, type AuthorizationChecks, type AuthorizationResponse, type OidcClaims } from '../adapters/oidc.ts';
+import type { Config } from '../config.ts';
+import { constantTimeEqual, type Keyring } from '../crypto.ts';
+import { AppError } from '../errors.ts';
+import { displayName, isUniqueViolation, normalizeEmail } from './accounts.service.ts';
+import type { NewSession, SessionStore } from './sessions.ts';
+
+type SsoProviderList = components['schemas']['SsoProviderList'];
+
+/** How long a sign-in attempt (the `sso_state` cookie) stays valid. */
+export const SSO_STATE_MAX_AGE_SECONDS = 600;
+const STATE_PURPOSE = 'sso-state';
+
+/** What the `sso_state` cookie carries, sealed with the server key: one attempt, bound to one browser. */
+interface SealedState extends AuthorizationChecks {
+  returnTo: string;
+  invitationToken?: string;
+  /** Epoch milliseconds. */
+  issuedAt: number;
+}
+
+export interface BeginInput {
+  /** The provider's name (the `{provider}` path segment). */
+  provider: string;
+  /** Path on the web app to land on; default `/`. */
+  returnTo?: string | undefined;
+  /** An invitation to act on once the user is signed in (the invitations flow). */
+  invitationToken?: string | undefined;
+}
+
+export interface BeginResult {
+  /** Where to send the browser: the provider's authorization URL. */
+  authorizationUrl: string;
+  /** The value of the `sso_state` cookie. */
+  sealedState: string;
+}
+
+export interface CompleteInput extends AuthorizationResponse {
+  /** The provider's name (the `{provider}` path segment). */
+  provider: string;
+  error?: string | undefined;
+  /** The `sso_state` cookie the browser sent, if any. */
+  sealedState: string | undefined;
+}
+
+export interface CompletedSignIn extends NewSession {
+  /** The web app path to land on, as given at `begin`. */
+  returnTo: string;
+  invitationToken: string | undefined;
+  /** How the user was found: by the provider's subject, by a verified email (now linked), or new. */
+  outcome: 'existing' | 'linked' | 'created';
+}
+
+/**
+ * Single sign-on with the one OpenID Connect provider of the server (`OIDC_*`). `begin` starts an
+ * attempt and seals its state for the browser's `sso_state` cookie; `complete` verifies the
+ * provider's answer against that cookie, finds, links or creates the user and starts a session.
+ */
+export class SsoService {
+  readonly #db: Knex;
+  readonly #sessions: SessionStore;
+  readonly #keyring: Keyring;
+  readonly #provider: { name: string; displayName: string };
+  readonly #publicUrl: string;
+  readonly #client: OidcClient | undefined;
+
+  constructor(deps: { db: Knex; sessions: SessionStore; keyring: Keyring; config: Pick<Config, 'oidc' | 'publicUrl'> }) {
+    const { oidc, publicUrl } = deps.config;
+    this.#db = deps.db;
+    this.#sessions = deps.sessions;
+    this.#keyring = deps.keyring;
+    this.#provider = { name: oidc.providerName, displayName: oidc.displayName };
+    this.#publicUrl = publicUrl;
+    this.#client =
+      oidc.issuer && oidc.clientId && oidc.clientSecret
+        ? new OidcClient({
+            issuer: oidc.issuer,
+            clientId: oidc.clientId,
+            clientSecret: oidc.clientSecret,
+            redirectUri: `${publicUrl}/v1/sso/callback/${oidc.providerName}`,
+          })
+        : undefined;
+  }
+
+  /** The provider name sessions started here carry as `auth_method`. */
+  get providerName(): string {
+    return this.#provider.name;
+  }
+
+  listProviders(): SsoProviderList {
+    const configured = this.#client !== undefined;
+    return {
+      providers: [
+        {
+          name: this.#provider.name,
+          display_name: this.#provider.displayName,
+          configured,
+          login_url: configured ? `${this.#publicUrl}/v1/sso/login/${this.#provider.name}` : null,
+        },
+      ],
+    };
+  }
+
+  /** Starts an attempt: fresh state, nonce and PKCE verifier, sealed with `returnTo` (and the invitation, if any). */
+  async begin(input: BeginInput): Promise<BeginResult> {
+    const oidc = this.#clientFor(input.provider);
+    const returnTo = input.returnTo ?? '/';
+    assertReturnTo(returnTo);
+    const checks = OidcClient.newChecks();
+    const state: SealedState = { ...checks, returnTo, issuedAt: Date.now() };
+    if (input.invitationToken !== undefined) state.invitationToken = input.invitationToken;
+    const authorizationUrl = await oidc.authorizationUrl(checks);
+    return { authorizationUrl, sealedState: this.#keyring.encrypt(STATE_PURPOSE, JSON.stringify(state)) };
+  }
+
+  /**
+   * Verifies the provider's answer (error, state against the cookie, then the code exchange and the
+   * ID token) and signs the user in: found by subject, else by verified email and linked, else
+   * created without an organization. One transaction for every write.
+   */
+  async complete(input: CompleteInput): Promise<CompletedSignIn> {
+    const oidc = this.#clientFor(input.provider);
+    if (input.error) {
+      throw new AppError('SSO_FAILED', `The identity provider did not sign you in: ${input.error}.`);
+    }
+    if (!input.code || !input.state) {
+      throw new AppError('SSO_FAILED', 'The identity provider sent no `code` or no `state`.');
+    }
+    const attempt = this.#unseal(input.sealedState);
+    if (!constantTimeEqual(input.state, attempt.state)) {
+      throw new AppError('SSO_FAILED', 'The `state` does not match this browser’s sign-in attempt. Start the sign-in again.');
+    }
+    const claims = await oidc.exchange({ code: input.code, state: input.state, iss: input.iss }, attempt);
+    if (!claims.email || !claims.email_verified) {
+      throw new AppError('SSO_FAILED', 'The identity provider did not assert a verified email address.');
+    }
+    const verified = { ...claims, email: claims.email };
+    const signedIn = await this.#signIn(verified).catch((error: unknown) => {
+      // Two first sign-ins of the same person at once: the loser finds what the winner created.
+      if (isUniqueViolation(error, 'user_identities_provider_subject_unique') || isUniqueViolation(error, 'users_email_unique')) {
+        return this.#signIn(verified);
+      }
+      throw error;
+    });
+    return { ...signedIn, returnTo: attempt.returnTo, invitationToken: attempt.invitationToken };
+  }
+
+  async #signIn(claims: OidcClaims & { email: string }): Promise<NewSession & { outcome: CompletedSignIn['outcome'] }> {
+    const provider = this.#provider.name;
+    const email = normalizeEmail(claims.email);
+    return this.#db.transaction(async (trx) => {
+      let outcome: CompletedSignIn['outcome'] = 'existing';
+      const identity = await trx('user_identities').where({ provider, subject: claims.sub }).first('id', 'user_id', 'email');
+      let userId: number | undefined = identity?.user_id;
+      if (identity && identity.email !== email) {
+        await trx('user_identities').where({ id: identity.id }).update({ email });
+      }
+      if (userId === undefined) {
+        const user = await trx('users').whereRaw('lower(email) = ?', [email]).first('id');
+        if (user) {
+          userId = user.id as number;
+          outcome = 'linked';
+        } else {
+          const [created] = await trx('users')
+            .insert({
+              email,
+              password_hash: null,
+              name: displayName({ name: claims.name, first_name: claims.given_name, last_name: claims.family_name }, email),
+              first_name: claims.given_name ?? null,
+              last_name: claims.family_name ?? null,
+            })
+            .returning('id');
+          userId = (created as { id: number }).id;
+          outcome = 'created';
+        }
+        await trx('user_identities').insert({ user_id: userId, provider, subject: claims.sub, email });
+      }
+      const organizationId = await currentOrganization(trx, userId);
+      const session = await this.#sessions.create(trx, { userId, organizationId, authMethod: provider });
+      return { ...session, outcome };
+    });
+  }
+
+  /** The client of `provider`: 404 `NOT_FOUND` for another name, 404 `SSO_NOT_CONFIGURED` without settings. */
+  #clientFor(provider: string): OidcClient {
+    if (provider !== this.#provider.name) throw new AppError('NOT_FOUND', 'No SSO provider has this name; see GET /v1/sso/providers.');
+    if (!this.#client) {
+      throw new AppError('SSO_NOT_CONFIGURED', `Sign-in with ${this.#provider.displayName} is not configured on this server.`);
+    }
+    return this.#client;
+  }
+
+  #unseal(sealed: string | undefined): SealedState {
+    const missing = new AppError('SSO_FAILED', 'This browser has no sign-in attempt in progress (the sso_state cookie is missing or expired). Start the sign-in again.');
+    if (!sealed) throw missing;
+    let state: SealedState;
+    try {
+      state = JSON.parse(this.#keyring.decrypt(STATE_PURPOSE, sealed)) as SealedState;
+    } catch {
+      throw missing;
+    }
+    const age = Date.now() - state.issuedAt;
+    if (!(age >= 0 && age <= SSO_STATE_MAX_AGE_SECONDS * 1000)) throw missing;
+    return state;
+  }
+}
+
+/** A path on the web app: one leading `/`, never `//` or `/\`, no control characters. */
+function assertReturnTo(returnTo: string): void {
+  // eslint-disable-next-line no-control-regex
+  if (!/^\/(?![/\\])/.test(returnTo) || /[\u0000-\u001f\u007f]/.test(returnTo) || returnTo.length > 2048) {
+    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+      errors: [{ location: 'query/return_to', message: 'must be a path on the web app starting with a single `/`' }],
+    });
+  }
+}
+
+/** The organization a new session starts in: the last one used, else the oldest membership, else none. */
+async function currentOrganization(trx: Knex.Transaction, userId: number): Promise<number | null> {
+  const user = await trx('users').where({ id: userId }).first('current_organization_id');
+  const membership = await trx('memberships')
+    .where({ user_id: userId })
+    .orderByRaw('organization_id = ? desc, created_at', [user?.current_organization_id ?? 0])
+    .first('organization_id');
+  return membership?.organization_id ?? null;
+}

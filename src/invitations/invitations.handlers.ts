@@ -1,0 +1,45 @@
+import { clientAddress, sessionOf } from '../accounts/accounts.handlers.ts';
+import { toSessionResponse } from '../accounts/accounts.service.ts';
+import type { SessionCookies } from '../accounts/cookies.ts';
+import type { Handlers } from '../http/types.ts';
+import type { InvitationsService } from './invitations.service.ts';
+
+type InvitationHandlers = Pick<
+  Handlers,
+  | 'listMyInvitations'
+  | 'previewInvitation'
+  | 'acceptInvitationByToken'
+  | 'rejectInvitationByToken'
+  | 'acceptInvitation'
+  | 'rejectInvitation'
+  | 'registerWithInvitation'
+>;
+
+export function invitationHandlers(deps: { invitations: InvitationsService; cookies: SessionCookies }): InvitationHandlers {
+  const { invitations, cookies } = deps;
+  return {
+    listMyInvitations: async (context) => ({ status: 200, body: await invitations.listMine(sessionOf(context)) }),
+    previewInvitation: async ({ params }) => ({ status: 200, body: await invitations.preview(params.token) }),
+    acceptInvitationByToken: async (context) => ({
+      status: 200,
+      body: await invitations.respondByToken(sessionOf(context), context.params.token, 'accept'),
+    }),
+    rejectInvitationByToken: async (context) => ({
+      status: 200,
+      body: await invitations.respondByToken(sessionOf(context), context.params.token, 'reject'),
+    }),
+    acceptInvitation: async (context) => ({
+      status: 200,
+      body: await invitations.respondById(sessionOf(context), context.params.invitation_id, 'accept'),
+    }),
+    rejectInvitation: async (context) => ({
+      status: 200,
+      body: await invitations.respondById(sessionOf(context), context.params.invitation_id, 'reject'),
+    }),
+    registerWithInvitation: async ({ body, req, res }) => {
+      const { token, principal } = await invitations.register(body, clientAddress(req));
+      cookies.set(res, token, principal.sessionId, principal.expiresAt);
+      return { status: 201, body: toSessionResponse(principal) };
+    },
+  };
+}

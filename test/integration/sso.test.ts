@@ -1,0 +1,291 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
+import { Browser, parseSetCookie } from '../helpers/browser.ts';
+import { jsonOf, type Problem } from '../helpers/http.ts';
+import { TestIdentityProvider, type IdpAccount } from '../helpers/oidc-provider.ts';
+import { RedirectBrowser } from '../helpers/redirect-browser.ts';
+
+const WEB_APP = 'https://app.example.com';
+const CALLBACK = `${APP_ORIGIN}/v1/sso/callback/testidp`;
+
+let idp: TestIdentityProvider;
+let app: TestApp;
+beforeAll(async () => {
+  idp = await new TestIdentityProvider(CALLBACK).start();
+  app = await startTestApp({ ...idp.env, OIDC_PROVIDER_NAME: 'testidp', WEB_APP_URL: WEB_APP });
+});
+afterAll(async () => {
+  await app?.close();
+  await idp?.stop();
+});
+
+type Session = { user: { id: number; email: string; name: string; organization: string; role: { name: string }; requires_profile_completion: boolean }; session: { auth_method: string } };
+
+const problemOf = (response: Response) => jsonOf<Problem>(response);
+
+function idpAccount(overrides: Partial<IdpAccount> = {}): IdpAccount {
+  return { sub: randomUUID(), email: uniqueEmail('sso'), email_verified: true, name: 'Grace Hopper', ...overrides };
+}
+
+/** A browser with no cookies anywhere, that reaches the service where its PUBLIC_URL points. */
+function freshBrowser(): RedirectBrowser {
+  return new RedirectBrowser({ [APP_ORIGIN]: app.url });
+}
+
+/** Signs `account` in through the whole redirect flow; returns the browser and the final redirect. */
+async function signInWithIdp(account: IdpAccount, loginPath = '/v1/sso/login/testidp') {
+  idp.signInAs(account);
+  const browser = freshBrowser();
+  const navigation = await browser.navigate(`${APP_ORIGIN}${loginPath}`);
+  return { browser, ...navigation };
+}
+
+/** The session the browser's cookies hold, as GET /v1/auth/session answers it. */
+async function sessionOf(browser: RedirectBrowser): Promise<Session> {
+  const response = await browser.request('GET', `${APP_ORIGIN}/v1/auth/session`);
+  expect(response.status).toBe(200);
+  return jsonOf<Session>(response);
+}
+
+/** Runs the flow up to the provider's redirect back to the callback, without following it. */
+async function untilCallback(account: IdpAccount) {
+  idp.signInAs(account);
+  const browser = freshBrowser();
+  const navigation = await browser.navigate(`${APP_ORIGIN}/v1/sso/login/testidp`, { stopBefore: (url) => url.href.startsWith(CALLBACK) });
+  expect(navigation.location).toMatch(new RegExp(`^${CALLBACK}\\?`));
+  return { browser, callback: new URL(navigation.location ?? '') };
+}
+
+describe('GET /v1/sso/providers', () => {
+  it('lists the configured provider with its login URL', async () => {
+    const response = await fetch(`${app.url}/v1/sso/providers`);
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({
+      providers: [{ name: 'testidp', display_name: 'Testidp', configured: true, login_url: `${APP_ORIGIN}/v1/sso/login/testidp` }],
+    });
+  });
+});
+
+describe('GET /v1/sso/login/{provider}', () => {
+  it('redirects to the provider with PKCE S256, state, nonce and scope, and sets the sso_state cookie', async () => {
+    const response = await fetch(`${app.url}/v1/sso/login/testidp?return_to=/deployments`, { redirect: 'manual' });
+    expect(response.status).toBe(302);
+    const location = new URL(response.headers.get('location') ?? '');
+    expect(location.origin).toBe(idp.issuer);
+    const query = Object.fromEntries(location.searchParams);
+    expect(query).toMatchObject({
+      client_id: idp.clientId,
+      redirect_uri: CALLBACK,
+      response_type: 'code',
+      scope: 'openid email profile',
+      code_challenge_method: 'S256',
+      state: expect.stringMatching(/^[\w-]{43}$/),
+      nonce: expect.stringMatching(/^[\w-]{43}$/),
+      code_challenge: expect.stringMatching(/^[\w-]{43}$/),
+    });
+    const cookies = response.headers.getSetCookie().map(parseSetCookie);
+    expect(cookies.map((c) => c.name)).toEqual(['sso_state']);
+    expect(cookies[0]?.attributes).toMatchObject({ path: '/v1/sso', 'max-age': '600', httponly: true, samesite: 'Lax' });
+    expect(cookies[0]?.attributes.secure).toBeUndefined();
+    // Sealed: nothing of the attempt can be read from the cookie.
+    expect(cookies[0]?.value).not.toContain(query.state);
+    expect(decodeURIComponent(cookies[0]?.value ?? '')).not.toContain('/deployments');
+  });
+
+  it.each(['//evil.example', '/\\evil.example', 'https://evil.example', 'deployments'])('refuses return_to %s with 422 VALIDATION_FAILED', async (returnTo) => {
+    const response = await fetch(`${app.url}/v1/sso/login/testidp?return_to=${encodeURIComponent(returnTo)}`, { redirect: 'manual' });
+    expect(response.status).toBe(422);
+    const problem = await problemOf(response);
+    expect(problem.code).toBe('VALIDATION_FAILED');
+    expect(problem.errors?.map((e) => e.location)).toEqual(['query/return_to']);
+    expect(response.headers.getSetCookie()).toEqual([]);
+  });
+
+  it('answers 404 NOT_FOUND for a provider name the server does not have', async () => {
+    for (const path of ['/v1/sso/login/google', '/v1/sso/callback/google?code=abc&state=def']) {
+      const response = await fetch(`${app.url}${path}`, { redirect: 'manual' });
+      expect(response.status).toBe(404);
+      expect(await problemOf(response)).toMatchObject({ code: 'NOT_FOUND' });
+    }
+  });
+});
+
+describe('signing in through the provider', () => {
+  it('creates a new user without an organization, who completes the profile with PATCH /v1/user/profile', async () => {
+    const account = idpAccount({ name: 'Grace Hopper' });
+    const { browser, response, location, visited } = await signInWithIdp(account, `/v1/sso/login/testidp?return_to=${encodeURIComponent('/deployments?view=all&ids=1,2')}`);
+
+    expect(visited.some((url) => url.startsWith(`${idp.issuer}/interaction/`))).toBe(true);
+    expect(response.status).toBe(302);
+    expect(location).toBe(`${WEB_APP}/deployments?view=all&ids=1,2`);
+    const setCookies = response.headers.getSetCookie().map(parseSetCookie);
+    expect(setCookies.find((c) => c.name === 'sso_state')?.value).toBe('');
+    expect(setCookies.find((c) => c.name === 'session')?.attributes).toMatchObject({ httponly: true, path: '/' });
+    expect(browser.cookie(`${APP_ORIGIN}/v1/sso/callback/testidp`, 'sso_state')).toBeUndefined();
+
+    const session = await sessionOf(browser);
+    expect(session).toMatchObject({
+      user: { email: account.email, name: 'Grace Hopper', organization: '', requires_profile_completion: true },
+      session: { auth_method: 'testidp' },
+    });
+    const user = await app.db('users').where({ id: session.user.id }).first();
+    expect(user).toMatchObject({ password_hash: null, current_organization_id: null });
+    expect(await app.db('user_identities').where({ user_id: user.id }).select('provider', 'subject', 'email')).toEqual([
+      { provider: 'testidp', subject: account.sub, email: account.email },
+    ]);
+
+    const csrf = browser.cookie(`${APP_ORIGIN}/`, 'csrf_token') ?? '';
+    expect(csrf).not.toBe('');
+    const completed = await browser.request('PATCH', `${APP_ORIGIN}/v1/user/profile`, {
+      headers: { origin: WEB_APP, 'x-csrf-token': csrf },
+      body: { organization: 'Navy Labs' },
+    });
+    expect(completed.status).toBe(200);
+    expect(await jsonOf(completed)).toMatchObject({
+      user: { id: user.id, organization: 'Navy Labs', role: { name: 'super_admin' }, requires_profile_completion: false },
+      session: { auth_method: 'testidp' },
+    });
+  });
+
+  it('links an existing password account with the same verified email, whatever its case', async () => {
+    const { email, user } = await registeredUser(app);
+    const account = idpAccount({ email: email.toUpperCase() });
+    const { browser, location } = await signInWithIdp(account);
+
+    expect(location).toBe(`${WEB_APP}/`);
+    const session = await sessionOf(browser);
+    expect(session.user).toMatchObject({ id: user.id, email, organization: `Org of ${email}`, role: { name: 'super_admin' }, requires_profile_completion: false });
+    expect(session.session.auth_method).toBe('testidp');
+    expect(await app.db('user_identities').where({ subject: account.sub }).select('user_id', 'email')).toEqual([{ user_id: user.id, email }]);
+    // The password still works.
+    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(200);
+  });
+
+  it('finds a returning user by subject, even when the provider now reports another email', async () => {
+    const account = idpAccount();
+    const first = await sessionOf((await signInWithIdp(account)).browser);
+    const newEmail = uniqueEmail('renamed');
+    const second = await sessionOf((await signInWithIdp({ ...account, email: newEmail })).browser);
+
+    expect(second.user.id).toBe(first.user.id);
+    expect(await app.db('users').whereRaw('lower(email) = ?', [newEmail]).first()).toBeUndefined();
+    expect(await app.db('user_identities').where({ subject: account.sub }).select('user_id', 'email')).toEqual([{ user_id: first.user.id, email: newEmail }]);
+    expect(await app.db('sessions').where({ user_id: first.user.id, auth_method: 'testidp' }).count({ n: '*' })).toEqual([{ n: '2' }]);
+  });
+
+  it('refuses an email the provider has not verified with 400 SSO_FAILED, creating and linking nothing', async () => {
+    const { email, user } = await registeredUser(app);
+    const { response } = await signInWithIdp(idpAccount({ email, email_verified: false }));
+
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('verified email') });
+    expect(response.headers.getSetCookie().map((c) => parseSetCookie(c).name)).toEqual(['sso_state']);
+    expect(await app.db('user_identities').where({ user_id: user.id }).first()).toBeUndefined();
+    expect(await app.db('users').whereRaw('lower(email) = ?', [email]).count({ n: '*' })).toEqual([{ n: '1' }]);
+  });
+
+  it('answers 400 SSO_FAILED repeating the provider error when the user declines', async () => {
+    idp.denyNext();
+    const browser = freshBrowser();
+    const { response, visited } = await browser.navigate(`${APP_ORIGIN}/v1/sso/login/testidp`);
+
+    expect(new URL(visited.at(-1) ?? '').searchParams.get('error')).toBe('access_denied');
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('access_denied') });
+    expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).toBeUndefined();
+  });
+});
+
+describe('the callback refuses what does not belong to this browser’s attempt', () => {
+  it('refuses a tampered sso_state cookie with 400 SSO_FAILED', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    const sealed = browser.cookie(callback.href, 'sso_state') ?? '';
+    const tampered = `${sealed.slice(0, -2)}${sealed.endsWith('AA') ? 'BB' : 'AA'}`;
+    browser.setCookie(callback.href, 'sso_state', tampered, '/v1/sso');
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('sso_state') });
+    expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).toBeUndefined();
+  });
+
+  it('refuses a callback without the sso_state cookie with 400 SSO_FAILED', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    browser.setCookie(callback.href, 'sso_state', undefined, '/v1/sso');
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED' });
+  });
+
+  it('refuses a state that is not the cookie’s with 400 SSO_FAILED', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    callback.searchParams.set('state', 'not-the-state-of-this-attempt');
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('state') });
+  });
+
+  it('refuses the answer to an earlier attempt once the browser started another', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    expect((await browser.request('GET', `${APP_ORIGIN}/v1/sso/login/testidp`)).status).toBe(302);
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED' });
+  });
+
+  it('refuses a replayed code: the provider does not exchange it twice', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    const sealed = browser.cookie(callback.href, 'sso_state') ?? '';
+    expect((await browser.navigate(callback.href)).response.status).toBe(302);
+
+    browser.setCookie(callback.href, 'sso_state', sealed, '/v1/sso');
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('invalid_grant') });
+  });
+
+  it('refuses an issuer that is not the configured one with 400 SSO_FAILED', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    callback.searchParams.set('iss', 'https://evil.example');
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED' });
+  });
+
+  it('refuses a callback without code or state with 400 SSO_FAILED', async () => {
+    const { browser, callback } = await untilCallback(idpAccount());
+    callback.searchParams.delete('code');
+
+    const { response } = await browser.navigate(callback.href);
+    expect(response.status).toBe(400);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_FAILED', detail: expect.stringContaining('`code`') });
+  });
+});
+
+describe('a server without OIDC settings', () => {
+  let bare: TestApp;
+  beforeAll(async () => {
+    bare = await startTestApp();
+  });
+  afterAll(() => bare?.close());
+
+  it('lists its provider as not configured, with no login URL', async () => {
+    const response = await fetch(`${bare.url}/v1/sso/providers`);
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({ providers: [{ name: 'google', display_name: 'Google', configured: false, login_url: null }] });
+  });
+
+  it('answers 404 SSO_NOT_CONFIGURED on its login and callback routes', async () => {
+    for (const path of ['/v1/sso/login/google', '/v1/sso/callback/google?code=abc&state=def']) {
+      const response = await fetch(`${bare.url}${path}`, { redirect: 'manual' });
+      expect(response.status).toBe(404);
+      expect(await problemOf(response)).toMatchObject({ code: 'SSO_NOT_CONFIGURED' });
+    }
+  });
+});

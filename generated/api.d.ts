@@ -822,17 +822,21 @@ export interface paths {
         /**
          * Start SSO for an invitation
          * @description Starts signing in with an SSO provider on behalf of an invitation. `provider` is a provider name
-         *     from `GET /v1/sso/providers` (the server setting `OIDC_PROVIDER_NAME`, default `google`).
-         *     Redirect the browser to the returned `authorization_url`; the provider sends it back to
+         *     from `GET /v1/sso/providers` (the server setting `OIDC_PROVIDER_NAME`, default `google`). The
+         *     response sets the short-lived `sso_state` cookie (as `GET /v1/sso/login/{provider}` does); send
+         *     the browser to the returned `authorization_url`. The provider sends it back to
          *     `GET /v1/sso/callback/{provider}`, which signs the user in (creating an account for the invitee
          *     email when none exists, without an organization of its own) and accepts the invitation, making
          *     the inviting organization the session's current one. The callback accepts only when the
-         *     provider's verified email is the invitee email; otherwise it still signs the user in, leaves the
-         *     invitation pending and reports `INVITATION_EMAIL_MISMATCH`. Needs no sign-in and no CSRF token, but an `Origin`
-         *     header, when present, must be allowed (403 `CSRF_FAILED`).
-         *     404 `INVITATION_NOT_FOUND`: no invitation has this token; 404 `SSO_NOT_CONFIGURED`: the
-         *     provider is unknown or not configured. 410 `INVITATION_EXPIRED`: past its expiry. 409
-         *     `INVITATION_NOT_PENDING`: already accepted, rejected or revoked.
+         *     provider's verified email is the invitee email; otherwise it still signs the user in and leaves
+         *     the invitation pending. It then redirects to the web app (`WEB_APP_URL`) with
+         *     `?invitation=accepted`, or `?invitation_error=CODE` naming why the invitation was not accepted
+         *     (`INVITATION_EMAIL_MISMATCH`, `INVITATION_EXPIRED`, `INVITATION_NOT_PENDING`, `ALREADY_A_MEMBER`).
+         *     Needs no sign-in and no CSRF token, but an `Origin` header, when present, must be allowed
+         *     (403 `CSRF_FAILED`).
+         *     404 `INVITATION_NOT_FOUND`: no invitation has this token; 404 `NOT_FOUND`: no provider has this
+         *     name; 404 `SSO_NOT_CONFIGURED`: the provider is not configured. 410 `INVITATION_EXPIRED`: past
+         *     its expiry. 409 `INVITATION_NOT_PENDING`: already accepted, rejected or revoked.
          */
         post: operations["startInvitationSso"];
         delete?: never;
@@ -6720,8 +6724,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 404 on SSO start: `INVITATION_NOT_FOUND`, no invitation has this token; or `SSO_NOT_CONFIGURED`,
-             *     the provider is unknown or not configured on this server.
+             * @description 404 on SSO start: `INVITATION_NOT_FOUND`, no invitation has this token; `NOT_FOUND`, no SSO
+             *     provider has this name; or `SSO_NOT_CONFIGURED`, the provider is not configured on this server.
              */
             404: {
                 headers: {

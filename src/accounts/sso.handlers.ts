@@ -1,10 +1,12 @@
 import type { Response } from 'express';
 import type { Config } from '../config.ts';
+import { isAppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
+import type { InvitationsService } from '../invitations/invitations.service.ts';
 import type { SessionCookies } from './cookies.ts';
 import { SSO_STATE_MAX_AGE_SECONDS, type SsoService } from './sso.service.ts';
 
-type SsoHandlers = Pick<Handlers, 'listSsoProviders' | 'startSsoLogin' | 'completeSsoLogin'>;
+type SsoHandlers = Pick<Handlers, 'listSsoProviders' | 'startSsoLogin' | 'completeSsoLogin' | 'startInvitationSso'>;
 
 export const SSO_STATE_COOKIE = 'sso_state';
 
@@ -32,8 +34,13 @@ export class SsoStateCookie {
   }
 }
 
-export function ssoHandlers(deps: { sso: SsoService; cookies: SessionCookies; config: Pick<Config, 'session' | 'webAppUrl'> }): SsoHandlers {
-  const { sso, cookies, config } = deps;
+export function ssoHandlers(deps: {
+  sso: SsoService;
+  invitations: InvitationsService;
+  cookies: SessionCookies;
+  config: Pick<Config, 'session' | 'webAppUrl'>;
+}): SsoHandlers {
+  const { sso, invitations, cookies, config } = deps;
   const stateCookie = new SsoStateCookie(config.session.secure);
   return {
     listSsoProviders: () => ({ status: 200, body: sso.listProviders() }),
@@ -56,7 +63,24 @@ export function ssoHandlers(deps: { sso: SsoService; cookies: SessionCookies; co
       const { token, principal } = signedIn;
       cookies.set(res, token, principal.sessionId, principal.expiresAt);
       log.info({ user_id: principal.user.id, sso: signedIn.outcome }, 'signed in with SSO');
-      return { status: 302, body: undefined, headers: { Location: new URL(`${config.webAppUrl}${signedIn.returnTo}`).href } };
+      const landing = new URL(`${config.webAppUrl}${signedIn.returnTo}`);
+      if (signedIn.invitationToken) {
+        // Signed in either way; the invitation is accepted only for the invitee's verified email.
+        try {
+          await invitations.respondByToken(principal, signedIn.invitationToken, 'accept');
+          landing.searchParams.set('invitation', 'accepted');
+        } catch (error) {
+          if (!isAppError(error)) throw error;
+          landing.searchParams.set('invitation_error', error.code);
+        }
+      }
+      return { status: 302, body: undefined, headers: { Location: landing.href } };
+    },
+    startInvitationSso: async ({ params, body, res }) => {
+      await invitations.assertOpen(body.token);
+      const { authorizationUrl, sealedState } = await sso.begin({ provider: params.provider, returnTo: '/', invitationToken: body.token });
+      stateCookie.set(res, sealedState);
+      return { status: 200, body: { authorization_url: authorizationUrl } };
     },
   };
 }

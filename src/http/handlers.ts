@@ -18,7 +18,6 @@ export function buildHandlers(c: Container): Handlers {
     ...ssoHandlers(c),
     ...organizationHandlers(c),
     ...invitationHandlers(c),
-    ...notBuilt(['startInvitationSso']),
     ...notBuilt(['listDeployableModels', 'getDeployableModel']),
     ...notBuilt(['listDeployments', 'getDeployment', 'createDeployment', 'deleteDeployment']),
     ...notBuilt(['listApiKeys', 'createApiKey', 'listApiKeyDeploymentOptions', 'updateApiKey', 'revokeApiKey']),

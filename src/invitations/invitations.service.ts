@@ -141,6 +141,13 @@ export class InvitationsService {
     };
   }
 
+  /** Refuses a token that cannot be accepted (404, 410, 409), before an SSO sign-in on its behalf. */
+  async assertOpen(token: string): Promise<void> {
+    const invitation = await this.#db('invitations').where({ token_hash: hashToken(token) }).first('status', 'expires_at');
+    if (!invitation) throw notFound();
+    assertPending(invitation);
+  }
+
   /** Accepts or declines by token; the signed-in user's email must be the invitee's. */
   async respondByToken(principal: SessionPrincipal, token: string, response: Response): Promise<Invitation> {
     return this.#respond(principal, response, (trx) => trx('invitations').where({ token_hash: hashToken(token) }), 'mismatch');

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hashToken } from '../../src/crypto.ts';
 import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, parseSetCookie } from '../helpers/browser.ts';
@@ -287,5 +288,68 @@ describe('a server without OIDC settings', () => {
       expect(response.status).toBe(404);
       expect(await problemOf(response)).toMatchObject({ code: 'SSO_NOT_CONFIGURED' });
     }
+  });
+});
+
+describe('SSO on behalf of an invitation', () => {
+  /** Starts SSO for an invitation through the API, then follows the provider's redirects. */
+  async function acceptWithSso(token: string, account: IdpAccount) {
+    idp.signInAs(account);
+    const browser = freshBrowser();
+    const started = await browser.request('POST', `${APP_ORIGIN}/v1/invitations/sso/testidp/start`, { body: { token } });
+    expect(started.status).toBe(200);
+    const { authorization_url } = await jsonOf<{ authorization_url: string }>(started);
+    expect(new URL(authorization_url).origin).toBe(idp.issuer);
+    const navigation = await browser.navigate(authorization_url);
+    return { browser, landing: new URL(navigation.location ?? '') };
+  }
+
+  async function invitationFor(email: string) {
+    const owner = await registeredUser(app, { organization: 'SSO Inviters' });
+    const created = await owner.browser.post('/v1/organization/invitations', { email, role: 'member' });
+    expect(created.status).toBe(201);
+    const message = await app.inbox.next(email);
+    return { owner, token: /\/invitations\/([a-z2-7]+)/.exec(message.text)?.[1] ?? '' };
+  }
+
+  it('signs the invitee in, creates their account without an organization of its own, and accepts', async () => {
+    const account = idpAccount();
+    const { owner, token } = await invitationFor(account.email);
+    const { browser, landing } = await acceptWithSso(token, account);
+    expect(landing.origin + landing.pathname).toBe(`${WEB_APP}/`);
+    expect(landing.searchParams.get('invitation')).toBe('accepted');
+    expect(await sessionOf(browser)).toMatchObject({
+      user: { email: account.email, organization: 'SSO Inviters', role: { name: 'member' }, requires_profile_completion: false },
+      session: { auth_method: 'testidp' },
+    });
+    const members = await jsonOf<Array<{ email: string }>>(await owner.browser.get('/v1/organization/members'));
+    expect(members.map((m) => m.email)).toContain(account.email);
+  });
+
+  it('signs in but leaves the invitation pending when the verified email is not the invitee’s', async () => {
+    const { owner, token } = await invitationFor(uniqueEmail('invitee'));
+    const { browser, landing } = await acceptWithSso(token, idpAccount());
+    expect(landing.searchParams.get('invitation_error')).toBe('INVITATION_EMAIL_MISMATCH');
+    expect((await sessionOf(browser)).user.requires_profile_completion).toBe(true);
+    const invitations = await jsonOf<Array<{ status: string }>>(await owner.browser.get('/v1/organization/invitations'));
+    expect(invitations[0]?.status).toBe('pending');
+  });
+
+  it('refuses to start for an unknown, used or expired token', async () => {
+    const unknown = await new Browser(app.url).post('/v1/invitations/sso/testidp/start', { token: 'nosuchtoken' });
+    expect(unknown.status).toBe(404);
+    expect((await problemOf(unknown)).code).toBe('INVITATION_NOT_FOUND');
+
+    const { token } = await invitationFor(uniqueEmail('late'));
+    await app.db('invitations').where({ token_hash: hashToken(token) }).update({ expires_at: new Date(Date.now() - 1000) });
+    const expired = await new Browser(app.url).post('/v1/invitations/sso/testidp/start', { token });
+    expect(expired.status).toBe(410);
+  });
+
+  it('answers 404 NOT_FOUND for a provider the server does not have', async () => {
+    const { token } = await invitationFor(uniqueEmail('other'));
+    const response = await new Browser(app.url).post('/v1/invitations/sso/nope/start', { token });
+    expect(response.status).toBe(404);
+    expect((await problemOf(response)).code).toBe('NOT_FOUND');
   });
 });

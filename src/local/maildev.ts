@@ -1,8 +1,8 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createRequire } from 'node:module';
 import { connect } from 'node:net';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Logger } from 'pino';
 
 export interface LocalInbox {
@@ -16,8 +16,7 @@ export interface LocalInbox {
  * service sends and shows it in a web inbox. Started by `make run` when `SMTP_URL` is not set.
  */
 export async function startMailDev(options: { smtpPort: number; webPort: number; log: Logger }): Promise<LocalInbox> {
-  const require = createRequire(import.meta.url);
-  const bin = path.join(path.dirname(require.resolve('maildev/package.json')), 'dist', 'bin', 'maildev.js');
+  const bin = path.join(path.dirname(fileURLToPath(import.meta.resolve('maildev'))), 'bin', 'maildev.js');
   const child = spawn(
     process.execPath,
     [bin, '--smtp', String(options.smtpPort), '--web', String(options.webPort), '--ip', '127.0.0.1', '--web-ip', '127.0.0.1', '--silent'],

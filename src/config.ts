@@ -43,6 +43,13 @@ const schema = z.object({
   OIDC_PROVIDER_NAME: z.string().regex(/^[a-z0-9-]{1,64}$/, 'must be lower-case letters, digits or dashes').default('google'),
   OIDC_DISPLAY_NAME: z.string().min(1).optional(),
   MAX_ACTIVE_RESOURCES: z.coerce.number().int().min(0).default(5),
+  CLUSTER_SIMULATOR: booleanFlag.optional(),
+  CLUSTER_SIMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(9997),
+  CLUSTER_SIMULATOR_MODEL_LOAD_MS: z.coerce.number().int().min(0).default(3000),
+  RECONCILE_INTERVAL_SECONDS: z.coerce.number().min(0.2).default(30),
+  DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
+  DEPLOYMENT_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(1800),
+  READINESS_POLL_SECONDS: z.coerce.number().min(0.1).default(2),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
 });
 
@@ -77,6 +84,18 @@ export interface Config {
   oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
   /** Active deployments a new billing account may hold. */
   maxActiveResources: number;
+  /** The local GPU cluster simulator (a stand-in) that `make run` starts and registers. */
+  clusterSimulator: { enabled: boolean; port: number; modelLoadMs: number };
+  provisioning: {
+    /** How often the reconciler looks for deployments stuck in a step or lost by their engine. */
+    reconcileIntervalSeconds: number;
+    /** How long a step may go without progress before the reconciler resumes it. */
+    stuckAfterSeconds: number;
+    /** How long a model may take to load before the deployment fails its health check. */
+    startTimeoutSeconds: number;
+    /** How often a loading model's readiness is checked. */
+    readinessPollSeconds: number;
+  };
   shutdownTimeoutMs: number;
 }
 
@@ -139,6 +158,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       clientSecret: e.OIDC_CLIENT_SECRET,
     },
     maxActiveResources: e.MAX_ACTIVE_RESOURCES,
+    clusterSimulator: {
+      enabled: e.CLUSTER_SIMULATOR ?? e.NODE_ENV === 'development',
+      port: e.CLUSTER_SIMULATOR_PORT,
+      modelLoadMs: e.CLUSTER_SIMULATOR_MODEL_LOAD_MS,
+    },
+    provisioning: {
+      reconcileIntervalSeconds: e.RECONCILE_INTERVAL_SECONDS,
+      stuckAfterSeconds: e.DEPLOYMENT_STUCK_AFTER_SECONDS,
+      startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
+      readinessPollSeconds: e.READINESS_POLL_SECONDS,
+    },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
   };
 }

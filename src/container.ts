@@ -18,6 +18,10 @@ import type { JobDefinition } from './jobs/queue.ts';
 import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
 import { OrganizationsService } from './organizations/organizations.service.ts';
 import { RateLimiter } from './rate-limit/rate-limiter.ts';
+import { CatalogService } from './catalog/catalog.service.ts';
+import { ClustersService } from './clusters/clusters.service.ts';
+import { DeploymentsService } from './deployments/deployments.service.ts';
+import { Provisioner, provisioningJobs } from './deployments/provisioning.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -43,7 +47,28 @@ export function createContainer(deps: ContainerDeps) {
   const sso = new SsoService({ db, sessions, keyring, config });
   const organizations = new OrganizationsService(db);
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
-  return { ...deps, keyring, sessions, cookies, limiter, mailer, outbox, accounts, passwordReset, sso, organizations, invitations };
+  const catalog = new CatalogService(db);
+  const clusters = new ClustersService({ db, keyring });
+  const deployments = new DeploymentsService({ db, boss, catalog });
+  const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
+  return {
+    ...deps,
+    keyring,
+    sessions,
+    cookies,
+    limiter,
+    mailer,
+    outbox,
+    accounts,
+    passwordReset,
+    sso,
+    organizations,
+    invitations,
+    catalog,
+    clusters,
+    deployments,
+    provisioner,
+  };
 }
 
 export type Container = ReturnType<typeof createContainer>;
@@ -54,6 +79,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     sendEmailJob({ db: c.db, keyring: c.keyring, mailer: c.mailer, retry: c.config.emailRetry }),
     passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
     expireInvitationsJob(c.invitations),
+    ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
   ] as JobDefinition[];
 }
 

@@ -1,5 +1,6 @@
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
+import { LOCAL_CLUSTER_NAME, startLocalCluster } from './local/local-cluster.ts';
 import { startMailDev } from './local/maildev.ts';
 import { createLogger } from './logger.ts';
 import { startService } from './service.ts';
@@ -42,6 +43,18 @@ async function main(config: Config): Promise<void> {
 
   const service = await startService({ config, log, databaseUrl: database.url, smtpUrl, onStarted: (stop) => stops.unshift(stop) });
 
+  let simulator: string | undefined;
+  if (config.clusterSimulator.enabled && config.role !== 'api') {
+    const cluster = await startLocalCluster({
+      clusters: service.container.clusters,
+      log,
+      port: config.clusterSimulator.port,
+      modelLoadMs: config.clusterSimulator.modelLoadMs,
+    });
+    stops.splice(stops.length - 2, 0, cluster.stop);
+    simulator = cluster.url;
+  }
+
   if (service.server) {
     const base = config.publicUrl;
     process.stdout.write(
@@ -54,6 +67,7 @@ async function main(config: Config): Promise<void> {
         `  OpenAPI       ${base}/openapi.json`,
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
+        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
         '',
         '',
       ].join('\n'),

@@ -7,6 +7,7 @@ import { createDatabase, migrateToLatest } from './db/database.ts';
 import { buildHandlers } from './http/handlers.ts';
 import { closeServer, listen } from './http/server.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
+import { startReconciler } from './deployments/provisioning.ts';
 import { loadOpenApiDocument } from './openapi-document.ts';
 
 export interface ServiceOptions {
@@ -51,6 +52,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
   started(async () => container.mailer.close());
   await startJobQueue(boss, { work, jobs: jobDefinitions(container), log });
   started(() => stopJobQueue(boss, config.shutdownTimeoutMs));
+  if (work) await startReconciler(boss);
 
   let server: Server | undefined;
   let port: number | undefined;

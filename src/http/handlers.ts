@@ -1,6 +1,8 @@
 import { accountHandlers } from '../accounts/accounts.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
+import { catalogHandlers } from '../catalog/catalog.handlers.ts';
+import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
 import { invitationHandlers } from '../invitations/invitations.handlers.ts';
 import { organizationHandlers } from '../organizations/organizations.handlers.ts';
 import { platformHandlers } from '../platform/platform.handlers.ts';
@@ -18,8 +20,8 @@ export function buildHandlers(c: Container): Handlers {
     ...ssoHandlers(c),
     ...organizationHandlers(c),
     ...invitationHandlers(c),
-    ...notBuilt(['listDeployableModels', 'getDeployableModel']),
-    ...notBuilt(['listDeployments', 'getDeployment', 'createDeployment', 'deleteDeployment']),
+    ...catalogHandlers(c),
+    ...deploymentHandlers(c),
     ...notBuilt(['listApiKeys', 'createApiKey', 'listApiKeyDeploymentOptions', 'updateApiKey', 'revokeApiKey']),
     ...notBuilt(['createChatCompletion', 'createEmbedding', 'createRerank', 'createTranscription', 'createImage', 'listModels']),
     ...notBuilt([

@@ -21,6 +21,13 @@ export interface JobDefinition<Data extends object = object> {
   concurrency?: number;
   /** A cron expression (UTC) when the job runs on a schedule, once across all workers. */
   schedule?: string;
+  /**
+   * pg-boss queue policy; `short` with a `singletonKey` keeps at most one queued job per key (a
+   * deployment's step is queued once, however many times it is asked for).
+   */
+  policy?: 'standard' | 'short';
+  /** How often an idle worker looks for due delayed jobs and retries of this queue. */
+  pollingIntervalSeconds?: number;
   handle(data: Data, context: JobContext): Promise<void>;
 }
 
@@ -51,6 +58,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
   await boss.start();
   for (const job of options.jobs) {
     await boss.createQueue(job.queue, {
+      policy: job.policy ?? 'standard',
       retryLimit: job.retryLimit ?? 5,
       retryDelay: job.retryDelaySeconds ?? 2,
       retryBackoff: true,
@@ -63,7 +71,13 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
     await boss.work(
       job.queue,
       // NOTIFY wakes workers for new jobs at once; retries and delayed jobs are found by polling.
-      { batchSize: 1, localConcurrency: job.concurrency ?? 1, includeMetadata: true, notifyPollingIntervalSeconds: 2 },
+      {
+        batchSize: 1,
+        localConcurrency: job.concurrency ?? 1,
+        includeMetadata: true,
+        pollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
+        notifyPollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
+      },
       async ([item]) => {
         if (!item) return;
         const log = options.log.child({ queue: job.queue, job_id: item.id });

@@ -8,6 +8,8 @@ import { closeServer, listen } from '../../src/http/server.ts';
 import { createJobQueue } from '../../src/jobs/queue.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import type { ClusterSimulator, SimulatedWorker } from '../../src/local/cluster-simulator.ts';
+import { startLocalCluster } from '../../src/local/local-cluster.ts';
 import { startService } from '../../src/service.ts';
 import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
@@ -22,33 +24,50 @@ export interface TestApp {
   container: Container;
   /** The SMTP listener the service sends email to. */
   inbox: Inbox;
+  /** The GPU cluster simulator registered as the cluster, when asked for. */
+  simulator: ClusterSimulator | undefined;
+  /** The settings the service runs with (for a second process on the same database). */
+  env: Record<string, string>;
+  databaseUrl: string;
   close(): Promise<void>;
 }
+
+export const TEST_APP_SECRET = 'test-secret-test-secret-test-secret-0123';
+
+/** Settings that make background provisioning quick enough to watch in a test. */
+export const FAST_PROVISIONING = {
+  RECONCILE_INTERVAL_SECONDS: '0.5',
+  DEPLOYMENT_STUCK_AFTER_SECONDS: '2',
+  READINESS_POLL_SECONDS: '0.2',
+};
 
 /**
  * The whole service (HTTP and workers) on a loopback port, in a database of its own, sending email
  * to a real SMTP listener; responses are validated against the contract, so a response that breaks
  * it fails the test.
  */
-export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
+export async function startTestApp(
+  env: Record<string, string> = {},
+  options: { cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[] } } = {},
+): Promise<TestApp> {
   const database = await createTestDatabase();
   const inbox = await new Inbox().start();
-  const config = loadConfig({
-    NODE_ENV: 'test',
-    PORT: '0',
-    HOST: '127.0.0.1',
-    PUBLIC_URL: APP_ORIGIN,
-    APP_SECRET: 'test-secret-test-secret-test-secret-0123',
-    ...env,
-  });
-  const service = await startService({ config, log: createLogger('silent'), databaseUrl: database.url, smtpUrl: inbox.url });
+  const settings = { NODE_ENV: 'test', PORT: '0', HOST: '127.0.0.1', PUBLIC_URL: APP_ORIGIN, APP_SECRET: TEST_APP_SECRET, ...env };
+  const config = loadConfig(settings);
+  const log = createLogger('silent');
+  const service = await startService({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
+  const simulator = options.cluster ? await startLocalCluster({ clusters: service.container.clusters, log, ...options.cluster }) : undefined;
   return {
     url: `http://127.0.0.1:${service.port}`,
     db: service.container.db,
     container: service.container,
     inbox,
+    simulator,
+    env: settings,
+    databaseUrl: database.url,
     close: async () => {
       await service.stop();
+      await simulator?.stop();
       await inbox.stop();
       await database.drop();
     },
@@ -60,7 +79,7 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
  * binding itself and of behaviour when Postgres does not answer.
  */
 export function offlineContainer(databaseUrl = 'postgres://postgres@127.0.0.1:9/none'): Container {
-  const config = loadConfig({ NODE_ENV: 'test', APP_SECRET: 'test-secret-test-secret-test-secret-0123', PUBLIC_URL: APP_ORIGIN });
+  const config = loadConfig({ NODE_ENV: 'test', APP_SECRET: TEST_APP_SECRET, PUBLIC_URL: APP_ORIGIN });
   const log = createLogger('silent');
   return createContainer({
     config,

@@ -1,0 +1,115 @@
+import type { Knex } from 'knex';
+import type { PgBoss } from 'pg-boss';
+import type { components } from '../../generated/api.d.ts';
+import type { SessionPrincipal } from '../accounts/principal.ts';
+import { assertMayCreateDeployment } from '../billing/deployment-guard.ts';
+import type { CatalogService } from '../catalog/catalog.service.ts';
+import { AppError } from '../errors.ts';
+import { enqueue } from '../jobs/queue.ts';
+import { requireOrganization } from '../organizations/organizations.service.ts';
+import { deploymentsOf, isUuid, toDeployment, type Deployment, type DeploymentRow } from './deployments.repository.ts';
+import { resolveLaunch } from './launch-spec.ts';
+import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
+
+type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
+
+export interface Page<T> {
+  items: T[];
+  total: number;
+  limit: number;
+  offset: number;
+}
+
+/**
+ * Deployments as the API offers them, scoped to the caller (their own, in their current
+ * organization). Creating stores a `requested` deployment and enqueues its provisioning in the same
+ * transaction; deleting moves it to `terminating` and enqueues the cleanup.
+ */
+export class DeploymentsService {
+  readonly #db: Knex;
+  readonly #boss: PgBoss;
+  readonly #catalog: CatalogService;
+
+  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService }) {
+    this.#db = deps.db;
+    this.#boss = deps.boss;
+    this.#catalog = deps.catalog;
+  }
+
+  async list(principal: SessionPrincipal, page: { limit?: number; offset?: number }): Promise<Page<Deployment>> {
+    const limit = page.limit ?? 100;
+    const offset = page.offset ?? 0;
+    const scope = this.#scope(principal);
+    const [rows, [{ total }]] = await Promise.all([
+      deploymentsOf(this.#db, scope).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(limit).offset(offset),
+      deploymentsOf(this.#db, scope).count({ total: '*' }),
+    ]);
+    return { items: (rows as DeploymentRow[]).map(toDeployment), total: Number(total), limit, offset };
+  }
+
+  async get(principal: SessionPrincipal, id: string): Promise<Deployment> {
+    return toDeployment(await this.#find(this.#db, principal, id));
+  }
+
+  async create(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<Deployment> {
+    const organization = requireOrganization(principal);
+    const model = await this.#catalog.findByName(principal, input.model_name);
+    if (!model) {
+      throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} is not in the catalog, is disabled, or is not available to your organization.`);
+    }
+    const resolution = resolveLaunch(model.launchSpecs, {
+      modelFormat: input.model_format,
+      modelSizeInBillions: input.model_size_in_billions,
+      quantization: input.quantization,
+    });
+    if (!resolution.ok) throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} cannot be deployed that way: ${resolution.reason}.`);
+    const { launch } = resolution;
+
+    return this.#db.transaction(async (trx) => {
+      await assertMayCreateDeployment(trx, organization.id);
+      const [row] = await trx('deployments')
+        .insert({
+          user_id: principal.user.id,
+          organization_id: organization.id,
+          deployable_model_id: model.id,
+          model_name: model.model_name,
+          model_format: launch.modelFormat,
+          model_size_in_billions: launch.modelSizeInBillions,
+          quantization: launch.quantization,
+          model_engine: launch.modelEngine,
+        })
+        .returning('*');
+      const deployment = row as DeploymentRow;
+      await enqueue(this.#boss, trx, PROVISION_QUEUE, { deploymentId: deployment.id }, { singletonKey: deployment.id });
+      return toDeployment(deployment);
+    });
+  }
+
+  /** Starts termination; 409 while a cleanup runs; a terminated deployment is returned as it is. */
+  async delete(principal: SessionPrincipal, id: string): Promise<Deployment> {
+    return this.#db.transaction(async (trx) => {
+      const deployment = await this.#find(trx, principal, id, true);
+      if (deployment.status === 'terminated') return toDeployment(deployment);
+      if (deployment.status === 'terminating') {
+        throw new AppError('DEPLOYMENT_DELETION_PENDING', 'The cleanup of this deployment is still running; try again when it has finished.');
+      }
+      const [updated] = await trx('deployments')
+        .where({ id })
+        .update({ status: 'terminating', status_changed_at: trx.fn.now() })
+        .returning('*');
+      await enqueue(this.#boss, trx, TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
+      return toDeployment(updated as DeploymentRow);
+    });
+  }
+
+  #scope(principal: SessionPrincipal) {
+    return { userId: principal.user.id, organizationId: requireOrganization(principal).id };
+  }
+
+  async #find(db: Knex | Knex.Transaction, principal: SessionPrincipal, id: string, forUpdate = false): Promise<DeploymentRow> {
+    const query = isUuid(id) ? deploymentsOf(db, this.#scope(principal)).where({ id }) : undefined;
+    const row = query && (await (forUpdate ? query.forUpdate() : query).first());
+    if (!row) throw new AppError('NOT_FOUND', `Deployment ${id} was not found.`);
+    return row as DeploymentRow;
+  }
+}

@@ -68,23 +68,28 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
   if (!options.work) return;
   for (const job of options.jobs) {
     if (job.schedule) await boss.schedule(job.queue, job.schedule);
-    await boss.work(
-      job.queue,
-      // NOTIFY wakes workers for new jobs at once; retries and delayed jobs are found by polling.
-      {
-        batchSize: 1,
-        localConcurrency: job.concurrency ?? 1,
-        includeMetadata: true,
-        pollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
-        notifyPollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
-      },
-      async ([item]) => {
-        if (!item) return;
-        const log = options.log.child({ queue: job.queue, job_id: item.id });
-        await job.handle(item.data as object, { log, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
-      },
-    );
+    await workOn(boss, job, options.log);
   }
+}
+
+/** Consumes a queue in this process. */
+export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Promise<void> {
+  await boss.work(
+    job.queue,
+    // NOTIFY wakes workers for new jobs at once; retries and delayed jobs are found by polling.
+    {
+      batchSize: 1,
+      localConcurrency: job.concurrency ?? 1,
+      includeMetadata: true,
+      pollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
+      notifyPollingIntervalSeconds: job.pollingIntervalSeconds ?? 2,
+    },
+    async ([item]) => {
+      if (!item) return;
+      const jobLog = log.child({ queue: job.queue, job_id: item.id });
+      await job.handle(item.data as object, { log: jobLog, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
+    },
+  );
 }
 
 /** Stops taking new jobs and waits for the running ones to finish, up to `timeoutMs`. */

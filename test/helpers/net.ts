@@ -11,7 +11,7 @@ export async function freePort(): Promise<number> {
 }
 
 /** Polls `probe` until it resolves true or the deadline passes. */
-export async function waitUntil(probe: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+export async function waitUntil(probe: () => Promise<boolean>, what: string | (() => string), timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let delay = 25;
   while (Date.now() < deadline) {
@@ -19,5 +19,5 @@ export async function waitUntil(probe: () => Promise<boolean>, what: string, tim
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 500);
   }
-  throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`);
+  throw new Error(`Timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`);
 }

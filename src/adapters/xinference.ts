@@ -110,8 +110,14 @@ export class XinferenceClient {
     throw new EngineError('unavailable', detailOf(response));
   }
 
-  /** The workers of the cluster with their GPUs, for an inventory sync. */
+  /**
+   * The workers of the cluster with their GPUs, for an inventory sync. The cluster info route needs
+   * the credential, so a sync also proves it; GPU model names come from the status route.
+   */
   async workers(): Promise<EngineWorker[]> {
+    const info = await this.#call(() => this.#http.get('v1/cluster/info', { searchParams: { detailed: 'false' } }));
+    if (info.statusCode === 401 || info.statusCode === 403) throw new EngineError('rejected', `The engine refused the cluster's credential: ${detailOf(info)}`);
+    if (info.statusCode !== 200) throw new EngineError('unavailable', detailOf(info));
     const response = await this.#call(() => this.#http.get('status'));
     if (response.statusCode !== 200) throw new EngineError('unavailable', detailOf(response));
     const { workers } = response.body as { workers: Record<string, { status: Record<string, { name?: string; mem_total?: number }> }> };

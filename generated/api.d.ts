@@ -4254,10 +4254,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {
@@ -5767,10 +5767,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {
@@ -5961,10 +5961,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {
@@ -6146,10 +6146,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {
@@ -7065,10 +7065,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {
@@ -8250,10 +8250,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate: by
-             *     default 600 requests per minute per API key, or per user for session callers; the server may
-             *     configure another value), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage). Retry after `Retry-After` seconds.
+             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
+             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
+             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
+             *     yet, and never answers 429 on inference routes.
              */
             429: {
                 headers: {

@@ -11,9 +11,8 @@ import { Mailer } from './adapters/mailer.ts';
 import type { Config } from './config.ts';
 import { Keyring } from './crypto.ts';
 import { EmailOutbox, sendEmailJob } from './email/email.outbox.ts';
-import { authenticationNotBuilt } from './http/not-implemented.ts';
 import type { SecurityHandlers } from './http/openapi.ts';
-import { sessionAuthentication } from './http/security.ts';
+import { apiKeyAuthentication, sessionAuthentication } from './http/security.ts';
 import type { JobDefinition } from './jobs/queue.ts';
 import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
 import { OrganizationsService } from './organizations/organizations.service.ts';
@@ -22,6 +21,9 @@ import { CatalogService } from './catalog/catalog.service.ts';
 import { ClustersService } from './clusters/clusters.service.ts';
 import { DeploymentsService } from './deployments/deployments.service.ts';
 import { Provisioner, provisioningJobs } from './deployments/provisioning.ts';
+import { ApiKeysService } from './api-keys/api-keys.service.ts';
+import { InferenceRouter } from './inference/routing.ts';
+import { UsageRecorder } from './inference/usage.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -51,6 +53,9 @@ export function createContainer(deps: ContainerDeps) {
   const clusters = new ClustersService({ db, keyring });
   const deployments = new DeploymentsService({ db, boss, catalog });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
+  const apiKeys = new ApiKeysService(db);
+  const router = new InferenceRouter({ db, clusters });
+  const usage = new UsageRecorder(db, deps.log);
   return {
     ...deps,
     keyring,
@@ -68,6 +73,9 @@ export function createContainer(deps: ContainerDeps) {
     clusters,
     deployments,
     provisioner,
+    apiKeys,
+    router,
+    usage,
   };
 }
 
@@ -86,6 +94,6 @@ export function jobDefinitions(c: Container): JobDefinition[] {
 export function securityHandlers(c: Container): SecurityHandlers {
   return {
     SessionCookie: sessionAuthentication({ sessions: c.sessions, cookies: c.cookies }),
-    ApiKeyBearer: authenticationNotBuilt.ApiKeyBearer,
+    ApiKeyBearer: apiKeyAuthentication({ apiKeys: c.apiKeys }),
   };
 }

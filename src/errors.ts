@@ -44,6 +44,8 @@ export interface AppErrorOptions {
   /** Extra response headers, e.g. `Retry-After` or `Allow`. */
   headers?: Record<string, string>;
   cause?: unknown;
+  /** On inference routes: the hosted-inference `code` (e.g. `api_key_revoked`) and `param`, and a status other than the code's. */
+  inference?: { code: string; param?: string; status?: number };
 }
 
 /**
@@ -56,6 +58,7 @@ export class AppError extends Error {
   readonly title: string;
   readonly errors: ValidationIssue[] | undefined;
   readonly headers: Record<string, string>;
+  readonly inference: AppErrorOptions['inference'];
 
   constructor(code: ErrorCode, detail: string, options: AppErrorOptions = {}) {
     super(detail, { cause: options.cause });
@@ -64,6 +67,7 @@ export class AppError extends Error {
     [this.status, this.title] = CODES[code];
     this.errors = options.errors;
     this.headers = options.headers ?? {};
+    this.inference = options.inference;
   }
 }
 

@@ -66,6 +66,8 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       trustProxy: config.trustProxy,
       validateResponses: config.responseValidation,
     });
+    container.usage.start();
+    started(() => container.usage.stop());
     const listening = await listen(app, config.port, config.host);
     server = listening;
     const address = listening.address();

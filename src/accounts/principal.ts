@@ -25,4 +25,12 @@ export interface SessionPrincipal {
   role: Role | null;
 }
 
-export type Principal = SessionPrincipal;
+/** A caller holding an API key: it reaches only the deployments of its scope. */
+export interface ApiKeyPrincipal {
+  kind: 'apiKey';
+  keyId: number;
+  organizationId: number;
+  deploymentIds: ReadonlySet<string>;
+}
+
+export type Principal = SessionPrincipal | ApiKeyPrincipal;

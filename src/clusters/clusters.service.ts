@@ -41,6 +41,7 @@ export class ClustersService {
   readonly #db: Knex;
   readonly #keyring: Keyring;
   readonly #clients = new Map<string, { endpoint: string; sealed: string | null; client: XinferenceClient }>();
+  readonly #headers = new Map<string, string>();
 
   constructor(deps: { db: Knex; keyring: Keyring }) {
     this.#db = deps.db;
@@ -113,6 +114,17 @@ export class ClustersService {
     const client = new XinferenceClient(cluster.endpoint, { apiKey });
     this.#clients.set(cluster.id, { endpoint: cluster.endpoint, sealed: cluster.sealed_credential, client });
     return client;
+  }
+
+  /** The `Authorization` header value for a cluster's engine, from its sealed credential. */
+  authorizationHeader(sealedCredential: string | null): string | undefined {
+    if (!sealedCredential) return undefined;
+    let header = this.#headers.get(sealedCredential);
+    if (!header) {
+      header = `Bearer ${this.#keyring.decrypt(SEAL, sealedCredential)}`;
+      this.#headers.set(sealedCredential, header);
+    }
+    return header;
   }
 
   async clientOf(clusterId: string): Promise<XinferenceClient> {

@@ -69,6 +69,8 @@ export function authorize(operationId: OperationId, principal: Principal | undef
     throw new AppError('FORBIDDEN', 'You have no organization yet: complete your profile (PATCH /v1/user/profile with `organization`).');
   }
   if (!roleAtLeast(principal.role, required)) {
-    throw new AppError('FORBIDDEN', `This needs the role ${required} or higher in ${principal.organization.name}; yours is ${principal.role}.`);
+    throw new AppError('FORBIDDEN', `This needs the role ${required} or higher in ${principal.organization.name}; yours is ${principal.role}.`, {
+      inference: { code: 'insufficient_role' },
+    });
   }
 }

@@ -1,7 +1,9 @@
 import { accountHandlers } from '../accounts/accounts.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
+import { apiKeyHandlers } from '../api-keys/api-keys.handlers.ts';
 import { catalogHandlers } from '../catalog/catalog.handlers.ts';
+import { inferenceHandlers } from '../inference/inference.handlers.ts';
 import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
 import { invitationHandlers } from '../invitations/invitations.handlers.ts';
 import { organizationHandlers } from '../organizations/organizations.handlers.ts';
@@ -22,8 +24,8 @@ export function buildHandlers(c: Container): Handlers {
     ...invitationHandlers(c),
     ...catalogHandlers(c),
     ...deploymentHandlers(c),
-    ...notBuilt(['listApiKeys', 'createApiKey', 'listApiKeyDeploymentOptions', 'updateApiKey', 'revokeApiKey']),
-    ...notBuilt(['createChatCompletion', 'createEmbedding', 'createRerank', 'createTranscription', 'createImage', 'listModels']),
+    ...apiKeyHandlers(c),
+    ...inferenceHandlers(c),
     ...notBuilt([
       'getBillingConfig',
       'getBillingAccount',

@@ -44,7 +44,9 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
   const api = new OpenAPIBackend({
     definition: withoutScalarExplode(structuredClone(document)),
     strict: true,
-    validate: true,
+    // Multipart uploads are streamed through, never held in memory, so their parts are checked as
+    // they are read (see inference/proxy.ts) rather than by the schema validator.
+    validate: (context: Context) => !String(context.request.headers['content-type'] ?? '').startsWith('multipart/'),
     coerceTypes: true,
     ajvOpts: { allErrors: true, useDefaults: true },
     customizeAjv: (ajv) => {
@@ -72,8 +74,8 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
         headers: { Allow: allowed.join(', ') },
       });
     },
-    unauthorizedHandler: (context: Context) => {
-      throw securityFailure(context);
+    unauthorizedHandler: (context: Context, req: Request) => {
+      throw securityFailure(context, Boolean(req.get('authorization')));
     },
     validationFail: (context: Context) => {
       throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
@@ -201,13 +203,18 @@ function allowedMethods(api: OpenAPIBackend, req: Request): string[] {
   }).map((method) => method.toUpperCase());
 }
 
-/** Picks the most telling failure among the security handlers that ran. */
-function securityFailure(context: Context): AppError {
-  const results = Object.values(context.security ?? {}) as Array<{ error?: unknown } | undefined>;
-  const errors = results.map((result) => result?.error).filter((error): error is AppError => error instanceof AppError);
-  // A credential that was presented and refused says more than one that was absent.
-  const telling = errors.find((error) => error.code !== 'UNAUTHENTICATED') ?? errors[0];
-  return telling ?? new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
+/** The failure to report: the API key's when one was sent, else the session's. */
+function securityFailure(context: Context, keySent: boolean): AppError {
+  const failureOf = (scheme: string) => {
+    const error = (context.security?.[scheme] as { error?: unknown } | undefined)?.error;
+    return error instanceof AppError ? error : undefined;
+  };
+  return (
+    (keySent ? failureOf('ApiKeyBearer') : undefined) ??
+    failureOf('SessionCookie') ??
+    failureOf('ApiKeyBearer') ??
+    new AppError('UNAUTHENTICATED', 'Sign in to use this route.')
+  );
 }
 
 function toIssue(error: ErrorObject): ValidationIssue {

@@ -40,13 +40,19 @@ const INFERENCE_TYPES: Record<number, string> = {
   429: 'rate_limit_error',
 };
 
+/** The status an inference route answers for an error: 400 for any request the client got wrong. */
+export function inferenceStatus(error: AppError): number {
+  return error.inference?.status ?? (error.status === 422 ? 400 : error.status);
+}
+
 export function toInferenceError(error: AppError): InferenceError {
+  const status = inferenceStatus(error);
   return {
     error: {
       message: error.message,
-      type: INFERENCE_TYPES[error.status] ?? (error.status < 500 ? 'invalid_request_error' : 'server_error'),
-      code: error.code.toLowerCase(),
-      param: error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
+      type: INFERENCE_TYPES[status] ?? (status < 500 ? 'invalid_request_error' : 'server_error'),
+      code: error.inference?.code ?? error.code.toLowerCase(),
+      param: error.inference?.param ?? error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
     },
   };
 }
@@ -58,8 +64,7 @@ export function sendError(req: Request, res: Response, error: AppError): void {
     return;
   }
   if (isInferencePath(req.path)) {
-    // Hosted-inference clients expect 400 for any request they got wrong, validation included.
-    res.status(error.status === 422 ? 400 : error.status).set(error.headers).json(toInferenceError(error));
+    res.status(inferenceStatus(error)).set(error.headers).json(toInferenceError(error));
   } else {
     res.status(error.status).set(error.headers).json(toProblem(error, req.id));
   }

@@ -1,7 +1,8 @@
 import type { NextFunction, Request, Response } from 'express';
 import type { Context } from 'openapi-backend';
 import { CSRF_COOKIE, CSRF_HEADER, type SessionCookies } from '../accounts/cookies.ts';
-import type { SessionPrincipal } from '../accounts/principal.ts';
+import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
+import type { ApiKeysService } from '../api-keys/api-keys.service.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
 import { constantTimeEqual } from '../crypto.ts';
 import { AppError } from '../errors.ts';
@@ -31,13 +32,21 @@ export function originCheck(allowedOrigins: readonly string[]) {
 export function sessionAuthentication(deps: { sessions: SessionStore; cookies: SessionCookies }): SecurityHandlers['SessionCookie'] {
   return async (context: Context, req: Request, res: Response): Promise<SessionPrincipal> => {
     const keyAccepted = (context.operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement);
-    if (req.get('authorization') && !keyAccepted) {
-      throw new AppError('AUTHORIZATION_HEADER_NOT_ALLOWED', 'This route authenticates with the session cookie; remove the Authorization header.');
+    if (req.get('authorization')) {
+      if (!keyAccepted) {
+        throw new AppError('AUTHORIZATION_HEADER_NOT_ALLOWED', 'This route authenticates with the session cookie; remove the Authorization header.');
+      }
+      // Where an API key is accepted and sent, it wins and the cookie is ignored.
+      throw new AppError('UNAUTHENTICATED', 'An API key was sent; the session cookie is ignored.');
     }
     const token = context.request.cookies?.[deps.cookies.name];
-    if (typeof token !== 'string' || !token) throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
+    if (typeof token !== 'string' || !token) {
+      throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
+    }
     const validated = await deps.sessions.validate(token);
-    if (!validated) throw new AppError('UNAUTHENTICATED', 'Your session has expired or ended. Sign in again.');
+    if (!validated) {
+      throw new AppError('UNAUTHENTICATED', 'Your session has expired or ended. Sign in again.', { inference: { code: 'invalid_session' } });
+    }
     const { principal, renewed } = validated;
 
     if (!SAFE_METHODS.has(req.method)) {
@@ -50,5 +59,18 @@ export function sessionAuthentication(deps: { sessions: SessionStore; cookies: S
     }
     if (renewed) deps.cookies.set(res, token, principal.sessionId, principal.expiresAt);
     return principal;
+  };
+}
+
+/** Authentication by `Authorization: Bearer svc-sk-…`, accepted on inference routes only. */
+export function apiKeyAuthentication(deps: { apiKeys: ApiKeysService }): SecurityHandlers['ApiKeyBearer'] {
+  return async (_context: Context, req: Request): Promise<ApiKeyPrincipal> => {
+    const header = req.get('authorization');
+    if (!header) throw new AppError('UNAUTHENTICATED', 'Send an API key as Authorization: Bearer svc-sk-…', { inference: { code: 'missing_credentials' } });
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
+    if (!match?.[1]) {
+      throw new AppError('UNAUTHENTICATED', 'Send the API key as Authorization: Bearer svc-sk-…', { inference: { code: 'invalid_api_key' } });
+    }
+    return deps.apiKeys.authenticate(match[1]);
   };
 }

@@ -1,0 +1,216 @@
+import type { Knex } from 'knex';
+import type { components } from '../../generated/api.d.ts';
+import { notBlank } from '../accounts/accounts.service.ts';
+import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
+import { constantTimeEqual, hashToken } from '../crypto.ts';
+import { AppError } from '../errors.ts';
+import { requireOrganization } from '../organizations/organizations.service.ts';
+import { generateKey, isWellFormedKey, keyPrefixOf } from './key-format.ts';
+
+type ApiKey = components['schemas']['ApiKey'];
+type CreateApiKeyRequest = components['schemas']['CreateApiKeyRequest'];
+type UpdateApiKeyRequest = components['schemas']['UpdateApiKeyRequest'];
+type ApiKeyDeployment = components['schemas']['ApiKeyDeployment'];
+
+/** How long a validated key is trusted without a lookup, in this process. */
+const CACHE_MS = 5_000;
+/** `last_used_at` is written at most this often per key. */
+const LAST_USED_EVERY_MS = 60_000;
+
+interface KeyRow {
+  id: number;
+  organization_id: number;
+  name: string;
+  key_prefix: string;
+  key_hash: string;
+  status: ApiKey['status'];
+  expires_at: Date | null;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+  created_at: Date;
+}
+
+const refused = (code: string, message: string) => new AppError('UNAUTHENTICATED', message, { inference: { code } });
+
+/**
+ * API keys of an organization: created once with their secret shown once, scoped to deployments,
+ * disabled, re-enabled, revoked for good. Authentication is one indexed lookup by the key's hash,
+ * trusted for 5 seconds in this process (changes made here take effect at once), and writes
+ * `last_used_at` at most once a minute.
+ */
+export class ApiKeysService {
+  readonly #db: Knex;
+  readonly #cache = new Map<string, { at: number; principal?: ApiKeyPrincipal; error?: AppError }>();
+  readonly #lastUsedWrites = new Map<number, number>();
+
+  constructor(db: Knex) {
+    this.#db = db;
+  }
+
+  async list(principal: SessionPrincipal): Promise<{ items: ApiKey[] }> {
+    const rows: KeyRow[] = await this.#db('api_keys')
+      .where({ organization_id: requireOrganization(principal).id })
+      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]);
+    return { items: await this.#withDeployments(rows) };
+  }
+
+  async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
+    const organization = requireOrganization(principal);
+    const name = notBlank(input.name, 'body/name');
+    const expiresAt = futureOrNull(input.expires_at);
+    const key = generateKey();
+    return this.#db.transaction(async (trx) => {
+      await assertScope(trx, organization.id, input.deployment_ids);
+      const [row] = await trx('api_keys')
+        .insert({
+          organization_id: organization.id,
+          created_by_user_id: principal.user.id,
+          name,
+          key_prefix: keyPrefixOf(key),
+          key_hash: hashToken(key),
+          expires_at: expiresAt,
+        })
+        .returning('*');
+      const created = row as KeyRow;
+      await trx('api_key_deployments').insert(input.deployment_ids.map((deployment_id) => ({ api_key_id: created.id, deployment_id })));
+      const [apiKey] = await this.#withDeployments([created], trx);
+      return { key, api_key: apiKey as ApiKey };
+    });
+  }
+
+  async deploymentOptions(principal: SessionPrincipal): Promise<{ items: ApiKeyDeployment[] }> {
+    const items = await this.#db('deployments')
+      .where({ organization_id: requireOrganization(principal).id })
+      .whereNot({ status: 'terminated' })
+      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
+      .select('id', 'model_name', 'status');
+    return { items };
+  }
+
+  async update(principal: SessionPrincipal, id: number, input: UpdateApiKeyRequest): Promise<ApiKey> {
+    const organization = requireOrganization(principal);
+    const updated = await this.#db.transaction(async (trx) => {
+      const key: KeyRow | undefined = await trx('api_keys').where({ id, organization_id: organization.id }).forUpdate().first();
+      if (!key) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
+      if (key.status === 'revoked') throw new AppError('API_KEY_REVOKED', 'This key is revoked; revoked keys cannot be changed. Create a new one.');
+      const changes: Record<string, unknown> = {};
+      if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
+      if (input.expires_at !== undefined) changes.expires_at = futureOrNull(input.expires_at);
+      if (input.status !== undefined) changes.status = input.status;
+      if (input.deployment_ids !== undefined) {
+        await assertScope(trx, organization.id, input.deployment_ids);
+        await trx('api_key_deployments').where({ api_key_id: id }).delete();
+        await trx('api_key_deployments').insert(input.deployment_ids.map((deployment_id) => ({ api_key_id: id, deployment_id })));
+      }
+      const [row] = Object.keys(changes).length ? await trx('api_keys').where({ id }).update(changes).returning('*') : [key];
+      return (await this.#withDeployments([row as KeyRow], trx))[0] as ApiKey;
+    });
+    this.#forget(id);
+    return updated;
+  }
+
+  /** Revokes for good; revoking a revoked key returns it unchanged. */
+  async revoke(principal: SessionPrincipal, id: number): Promise<ApiKey> {
+    const organization = requireOrganization(principal);
+    const [row] = await this.#db('api_keys')
+      .where({ id, organization_id: organization.id })
+      .update({ status: 'revoked', revoked_at: this.#db.raw('coalesce(revoked_at, now())') })
+      .returning('*');
+    if (!row) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
+    this.#forget(id);
+    return (await this.#withDeployments([row as KeyRow]))[0] as ApiKey;
+  }
+
+  /** The caller a bearer key names, or a 401 saying why not. */
+  async authenticate(key: string): Promise<ApiKeyPrincipal> {
+    if (!isWellFormedKey(key)) throw refused('invalid_api_key', 'The API key is malformed. Keys look like svc-sk-… as shown when they were created.');
+    const hash = hashToken(key);
+    const now = Date.now();
+    let entry = this.#cache.get(hash);
+    if (!entry || now - entry.at > CACHE_MS) {
+      entry = await this.#lookup(hash);
+      entry.at = now;
+      this.#cache.set(hash, entry);
+    }
+    if (entry.error) throw entry.error;
+    const principal = entry.principal as ApiKeyPrincipal;
+    this.#touch(principal.keyId, now);
+    return principal;
+  }
+
+  async #lookup(hash: string): Promise<{ at: number; principal?: ApiKeyPrincipal; error?: AppError }> {
+    const row = await this.#db('api_keys as k')
+      .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
+      .where('k.key_hash', hash)
+      .groupBy('k.id')
+      .first('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', this.#db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'));
+    if (!row || !constantTimeEqual(row.key_hash, hash)) return { at: 0, error: refused('invalid_api_key', 'The API key is not valid.') };
+    if (row.status === 'revoked') return { at: 0, error: refused('api_key_revoked', 'The API key was revoked.') };
+    if (row.status === 'disabled') return { at: 0, error: refused('api_key_disabled', 'The API key is disabled.') };
+    if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, error: refused('api_key_expired', 'The API key has expired.') };
+    return {
+      at: 0,
+      principal: { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids as string[]) },
+    };
+  }
+
+  /** Records use at most once a minute per key, off the request's path. */
+  #touch(keyId: number, now: number): void {
+    if (now - (this.#lastUsedWrites.get(keyId) ?? 0) < LAST_USED_EVERY_MS) return;
+    this.#lastUsedWrites.set(keyId, now);
+    void this.#db('api_keys')
+      .where({ id: keyId })
+      .where((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<', this.#db.raw("now() - interval '1 minute'")))
+      .update({ last_used_at: this.#db.fn.now() })
+      .catch(() => this.#lastUsedWrites.delete(keyId));
+  }
+
+  #forget(keyId: number): void {
+    for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId || entry.error) this.#cache.delete(hash);
+  }
+
+  async #withDeployments(rows: KeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
+    const scopes = rows.length
+      ? await db('api_key_deployments as s')
+          .join('deployments as d', 'd.id', 's.deployment_id')
+          .whereIn('s.api_key_id', rows.map((row) => row.id))
+          .orderBy('d.created_at')
+          .select('s.api_key_id', 'd.id', 'd.model_name', 'd.status')
+      : [];
+    return rows.map((row) => ({
+      id: row.id,
+      organization_id: row.organization_id,
+      name: row.name,
+      key_prefix: row.key_prefix,
+      status: row.status,
+      expires_at: row.expires_at?.toISOString() ?? null,
+      last_used_at: row.last_used_at?.toISOString() ?? null,
+      revoked_at: row.revoked_at?.toISOString() ?? null,
+      deployments: scopes.filter((scope) => scope.api_key_id === row.id).map(({ id, model_name, status }) => ({ id, model_name, status })),
+      created_at: row.created_at.toISOString(),
+    }));
+  }
+}
+
+/** Every scoped deployment must belong to the organization and not be terminated. */
+async function assertScope(trx: Knex.Transaction, organizationId: number, deploymentIds: readonly string[]): Promise<void> {
+  const found = await trx('deployments').where({ organization_id: organizationId }).whereNot({ status: 'terminated' }).whereIn('id', deploymentIds).select('id');
+  const known = new Set(found.map((row: { id: string }) => row.id));
+  const unknown = deploymentIds.filter((id) => !known.has(id));
+  if (unknown.length) {
+    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+      errors: unknown.map((id) => ({ location: 'body/deployment_ids', message: `${id} is not a deployment of your organization that can be called` })),
+    });
+  }
+}
+
+function futureOrNull(expiresAt: string | null | undefined): Date | null {
+  if (expiresAt === undefined || expiresAt === null) return null;
+  const date = new Date(expiresAt);
+  if (date.getTime() <= Date.now()) {
+    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+      errors: [{ location: 'body/expires_at', message: 'must be in the future' }],
+    });
+  }
+  return date;
+}

@@ -1,0 +1,242 @@
+import { request } from 'node:http';
+import { Readable } from 'node:stream';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registeredUser } from '../factories/accounts.ts';
+import { team } from '../factories/organizations.ts';
+import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
+import type { Browser } from '../helpers/browser.ts';
+import { jsonOf } from '../helpers/http.ts';
+import { waitUntil } from '../helpers/net.ts';
+
+interface Deployment {
+  id: string;
+  status: string;
+  engine_model_uid: string;
+}
+
+let app: TestApp;
+let owner: Awaited<ReturnType<typeof registeredUser>>;
+let chat: Deployment;
+let embedder: Deployment;
+let whisper: Deployment;
+let key: string;
+
+async function runningDeployment(browser: Browser, body: Record<string, unknown>): Promise<Deployment> {
+  const { id } = await jsonOf<{ id: string }>(await browser.post('/api/v1/model-deployments', body));
+  let deployment: Deployment | undefined;
+  await waitUntil(async () => (deployment = await jsonOf<Deployment>(await browser.get(`/api/v1/model-deployments/${id}`))).status === 'running', `${id} to run`);
+  return deployment as Deployment;
+}
+
+async function newKey(deploymentIds: string[], extra: Record<string, unknown> = {}): Promise<{ key: string; id: number }> {
+  const response = await owner.browser.post('/v1/organization/api-keys', { name: 'test', deployment_ids: deploymentIds, ...extra });
+  const body = await jsonOf<{ key: string; api_key: { id: number } }>(response);
+  return { key: body.key, id: body.api_key.id };
+}
+
+const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${app.url}/v1`, maxRetries: 0 });
+
+beforeAll(async () => {
+  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } });
+  owner = await registeredUser(app);
+  await app.db('billing_accounts').update({ max_active_resources: 50 });
+  [chat, embedder, whisper] = await Promise.all([
+    runningDeployment(owner.browser, { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
+    runningDeployment(owner.browser, { model_name: 'bge-m3' }),
+    runningDeployment(owner.browser, { model_name: 'whisper-large-v3' }),
+  ]);
+  key = (await newKey([chat.id, embedder.id, whisper.id])).key;
+});
+afterAll(() => app.close());
+
+describe('the proxy, through the official openai client', () => {
+  it('answers a chat completion, with usage, addressed by deployment id or model name', async () => {
+    const byId = await client(key).chat.completions.create({ model: chat.id, messages: [{ role: 'user', content: 'Say hello' }] });
+    expect(byId.object).toBe('chat.completion');
+    expect(byId.choices[0]?.message.content).toEqual(expect.any(String));
+    expect(byId.usage?.total_tokens).toBeGreaterThan(0);
+    const byName = await client(key).chat.completions.create({ model: 'qwen2.5-instruct', messages: [{ role: 'user', content: 'Say hello' }] });
+    expect(byName.choices[0]?.message.content).toBe(byId.choices[0]?.message.content);
+  });
+
+  it('streams a chat completion chunk by chunk, ending with usage', async () => {
+    const stream = await client(key).chat.completions.create({
+      model: chat.id,
+      messages: [{ role: 'user', content: 'Tell me a story' }],
+      stream: true,
+      max_tokens: 12,
+    });
+    const pieces: string[] = [];
+    let usage: OpenAI.CompletionUsage | null | undefined;
+    for await (const chunk of stream) {
+      pieces.push(chunk.choices[0]?.delta.content ?? '');
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(pieces.filter(Boolean).length).toBeGreaterThan(3);
+    expect(usage?.completion_tokens).toBe(12);
+  });
+
+  it('embeds text and lists only the models the key may call', async () => {
+    const embedding = await client(key).embeddings.create({ model: embedder.id, input: ['first', 'second'] });
+    expect(embedding.data).toHaveLength(2);
+    expect(embedding.data[0]?.embedding.length).toBeGreaterThan(8);
+    const scoped = (await newKey([chat.id])).key;
+    const models = await client(scoped).models.list();
+    expect(models.data.map((m) => m.id)).toEqual([chat.id]);
+  });
+
+  it('records usage per request, off the request path, and when each key was last used', async () => {
+    const fresh = await newKey([chat.id]);
+    await client(fresh.key).chat.completions.create({ model: chat.id, messages: [{ role: 'user', content: 'count me' }] });
+    await app.container.usage.flush();
+    const rows = await app.db('usage_records').where({ api_key_id: fresh.id });
+    expect(rows).toEqual([expect.objectContaining({ deployment_id: chat.id, route: '/v1/chat/completions', model: 'qwen2.5-instruct' })]);
+    expect(rows[0].total_tokens).toBe(rows[0].prompt_tokens + rows[0].completion_tokens);
+    await waitUntil(async () => (await app.db('api_keys').where({ id: fresh.id }).first()).last_used_at !== null, 'last_used_at');
+  });
+});
+
+describe('refusals', () => {
+  const status = async (apiKey: string, model = chat.id) => {
+    try {
+      await client(apiKey).chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] });
+      return { status: 200, code: undefined };
+    } catch (error) {
+      const apiError = error as InstanceType<typeof OpenAI.APIError>;
+      return { status: apiError.status, code: apiError.code };
+    }
+  };
+
+  it.each([
+    ['a malformed key', 'svc-sk-short', 'invalid_api_key'],
+    ['a key with a wrong checksum', `svc-sk-${'a'.repeat(38)}`, 'invalid_api_key'],
+  ])('refuses %s with 401', async (_case, badKey, code) => {
+    expect(await status(badKey)).toEqual({ status: 401, code });
+  });
+
+  it('refuses a disabled, a revoked and an expired key with 401 and a code saying which', async () => {
+    const disabled = await newKey([chat.id]);
+    await owner.browser.patch(`/v1/organization/api-keys/${disabled.id}`, { status: 'disabled' });
+    expect(await status(disabled.key)).toEqual({ status: 401, code: 'api_key_disabled' });
+
+    const revoked = await newKey([chat.id]);
+    expect((await status(revoked.key)).status).toBe(200);
+    await owner.browser.delete(`/v1/organization/api-keys/${revoked.id}`);
+    expect(await status(revoked.key)).toEqual({ status: 401, code: 'api_key_revoked' });
+
+    const expired = await newKey([chat.id], { expires_at: new Date(Date.now() + 60_000).toISOString() });
+    await app.db('api_keys').where({ id: expired.id }).update({ expires_at: new Date(Date.now() - 1000) });
+    expect(await status(expired.key)).toEqual({ status: 401, code: 'api_key_expired' });
+  });
+
+  it('refuses a deployment outside the key’s scope with 403 and an unknown model with 404', async () => {
+    const narrow = (await newKey([embedder.id])).key;
+    expect(await status(narrow)).toEqual({ status: 403, code: 'model_not_in_key_scope' });
+    expect(await status(key, 'no-such-model')).toEqual({ status: 404, code: 'model_not_found' });
+    const stranger = await registeredUser(app);
+    const theirs = await runningDeployment(stranger.browser, { model_name: 'phi-3-mini-128k-instruct' });
+    expect(await status(key, theirs.id)).toEqual({ status: 404, code: 'model_not_found' });
+  });
+
+  it('answers 503 with Retry-After while the deployment is not running yet', async () => {
+    app.simulator?.setModelLoadMs(60_000);
+    const { id } = await jsonOf<{ id: string }>(await owner.browser.post('/api/v1/model-deployments', { model_name: 'gemma-2-it' }));
+    const loading = (await newKey([id])).key;
+    const response = await fetch(`${app.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${loading}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: id, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    app.simulator?.setModelLoadMs(100);
+    expect(response.status).toBe(503);
+    expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await jsonOf(response)).toMatchObject({ error: { code: 'deployment_not_running', type: 'server_error', param: 'model' } });
+  });
+});
+
+describe('the session as credential', () => {
+  it('lets a member call inference with the cookie and the CSRF header, and refuses a viewer', async () => {
+    const ok = await owner.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
+    expect(ok.status).toBe(200);
+    owner.browser.sendCsrfHeader = false;
+    const noCsrf = await owner.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
+    owner.browser.sendCsrfHeader = true;
+    expect(noCsrf.status).toBe(403);
+    expect(await jsonOf(noCsrf)).toMatchObject({ error: { code: 'csrf_failed', type: 'permission_error' } });
+
+    const members = await team(app);
+    const viewer = await members.viewer.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
+    expect(viewer.status).toBe(403);
+    expect(await jsonOf(viewer)).toMatchObject({ error: { code: 'insufficient_role' } });
+  });
+
+  it('answers 401 missing_credentials with neither key nor cookie', async () => {
+    const response = await fetch(`${app.url}/v1/models`);
+    expect(response.status).toBe(401);
+    expect(await jsonOf(response)).toMatchObject({ error: { code: 'missing_credentials', type: 'authentication_error' } });
+  });
+});
+
+describe('streaming mechanics', () => {
+  it('aborts the upstream generation when the client disconnects', async () => {
+    app.simulator?.setTokenLatencyMs(50);
+    const before = app.simulator?.abortedRequests ?? 0;
+    await new Promise<void>((resolve, reject) => {
+      const req = request(`${app.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      });
+      req.on('response', (res) => {
+        res.once('data', () => {
+          req.destroy();
+          resolve();
+        });
+      });
+      req.on('error', (error) => (req.destroyed ? resolve() : reject(error)));
+      req.end(JSON.stringify({ model: chat.id, stream: true, max_tokens: 500, messages: [{ role: 'user', content: 'a long story' }] }));
+    });
+    await waitUntil(async () => (app.simulator?.abortedRequests ?? 0) > before, 'the engine to see the abort');
+    app.simulator?.setTokenLatencyMs(5);
+  });
+
+  it('streams a large upload through to the engine without holding it', async () => {
+    const boundary = 'test-boundary-7d3a';
+    const megabyte = Buffer.alloc(1024 * 1024, 7);
+    const seenByEngine = () => app.simulator?.requests['POST /v1/audio/transcriptions'] ?? 0;
+    const before = seenByEngine();
+    async function* parts() {
+      yield Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${whisper.id}\r\n`);
+      yield Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`);
+      yield megabyte;
+      // The rest is sent only once the engine has started receiving: a proxy that held the upload
+      // until it had all of it would never get there.
+      await waitUntil(async () => seenByEngine() > before, 'the engine to receive the upload while it is sent', 20_000);
+      for (let i = 0; i < 19; i++) yield megabyte;
+      yield Buffer.from(`\r\n--${boundary}--\r\n`);
+    }
+    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body: Readable.toWeb(Readable.from(parts())) as ReadableStream,
+      duplex: 'half',
+    } as RequestInit);
+    expect(response.status).toBe(200);
+    expect(await jsonOf(response)).toEqual({ text: `Simulated transcription of ${20 * 1024 * 1024} bytes of audio.` });
+  });
+
+  it('refuses an upload over 25 MiB with 413', async () => {
+    const boundary = 'b';
+    const body = Buffer.concat([
+      Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${whisper.id}\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n`),
+      Buffer.alloc(26 * 1024 * 1024),
+    ]);
+    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+    }).catch((error: unknown) => error as Error);
+    if (response instanceof Response) expect(response.status).toBe(413);
+    else expect(String(response)).toMatch(/fetch failed|socket|reset/i);
+  });
+});

@@ -40,6 +40,30 @@ export function isUniqueViolation(error: unknown, constraint: string): boolean {
   return pg.code === '23505' && pg.constraint === constraint;
 }
 
+interface ProfileFields {
+  name?: string | null;
+  first_name?: string | null;
+  last_name?: string | null;
+  country?: string | null;
+  contact_number?: string | null;
+}
+
+/** Inserts a user who signs in with a password; a taken email fails on `users_email_unique`. */
+export async function insertPasswordUser(trx: Knex.Transaction, email: string, passwordHash: string, profile: ProfileFields): Promise<number> {
+  const [user] = await trx('users')
+    .insert({
+      email,
+      password_hash: passwordHash,
+      name: displayName(profile, email),
+      first_name: profile.first_name?.trim() || null,
+      last_name: profile.last_name?.trim() || null,
+      country: profile.country?.trim() || null,
+      contact_number: profile.contact_number?.trim() || null,
+    })
+    .returning('id');
+  return (user as { id: number }).id;
+}
+
 /** The Session response of the interface, for a signed-in principal. */
 export function toSessionResponse(principal: SessionPrincipal): SessionResponse {
   const role = principal.role ?? 'viewer';
@@ -79,18 +103,7 @@ export class AccountsService {
     const passwordHash = await hashPassword(input.password);
     try {
       return await this.#db.transaction(async (trx) => {
-        const [user] = await trx('users')
-          .insert({
-            email,
-            password_hash: passwordHash,
-            name: displayName(input, email),
-            first_name: input.first_name?.trim() || null,
-            last_name: input.last_name?.trim() || null,
-            country: input.country?.trim() || null,
-            contact_number: input.contact_number?.trim() || null,
-          })
-          .returning('id');
-        const userId = (user as { id: number }).id;
+        const userId = await insertPasswordUser(trx, email, passwordHash, input);
         const organization = await createOrganizationWithOwner(trx, {
           name: organizationName,
           ownerId: userId,

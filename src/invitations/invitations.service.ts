@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { displayName, isUniqueViolation, normalizeEmail } from '../accounts/accounts.service.ts';
+import { insertPasswordUser, isUniqueViolation, normalizeEmail } from '../accounts/accounts.service.ts';
 import { assertPasswordLength, hashPassword } from '../accounts/passwords.ts';
 import { roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
 import type { NewSession, SessionStore } from '../accounts/sessions.ts';
@@ -168,18 +168,7 @@ export class InvitationsService {
         const invitation = await trx('invitations').where({ token_hash: hashToken(input.token) }).forUpdate().first();
         if (!invitation) throw notFound();
         assertPending(invitation);
-        const [user] = await trx('users')
-          .insert({
-            email: invitation.invitee_email,
-            password_hash: passwordHash,
-            name: displayName(input, invitation.invitee_email),
-            first_name: input.first_name?.trim() || null,
-            last_name: input.last_name?.trim() || null,
-            country: input.country?.trim() || null,
-            contact_number: input.contact_number?.trim() || null,
-          })
-          .returning('id');
-        const userId = (user as { id: number }).id;
+        const userId = await insertPasswordUser(trx, invitation.invitee_email, passwordHash, input);
         await join(trx, invitation, userId);
         return this.#sessions.create(trx, { userId, organizationId: invitation.organization_id, authMethod: 'password' });
       });

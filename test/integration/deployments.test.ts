@@ -3,27 +3,8 @@ import { registeredUser } from '../factories/accounts.ts';
 import { team } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Browser } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { jsonOf, type Deployment, type Problem } from '../helpers/http.ts';
 
-interface Deployment {
-  id: string;
-  user_id: string;
-  organization_id: string;
-  status: string;
-  model_name: string;
-  model_format: string;
-  model_size_in_billions: number;
-  quantization: string;
-  cluster_id: string | null;
-  instance_id: string | null;
-  gpu_allocation_id: string | null;
-  engine_model_uid: string | null;
-  selected_instance_type: string | null;
-  selection_reason: string | null;
-  failure_stage: string | null;
-  failure_reason: string | null;
-  terminated_at: string | null;
-}
 
 let app: TestApp;
 beforeAll(async () => {

@@ -5,22 +5,9 @@ import { workOn } from '../../src/jobs/queue.ts';
 import { registeredUser } from '../factories/accounts.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Browser } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { jsonOf, type Deployment, type Problem } from '../helpers/http.ts';
 import { waitUntil } from '../helpers/net.ts';
 
-interface Deployment {
-  id: string;
-  status: string;
-  cluster_id: string | null;
-  instance_id: string | null;
-  gpu_allocation_id: string | null;
-  engine_model_uid: string | null;
-  selected_instance_type: string | null;
-  selection_reason: string | null;
-  failure_stage: string | null;
-  failure_reason: string | null;
-  terminated_at: string | null;
-}
 
 let app: TestApp;
 let browser: Browser;

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck migrate run test clean
+.PHONY: install generate check-generated lint typecheck migrate run test bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -47,6 +47,10 @@ run: generate
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)
 	vitest run $(VITEST_ARGS)
+
+## bench: proxy overhead against the engine directly, budgets of DESIGN.md §4 (writes bench/results/)
+bench: $(INSTALLED)
+	node bench/proxy-overhead.ts
 
 ## clean: remove local data (the embedded Postgres cluster)
 clean:

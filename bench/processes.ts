@@ -1,0 +1,135 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+
+/**
+ * The processes one benchmark run starts (simulator, service, operator CLI): each one's output goes
+ * to its own log file, and every one still running is stopped when the run ends, also on failure.
+ */
+
+export interface Started {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  logPath: string;
+  /** Resolves with the exit code (or the signal's name) once the process has exited. */
+  exited: Promise<number | string>;
+  /** Everything it printed on stdout so far. */
+  stdout(): string;
+  /** SIGTERM, then SIGKILL after `graceMs`; resolves once it has exited. */
+  stop(graceMs?: number): Promise<void>;
+}
+
+const running = new Set<Started>();
+
+export function start(name: string, args: string[], options: { env: NodeJS.ProcessEnv; logPath: string; cwd?: string }): Started {
+  const child = spawn(process.execPath, args, { env: options.env, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  if (child.pid === undefined) throw new Error(`${name} did not start`);
+  const log = createWriteStream(options.logPath);
+  let out = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    out += chunk.toString('utf8');
+    log.write(chunk);
+  });
+  child.stderr?.on('data', (chunk: Buffer) => log.write(chunk));
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => {
+      resolve(code ?? signal ?? 'unknown');
+    });
+  });
+  const started: Started = {
+    name,
+    child,
+    pid: child.pid,
+    logPath: options.logPath,
+    exited,
+    stdout: () => out,
+    async stop(graceMs = 10_000) {
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+        await exited;
+        clearTimeout(timer);
+      }
+      running.delete(started);
+      // Let the last lines reach the file.
+      await new Promise<void>((resolve) => log.end(resolve));
+    },
+  };
+  running.add(started);
+  void exited.then(() => running.delete(started));
+  return started;
+}
+
+/** Stops every process this module started that is still running, the most recent first. */
+export async function stopAll(): Promise<void> {
+  for (const started of [...running].reverse()) {
+    try {
+      await started.stop();
+    } catch {
+      started.child.kill('SIGKILL');
+    }
+  }
+}
+
+/** Runs a command to completion; rejects with its output when it fails. */
+export async function run(name: string, args: string[], options: { env: NodeJS.ProcessEnv; logPath: string; timeoutMs?: number }): Promise<string> {
+  const started = start(name, args, options);
+  const timer = setTimeout(() => started.child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
+  const code = await started.exited;
+  clearTimeout(timer);
+  await started.stop();
+  if (code !== 0) throw new Error(`${name} exited with ${code}:\n${tail(options.logPath)}`);
+  return started.stdout();
+}
+
+/** Resolves with the first stdout line matching `pattern`; rejects if the process exits first or the time runs out. */
+export async function waitForLine(started: Started, pattern: RegExp, timeoutMs: number): Promise<RegExpExecArray> {
+  const deadline = Date.now() + timeoutMs;
+  let exited = false;
+  void started.exited.then(() => (exited = true));
+  for (;;) {
+    const match = pattern.exec(started.stdout());
+    if (match) return match;
+    if (exited) throw new Error(`${started.name} exited before it was ready:\n${tail(started.logPath)}`);
+    if (Date.now() > deadline) throw new Error(`${started.name} was not ready after ${timeoutMs} ms:\n${tail(started.logPath)}`);
+    await sleep(25);
+  }
+}
+
+/** Polls `probe` until it returns true; rejects after `timeoutMs`, or when `alive` says the process is gone. */
+export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs: number, alive?: Started): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let exited = false;
+  void alive?.exited.then(() => (exited = true));
+  for (;;) {
+    if (await probe().catch(() => false)) return;
+    if (exited && alive) throw new Error(`${alive.name} exited while waiting for ${what}:\n${tail(alive.logPath)}`);
+    if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}${alive ? `:\n${tail(alive.logPath)}` : ''}`);
+    await sleep(50);
+  }
+}
+
+/** The last lines of a log file, for error messages. */
+export function tail(path: string, lines = 30): string {
+  try {
+    return readFileSync(path, 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+/** A loopback port that was free a moment ago. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (!address || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,487 @@
+/**
+ * Proxy-overhead benchmark (`make bench`): the same closed-loop load against the GPU cluster
+ * simulator directly and through the service's inference proxy, in one run, with a fixed upstream
+ * latency, measured against the budgets of DESIGN.md §4.
+ *
+ * One run:
+ *  1. a database: a fresh database on the server of DATABASE_URL (dropped afterwards), or else an
+ *     embedded Postgres in a temporary directory that this process starts and stops, so the
+ *     service and the operator CLI share it;
+ *  2. the simulator as its own process: a non-streamed answer takes BENCH_UPSTREAM_MS (20 ms,
+ *     one token at 20 ms per token); a streamed one sends its first event at once, then a token
+ *     every BENCH_UPSTREAM_MS;
+ *  3. the service as its own process, production settings (no response validation, warn logs),
+ *     the simulator registered and synced with the operator CLI; a user, a running deployment and
+ *     an API key scoped to it, all through the HTTP API;
+ *  4. autocannon at 1 and 64 connections against the engine directly (its model uid, its bearer
+ *     key) and through the proxy (the deployment id, the svc-sk key): same body, same duration,
+ *     after a warm-up; the service's CPU time (/proc/<pid>/stat) and peak RSS (/proc/<pid>/status)
+ *     over each window; then 32 concurrent streams, time to first chunk, both ways;
+ *  5. one table, each budget met or missed, bench/results/<timestamp>.json and latest.md.
+ *
+ * It exits 0 whenever it could measure, budgets missed or not (benchmarks report, tests assert);
+ * while the proxy answers 501 its columns read "proxy not built yet". Every process it starts is
+ * stopped at the end, also on failure or Ctrl-C.
+ *
+ * Settings (environment): BENCH_SECONDS (10, per measured phase), BENCH_WARMUP_SECONDS (2),
+ * BENCH_STREAM_SECONDS (5), BENCH_STREAM_MAX (4000 streams per target), BENCH_UPSTREAM_MS (20),
+ * BENCH_STREAM_TOKENS (8), BENCH_CPU_PROF_DIR (when set, the service runs with --cpu-prof and writes
+ * its profile there on exit; summarise it with bench/cpu-profile-summary.ts), BENCH_KEEP_LOGS
+ * (keep the processes' logs even on success), DATABASE_URL.
+ */
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import path from 'node:path';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { ensureDatabase, startEmbeddedPostgres, type RunningPostgres } from '../src/db/embedded-postgres.ts';
+import { createLogger } from '../src/logger.ts';
+import { ApiClient, ApiError } from './api-client.ts';
+import { load, streams, type Target } from './load.ts';
+import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
+import { freePort, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
+import { budgets, derive, markdown, rows, textBudgets, textTable, type PhaseFigures, type RunFigures, type StreamFigures } from './report.ts';
+
+const ROOT = path.resolve(import.meta.dirname, '..');
+const RESULTS = path.join(import.meta.dirname, 'results');
+
+function setting(name: string, fallback: number, min = 0): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min) throw new Error(`${name} must be a number >= ${min}, got ${JSON.stringify(raw)}`);
+  return value;
+}
+
+const settings = {
+  seconds: setting('BENCH_SECONDS', 10, 1),
+  warmupSeconds: setting('BENCH_WARMUP_SECONDS', 2, 0),
+  streamSeconds: setting('BENCH_STREAM_SECONDS', 5, 1),
+  streamMax: setting('BENCH_STREAM_MAX', 4000, 1),
+  upstreamMs: setting('BENCH_UPSTREAM_MS', 20, 0),
+  streamTokens: setting('BENCH_STREAM_TOKENS', 8, 1),
+  streamConcurrency: 32,
+  concurrency: [1, 64] as const,
+};
+
+/** The request both targets get, but for `model`. */
+const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }] };
+/** Streamed: `ignore_eos` makes the engine generate exactly `max_tokens` (vLLM's parameter, forwarded as an unlisted field). */
+const STREAM_BODY = { ...CHAT_BODY, max_tokens: settings.streamTokens, ignore_eos: true };
+
+const out = (text = '') => process.stdout.write(`${text}\n`);
+const step = (text: string) => out(`• ${text}`);
+
+/** Database of the run: created here, dropped (or the embedded server stopped) by `close`. */
+interface BenchDatabase {
+  url: string;
+  description: string;
+  close(): Promise<void>;
+}
+
+/**
+ * CPU of the Postgres backends serving the bench database (found in pg_stat_activity, read from
+ * /proc), so the proxy's database work is told apart from whatever else runs on the machine.
+ */
+class DatabaseCpu {
+  readonly #client: pg.Client;
+  readonly #database: string;
+
+  private constructor(client: pg.Client, database: string) {
+    this.#client = client;
+    this.#database = database;
+  }
+
+  static async open(url: string): Promise<DatabaseCpu> {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    return new DatabaseCpu(client, new URL(url).pathname.slice(1));
+  }
+
+  /** CPU ms so far per backend pid (those this process can read). */
+  async sample(): Promise<Map<number, number>> {
+    const { rows } = await this.#client.query<{ pid: number }>('select pid from pg_stat_activity where datname = $1 and pid <> pg_backend_pid()', [this.#database]);
+    const out = new Map<number, number>();
+    for (const { pid } of rows) {
+      try {
+        out.set(pid, cpuMs(pid));
+      } catch {
+        // Gone, or not readable.
+      }
+    }
+    return out;
+  }
+
+  static used(start: Map<number, number>, end: Map<number, number>): number {
+    let total = 0;
+    for (const [pid, ms] of end) total += ms - (start.get(pid) ?? 0);
+    return total;
+  }
+
+  close(): Promise<void> {
+    return this.#client.end();
+  }
+}
+
+let databaseCpu: DatabaseCpu | undefined;
+
+async function openDatabase(workDir: string): Promise<BenchDatabase> {
+  const serverUrl = process.env.DATABASE_URL;
+  const name = `mds_bench_${process.pid}_${Date.now()}`;
+  if (serverUrl) {
+    const admin = new URL(serverUrl);
+    admin.pathname = '/postgres';
+    await ensureDatabase(admin.toString(), name);
+    const url = new URL(serverUrl);
+    url.pathname = `/${name}`;
+    return {
+      url: url.toString(),
+      description: `database ${name} on the server of DATABASE_URL (dropped afterwards)`,
+      async close() {
+        const client = new pg.Client({ connectionString: admin.toString() });
+        await client.connect();
+        try {
+          await client.query(`drop database if exists ${client.escapeIdentifier(name)} with (force)`);
+        } finally {
+          await client.end();
+        }
+      },
+    };
+  }
+  const port = await freePort();
+  chmodSync(workDir, 0o755); // the server runs as the postgres user when we are root
+  let embedded: RunningPostgres | undefined = await startEmbeddedPostgres({
+    dataDir: path.join(workDir, 'postgres'),
+    port,
+    database: name,
+    persistent: false,
+    log: createLogger('warn'),
+  });
+  return {
+    url: embedded.url,
+    description: `embedded Postgres on 127.0.0.1:${port} (temporary)`,
+    async close() {
+      const running = embedded;
+      embedded = undefined;
+      await running?.stop();
+    },
+  };
+}
+
+interface Deployment {
+  id: string;
+  status: string;
+  engine_model_uid: string | null;
+  failure_stage: string | null;
+  failure_reason: string | null;
+}
+
+/** When the service was spawned, and the measured proxy windows since then (seconds): where to look in its CPU profile. */
+let serviceSpawnedAt = NaN;
+const proxyWindows: Array<{ phase: string; from: number; to: number }> = [];
+
+/** Runs `fn` while measuring the CPU and peak RSS of the processes. */
+async function measured<T>(pids: { proxy?: number; engine: number }, fn: () => Promise<T>, label = '') {
+  const from = (performance.now() - serviceSpawnedAt) / 1000;
+  const proxyWindow = pids.proxy === undefined ? undefined : new UsageWindow(pids.proxy);
+  const engineWindow = new UsageWindow(pids.engine);
+  const databaseStart = await databaseCpu?.sample();
+  const machineWindow = new MachineWindow();
+  const result = await fn();
+  const machine = machineWindow.end();
+  const databaseEnd = await databaseCpu?.sample();
+  const databaseMs = databaseStart && databaseEnd ? DatabaseCpu.used(databaseStart, databaseEnd) : NaN;
+  if (pids.proxy !== undefined) proxyWindows.push({ phase: label, from, to: (performance.now() - serviceSpawnedAt) / 1000 });
+  return { result, proxy: proxyWindow?.end(), engine: engineWindow.end(), machine: { ...machine, databaseMs } };
+}
+
+async function phase(target: Target, connections: number, pids: { proxy?: number; engine: number }): Promise<PhaseFigures> {
+  if (settings.warmupSeconds > 0) await load(target, CHAT_BODY, connections, settings.warmupSeconds);
+  const { result, proxy, engine, machine } = await measured(pids, () => load(target, CHAT_BODY, connections, settings.seconds), `c=${connections}`);
+  const errors = result.non2xx + result.errors + result.timeouts;
+  const other = machine.busyMs - machine.loadGeneratorMs - engine.cpuMs - (proxy?.cpuMs ?? 0) - (Number.isNaN(machine.databaseMs) ? 0 : machine.databaseMs);
+  out(
+    `  ${target.name.padEnd(6)} c=${String(connections).padEnd(3)} ${result.requestsPerSecond.toFixed(1).padStart(8)} req/s  ` +
+      `p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms` +
+      (proxy ? `  proxy CPU ${(proxy.cpuMs / Math.max(1, result.ok + result.non2xx)).toFixed(3)} ms/req, peak RSS ${proxy.peakRssMb.toFixed(1)} MB` : '') +
+      `  machine ${(machine.busy * 100).toFixed(0)}% busy (Postgres ${(machine.databaseMs / machine.seconds / 10).toFixed(0)}%, other processes ${(other / machine.seconds / 10).toFixed(0)}% of a core)` +
+      (errors ? `  (${errors} non-2xx/errors: ${JSON.stringify(result.statusCodes)})` : ''),
+  );
+  return { load: result, proxy, engine, machine };
+}
+
+async function streamPhase(target: Target, pids: { proxy?: number; engine: number }): Promise<StreamFigures> {
+  const c = settings.streamConcurrency;
+  if (settings.warmupSeconds > 0) await streams(target, STREAM_BODY, c, Math.min(1, settings.warmupSeconds), settings.streamMax);
+  const { result, proxy, engine, machine } = await measured(pids, () => streams(target, STREAM_BODY, c, settings.streamSeconds, settings.streamMax), `${c} streams`);
+  out(
+    `  ${target.name.padEnd(6)} ${c} streams: ${result.streams} done, TTFB p50 ${result.ttfbP50.toFixed(2)} ms p99 ${result.ttfbP99.toFixed(2)} ms, ` +
+      `total p50 ${result.totalP50.toFixed(1)} ms, ${result.chunksP50} chunks p50` +
+      (result.failed ? ` (${result.failed} failed: ${JSON.stringify(result.statusCodes)})` : ''),
+  );
+  return { result, proxy, engine, machine };
+}
+
+/** One request, to check a target answers a completion before loading it. */
+async function probe(target: Target, stream = false): Promise<{ status: number; body: string }> {
+  const response = await fetch(target.url, {
+    method: 'POST',
+    headers: target.headers,
+    body: JSON.stringify({ model: target.model, ...(stream ? { ...STREAM_BODY, stream: true } : CHAT_BODY) }),
+    signal: AbortSignal.timeout(10_000),
+  });
+  return { status: response.status, body: await response.text() };
+}
+
+async function main(): Promise<number> {
+  const startedAt = new Date();
+  const workDir = mkdtempSync(path.join(tmpdir(), 'mds-bench-'));
+  const logs = path.join(workDir, 'logs');
+  mkdirSync(logs);
+  let database: BenchDatabase | undefined;
+  let ok = false;
+
+  let interrupted = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted) return;
+    interrupted = true;
+    out(`\n${signal}: stopping everything this run started`);
+    void cleanup().finally(() => process.exit(130));
+  };
+  const cleanup = async () => {
+    await databaseCpu?.close().catch(() => undefined);
+    databaseCpu = undefined;
+    await stopAll();
+    await database?.close().catch((error: unknown) => out(`could not drop the bench database: ${String(error)}`));
+    database = undefined;
+    if (ok && !process.env.BENCH_KEEP_LOGS) rmSync(workDir, { recursive: true, force: true });
+    else {
+      rmSync(path.join(workDir, 'postgres'), { recursive: true, force: true });
+      out(`logs kept in ${logs}`);
+    }
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  try {
+    out(`Proxy overhead benchmark: ${settings.upstreamMs} ms upstream, ${settings.seconds} s per phase (+${settings.warmupSeconds} s warm-up), connections ${settings.concurrency.join(' and ')}, ${settings.streamConcurrency} streams`);
+
+    const loadAtStart = loadavg();
+    if ((loadAtStart[0] ?? 0) > 0.5) {
+      out(`  note: the machine is already busy (load average ${loadAtStart.map((v) => v.toFixed(2)).join(' ')}): figures will be noisier`);
+    }
+
+    // 1. Database.
+    database = await openDatabase(workDir);
+    step(database.description);
+    databaseCpu = await DatabaseCpu.open(database.url);
+
+    // 2. The simulator, its own process.
+    const simulatorKey = randomBytes(24).toString('base64url');
+    const simulator = start(
+      'simulator',
+      [
+        'src/local/cluster-simulator.cli.ts',
+        '--host', '127.0.0.1',
+        '--port', '0',
+        '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuType: 'A10G', gpuCount: 4, gpuMemoryGb: 24 }]),
+        '--model-load-ms', '50',
+        // One token per answer: a non-streamed answer takes one token latency.
+        '--completion-tokens', '1',
+        '--token-latency-ms', String(settings.upstreamMs),
+      ],
+      // The key through the environment, not the command line (which process lists show).
+      { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', CLUSTER_SIMULATOR_API_KEY: simulatorKey }, logPath: path.join(logs, 'simulator.log') },
+    );
+    const simulatorUrl = (await waitForLine(simulator, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
+    step(`simulator (pid ${simulator.pid}) at ${simulatorUrl}`);
+
+    // 3. The service, its own process, and its set-up through the operator CLI and the HTTP API.
+    const port = await freePort();
+    const base = `http://127.0.0.1:${port}`;
+    const serviceEnv: NodeJS.ProcessEnv = {
+      ...process.env,
+      NODE_ENV: 'production',
+      APP_SECRET: randomBytes(32).toString('base64url'),
+      // Nothing listens there: no email is sent during the run.
+      SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
+      DATABASE_URL: database.url,
+      LOG_LEVEL: 'warn',
+      RESPONSE_VALIDATION: 'false',
+      CLUSTER_SIMULATOR: 'false',
+      HOST: '127.0.0.1',
+      PORT: String(port),
+      PUBLIC_URL: base,
+      ALLOWED_ORIGINS: base,
+      ROLE: 'all',
+      READINESS_POLL_SECONDS: '0.2',
+      SHUTDOWN_TIMEOUT_MS: '5000',
+    };
+    const profileDir = process.env.BENCH_CPU_PROF_DIR;
+    if (profileDir) {
+      mkdirSync(profileDir, { recursive: true });
+      serviceEnv.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(profileDir)}`.trim();
+    }
+    serviceSpawnedAt = performance.now();
+    const service = start('service', ['src/main.ts'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
+    await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
+    step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}`);
+
+    const operator = (args: string[], name: string) =>
+      run(name, ['src/cli/operator.ts', ...args], {
+        env: { ...serviceEnv, NODE_OPTIONS: process.env.NODE_OPTIONS, BENCH_SIMULATOR_KEY: simulatorKey },
+        logPath: path.join(logs, `${name}.log`),
+      });
+    const cluster = 'bench-simulator';
+    step((await operator(['cluster', 'register', '--name', cluster, '--endpoint', simulatorUrl, '--provider', 'local', '--region', 'bench', '--api-key-env', 'BENCH_SIMULATOR_KEY'], 'operator-register')).trim());
+    step((await operator(['cluster', 'sync', '--name', cluster], 'operator-sync')).trim().replace(/\n/g, '; '));
+
+    const api = new ApiClient(base);
+    await api.post('/v1/user/register', {
+      email: `bench-${Date.now()}@example.com`,
+      password: randomBytes(18).toString('base64url'),
+      organization: 'Benchmark',
+    });
+    let deployment = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
+    const deploymentId = deployment.id;
+    await waitUntil(
+      `deployment ${deploymentId} to be running`,
+      async () => {
+        deployment = await api.get<Deployment>(`/api/v1/model-deployments/${deploymentId}`);
+        if (deployment.status === 'failed') throw new Error(`deployment failed at ${deployment.failure_stage}: ${deployment.failure_reason}`);
+        return deployment.status === 'running';
+      },
+      60_000,
+      service,
+    ).catch((error: unknown) => {
+      throw new Error(`${error instanceof Error ? error.message : String(error)} (last status ${deployment.status})`);
+    });
+    const engineModel = deployment.engine_model_uid;
+    if (!engineModel) throw new Error(`deployment ${deploymentId} is running without an engine model uid`);
+    step(`deployment ${deploymentId} running as ${engineModel} on the engine`);
+
+    const direct: Target = {
+      name: 'direct',
+      url: `${simulatorUrl}/v1/chat/completions`,
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${simulatorKey}` },
+      model: engineModel,
+    };
+    const check = await probe(direct);
+    if (check.status !== 200) throw new Error(`the simulator answered ${check.status}: ${check.body}`);
+
+    // The API key and a first call through the proxy; 501 while they are not built.
+    let proxy: Target | undefined;
+    let proxyStatus = 'measured';
+    try {
+      const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId] });
+      proxy = {
+        name: 'proxy',
+        url: `${base}/v1/chat/completions`,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${created.key}` },
+        model: deploymentId,
+      };
+      for (const stream of [false, true]) {
+        const answer = await probe(proxy, stream);
+        if (answer.status === 501) throw new ApiError('POST', '/v1/chat/completions', 501, answer.body);
+        if (answer.status !== 200) throw new Error(`the proxy answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
+      }
+      step('API key created; the proxy answers');
+    } catch (error) {
+      proxy = undefined;
+      proxyStatus = error instanceof ApiError && error.status === 501 ? 'proxy not built yet' : `proxy failed: ${error instanceof Error ? error.message : String(error)}`;
+      step(`${proxyStatus}${error instanceof ApiError && error.status === 501 ? ` (${error.message.split(':')[0]} answers 501)` : ''}: measuring the engine directly only`);
+    }
+
+    // Idle CPU of the service (job polling, pool keep-alives), to read the per-request figure against.
+    const idleFrom = cpuMs(service.pid);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const idleCpuMsPerSecond = (cpuMs(service.pid) - idleFrom) / 2;
+    const idleMemory = memory(service.pid);
+
+    // 4. Load.
+    const pids = { engine: simulator.pid };
+    const proxyPids = { engine: simulator.pid, proxy: service.pid };
+    const byConnections: Record<string, { direct: PhaseFigures; proxy?: PhaseFigures }> = {};
+    for (const connections of settings.concurrency) {
+      step(`${connections} connection${connections > 1 ? 's' : ''}, ${settings.seconds} s each`);
+      const d = await phase(direct, connections, pids);
+      const p = proxy ? await phase(proxy, connections, proxyPids) : undefined;
+      byConnections[`c${connections}`] = { direct: d, proxy: p };
+    }
+    step(`${settings.streamConcurrency} concurrent streams of ${settings.streamTokens} tokens, ${settings.streamSeconds} s each`);
+    const streamDirect = await streamPhase(direct, pids);
+    const streamProxy = proxy ? await streamPhase(proxy, proxyPids) : undefined;
+
+    const c1 = byConnections.c1 as { direct: PhaseFigures; proxy?: PhaseFigures };
+    const c64 = byConnections.c64 as { direct: PhaseFigures; proxy?: PhaseFigures };
+    const figures: RunFigures = {
+      direct: { c1: c1.direct, c64: c64.direct, stream: streamDirect },
+      proxy: c1.proxy && c64.proxy && streamProxy ? { c1: c1.proxy, c64: c64.proxy, stream: streamProxy } : undefined,
+      proxyStatus,
+    };
+
+    // 5. Report.
+    const derived = derive(figures);
+    const list = budgets(derived);
+    const table = rows(figures, derived);
+    const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
+    const notes = [
+      `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
+      `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up; latencies are of 2xx answers, at full resolution. Load generator, engine, proxy and Postgres share the machine.`,
+      `Proxy CPU: utime + stime of the service process over the phase divided by the answers (the service also runs its job workers; idle it used ${idleCpuMsPerSecond.toFixed(1)} ms CPU per second). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms; idle before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
+      `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
+      ...(figures.proxy ? [] : [`Proxy columns: ${proxyStatus}.`]),
+    ];
+    out();
+    out(textTable(table));
+    out();
+    out('Budgets (DESIGN.md §4):');
+    out(textBudgets(list));
+    out();
+    for (const note of notes) out(`  ${note}`);
+
+    const json = {
+      started_at: startedAt.toISOString(),
+      finished_at: new Date().toISOString(),
+      machine,
+      cpus: cpus().length,
+      node: process.version,
+      load_average_at_start: loadAtStart,
+      database: database.description,
+      settings: { ...settings, chat_body: CHAT_BODY, stream_body: STREAM_BODY },
+      proxy_status: proxyStatus,
+      idle_service_cpu_ms_per_s: idleCpuMsPerSecond,
+      idle_service_rss_mb: idleMemory.rssMb,
+      service_peak_rss_mb_before_load: idleMemory.peakRssMb,
+      ...(profileDir ? { cpu_profile: { dir: profileDir, proxy_windows_s_since_service_start: proxyWindows } } : {}),
+      phases: {
+        direct: { c1: c1.direct, c64: c64.direct, stream: streamDirect },
+        proxy: figures.proxy ?? null,
+      },
+      derived: derived ?? null,
+      budgets: list,
+    };
+    mkdirSync(RESULTS, { recursive: true });
+    const stamp = startedAt.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
+    const jsonPath = path.join(RESULTS, `${stamp}.json`);
+    writeFileSync(jsonPath, `${JSON.stringify(json, null, 2)}\n`);
+    writeFileSync(path.join(RESULTS, 'latest.md'), markdown({ started_at: json.started_at, machine }, table, list, notes));
+    out();
+    out(`Wrote ${path.relative(ROOT, jsonPath)} and bench/results/latest.md`);
+    if (profileDir) {
+      out(`The service writes its CPU profile to ${profileDir} as it stops. The measured proxy windows, in seconds since it started:`);
+      for (const w of proxyWindows) out(`  ${w.phase.padEnd(11)} --from ${w.from.toFixed(1)} --to ${w.to.toFixed(1)}`);
+      out(`  e.g. node bench/cpu-profile-summary.ts ${profileDir}/<file>.cpuprofile --from ${proxyWindows[1]?.from.toFixed(1) ?? 0} --to ${proxyWindows[1]?.to.toFixed(1) ?? ''}`);
+    }
+    ok = true;
+    return 0;
+  } catch (error) {
+    out(`\nBenchmark failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    return 1;
+  } finally {
+    await cleanup();
+  }
+}
+
+process.exitCode = await main();

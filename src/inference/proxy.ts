@@ -49,7 +49,11 @@ export async function forward(input: {
       ...(target.authorization ? { authorization: target.authorization } : {}),
     },
   });
-  const abort = () => upstream.destroy();
+  // A client that leaves before the answer is complete aborts the engine's work; `close` also
+  // follows a completed answer, which must not abort anything.
+  const abort = () => {
+    if (!res.writableFinished) upstream.destroy();
+  };
   res.once('close', abort);
 
   try {

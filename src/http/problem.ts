@@ -45,13 +45,28 @@ export function inferenceStatus(error: AppError): number {
   return error.inference?.status ?? (error.status === 422 ? 400 : error.status);
 }
 
+/** The hosted-inference `code` of errors raised outside the proxy (parsing, validation, limits). */
+function inferenceCode(error: AppError): string {
+  if (error.inference) return error.inference.code;
+  switch (error.code) {
+    case 'MALFORMED_REQUEST':
+      return 'invalid_json';
+    case 'PAYLOAD_TOO_LARGE':
+      return 'request_too_large';
+    case 'VALIDATION_FAILED':
+      return error.errors?.some((issue) => / is required$/.test(issue.message)) ? 'missing_required_parameter' : 'invalid_parameter';
+    default:
+      return error.code.toLowerCase();
+  }
+}
+
 export function toInferenceError(error: AppError): InferenceError {
   const status = inferenceStatus(error);
   return {
     error: {
       message: error.message,
       type: INFERENCE_TYPES[status] ?? (status < 500 ? 'invalid_request_error' : 'server_error'),
-      code: error.inference?.code ?? error.code.toLowerCase(),
+      code: inferenceCode(error),
       param: error.inference?.param ?? error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
     },
   };

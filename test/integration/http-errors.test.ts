@@ -95,7 +95,7 @@ describe('errors on inference routes', () => {
     });
     expect(response.status).toBe(400);
     expect(await jsonOf(response)).toEqual({
-      error: { message: 'The request body is not valid JSON.', type: 'invalid_request_error', code: 'malformed_request', param: null },
+      error: { message: 'The request body is not valid JSON.', type: 'invalid_request_error', code: 'invalid_json', param: null },
     });
   });
 

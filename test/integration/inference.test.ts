@@ -139,6 +139,20 @@ describe('refusals', () => {
     expect(await status(key, theirs.id)).toEqual({ status: 404, code: 'model_not_found' });
   });
 
+  it.each([
+    [{ input: 'no model' }, 'missing_required_parameter', 'model'],
+    [{ model: 'x', messages: [{ role: 'user', content: 'hi' }], temperature: 5 }, 'invalid_parameter', 'temperature'],
+  ])('refuses the body %o with 400 %s', async (body, code, param) => {
+    const path = 'messages' in body ? '/v1/chat/completions' : '/v1/embeddings';
+    const response = await fetch(`${app.url}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    expect(response.status).toBe(400);
+    expect(await jsonOf(response)).toMatchObject({ error: { type: 'invalid_request_error', code, param } });
+  });
+
   it('answers 503 with Retry-After while the deployment is not running yet', async () => {
     app.simulator?.setModelLoadMs(60_000);
     const { id } = await jsonOf<{ id: string }>(await owner.browser.post('/api/v1/model-deployments', { model_name: 'gemma-2-it' }));

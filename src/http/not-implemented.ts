@@ -10,9 +10,3 @@ function notImplemented(): never {
 export function notBuilt<const K extends OperationId>(operationIds: readonly K[]): Pick<Handlers, K> {
   return Object.fromEntries(operationIds.map((id) => [id, notImplemented])) as unknown as Pick<Handlers, K>;
 }
-
-/** Session and API-key authentication are not built yet either: such routes answer 501 too. */
-export const authenticationNotBuilt = {
-  SessionCookie: () => notImplemented(),
-  ApiKeyBearer: () => notImplemented(),
-};

@@ -4,11 +4,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
 import { AppError } from '../../src/errors.ts';
 import { buildHandlers } from '../../src/http/handlers.ts';
-import { authenticationNotBuilt } from '../../src/http/not-implemented.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import type { Handlers } from '../../src/http/types.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { securityHandlers } from '../../src/container.ts';
 import { offlineContainer } from '../helpers/app.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
 
@@ -185,7 +185,7 @@ describe('handler registration', () => {
         logger: createLogger('silent'),
         document: real,
         handlers: incomplete as Handlers,
-        security: authenticationNotBuilt,
+        security: securityHandlers(offlineContainer()),
         allowedOrigins: [],
         trustProxy: false,
         validateResponses: true,

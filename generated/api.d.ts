@@ -8342,7 +8342,7 @@ export interface operations {
             /** @description Signs the user in and sends the browser back to the web app. */
             302: {
                 headers: {
-                    /** @description Where to land: the login's `return_to` (default `/`) on the web app's origin, the first entry of the server setting `ALLOWED_ORIGINS`. */
+                    /** @description Where to land: the login's `return_to` (default `/`) on the web app (the server setting `WEB_APP_URL`). After SSO on behalf of an invitation the query carries `invitation=accepted` or `invitation_error=CODE`. */
                     Location: string;
                     /** @description The session cookie (HttpOnly) and the readable `csrf_token` cookie, and the expired `sso_state` cookie. */
                     "Set-Cookie": string;

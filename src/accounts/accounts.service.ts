@@ -64,6 +64,16 @@ export async function insertPasswordUser(trx: Knex.Transaction, email: string, p
   return (user as { id: number }).id;
 }
 
+/** The organization a new session starts in: the last one the user used, else their oldest membership. */
+export async function organizationOfNewSession(db: Knex | Knex.Transaction, userId: number): Promise<number | null> {
+  const membership = await db('memberships as m')
+    .join('users as u', 'u.id', 'm.user_id')
+    .where('m.user_id', userId)
+    .orderByRaw('m.organization_id = u.current_organization_id desc nulls last, m.created_at')
+    .first('m.organization_id');
+  return membership?.organization_id ?? null;
+}
+
 /** The Session response of the interface, for a signed-in principal. */
 export function toSessionResponse(principal: SessionPrincipal): SessionResponse {
   const role = principal.role ?? 'viewer';
@@ -129,13 +139,13 @@ export class AccountsService {
     await this.#limiter.hit({ key: `signin:address:${clientAddress}`, max: 100, windowSeconds: FIFTEEN_MINUTES });
     await this.#limiter.check(perAccount);
 
-    const user = await this.#db('users').whereRaw('lower(email) = ?', [email]).first('id', 'password_hash', 'current_organization_id');
+    const user = await this.#db('users').whereRaw('lower(email) = ?', [email]).first('id', 'password_hash');
     if (!(await verifyPassword(user?.password_hash, input.password)) || !user) {
       await this.#limiter.hit(perAccount).catch(() => undefined);
       throw new AppError('INVALID_CREDENTIALS', 'Invalid email or password.');
     }
     await this.#limiter.reset(perAccount.key);
-    const organizationId = await this.#currentOrganization(user.id, user.current_organization_id);
+    const organizationId = await organizationOfNewSession(this.#db, user.id);
     return this.#sessions.create(this.#db, { userId: user.id, organizationId, authMethod: 'password' });
   }
 
@@ -173,12 +183,4 @@ export class AccountsService {
     await this.#sessions.invalidate(principal.sessionId);
   }
 
-  /** The organization a new session starts in: the last one used, else the oldest membership. */
-  async #currentOrganization(userId: number, preferred: number | null): Promise<number | null> {
-    const membership = await this.#db('memberships')
-      .where({ user_id: userId })
-      .orderByRaw('organization_id = ? desc, created_at', [preferred ?? 0])
-      .first('organization_id');
-    return membership?.organization_id ?? null;
-  }
 }

@@ -4,7 +4,7 @@ import { OidcClient, type AuthorizationChecks, type AuthorizationResponse, type 
 import type { Config } from '../config.ts';
 import { constantTimeEqual, type Keyring } from '../crypto.ts';
 import { AppError } from '../errors.ts';
-import { displayName, isUniqueViolation, normalizeEmail } from './accounts.service.ts';
+import { displayName, isUniqueViolation, normalizeEmail, organizationOfNewSession } from './accounts.service.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
 type SsoProviderList = components['schemas']['SsoProviderList'];
@@ -177,7 +177,7 @@ export class SsoService {
         }
         await trx('user_identities').insert({ user_id: userId, provider, subject: claims.sub, email });
       }
-      const organizationId = await currentOrganization(trx, userId);
+      const organizationId = await organizationOfNewSession(trx, userId);
       const session = await this.#sessions.create(trx, { userId, organizationId, authMethod: provider });
       return { ...session, outcome };
     });
@@ -218,11 +218,3 @@ function assertReturnTo(returnTo: string): void {
 }
 
 /** The organization a new session starts in: the last one used, else the oldest membership, else none. */
-async function currentOrganization(trx: Knex.Transaction, userId: number): Promise<number | null> {
-  const user = await trx('users').where({ id: userId }).first('current_organization_id');
-  const membership = await trx('memberships')
-    .where({ user_id: userId })
-    .orderByRaw('organization_id = ? desc, created_at', [user?.current_organization_id ?? 0])
-    .first('organization_id');
-  return membership?.organization_id ?? null;
-}

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
@@ -19,7 +19,7 @@ async function resetToken(email: string): Promise<string> {
   const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
   expect(response.status).toBe(200);
   expect(await jsonOf(response)).toEqual({ accepted: true });
-  const message = await app.inbox.next(email);
+  const message = await app.inbox.next(email, { subject: SUBJECTS.reset });
   expect(message.subject).toBe('Reset your password');
   const link = /https:\/\/app\.example\.com\/reset-password\?token=([a-z2-7]+)/.exec(message.text);
   expect(link).not.toBeNull();

@@ -181,6 +181,20 @@ describe('answering an invitation', () => {
     }
   });
 
+  it('refuses to register with a common password or the invitee email with 422 at body/password, leaving the invitation pending', async () => {
+    const owner = await registeredUser(app);
+    const email = uniqueEmail('careless');
+    const { token, invitation } = await invite(app, owner.browser, email);
+    for (const password of ['iloveyou', email, email.split('@')[0] ?? '']) {
+      const response = await new Browser(app.url).post('/v1/invitations/register', { token, password });
+      expect(response.status).toBe(422);
+      expect((await jsonOf<Problem>(response)).errors?.map((e) => e.location)).toEqual(['body/password']);
+    }
+    expect((await invitationOf(owner.browser, invitation.id)).status).toBe('pending');
+    // The token is looked up first: an unknown one answers 404 whatever the password.
+    expect((await new Browser(app.url).post('/v1/invitations/register', { token: 'nosuchtoken', password: 'iloveyou' })).status).toBe(404);
+  });
+
   it('refuses to register an email that already has an account with 409 EMAIL_TAKEN', async () => {
     const owner = await registeredUser(app);
     const existing = await registeredUser(app);

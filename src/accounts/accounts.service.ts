@@ -14,7 +14,7 @@ type UpdateProfileRequest = components['schemas']['UpdateProfileRequest'];
 export type SessionResponse = components['schemas']['SessionResponse'];
 
 const FIFTEEN_MINUTES = 15 * 60;
-/** Registrations one client address may attempt in 15 minutes (the per-address budget of sign-in). */
+/** Registrations one client address may attempt in 15 minutes: room for an office behind one NAT, bounded argon2 work for a flood. */
 const REGISTRATIONS_PER_ADDRESS = 100;
 
 /** Emails are compared case-insensitively and stored trimmed and lower-cased. */

@@ -220,13 +220,18 @@ export interface paths {
         put?: never;
         /**
          * Confirm a password reset
-         * @description Sets a new password with the token from a reset email. The token is then used up, and every
-         *     session of the user ends, this browser's included: sign in again with the new password. Needs
-         *     no session and no CSRF token, but an `Origin` header, when present, must be allowed
-         *     (403 `CSRF_FAILED`).
+         * @description Sets a new password with the token from a reset email. The token and every other unused reset
+         *     token of the user are then used up, the user's email counts as verified (the token came by
+         *     email), and every session of the user ends, this browser's included: sign in again with the new
+         *     password. Needs no session and no CSRF token, but an `Origin` header, when present, must be
+         *     allowed (403 `CSRF_FAILED`).
          *
-         *     Errors: 400 `INVALID_RESET_TOKEN` when the token is unknown, older than 1 hour or already used;
-         *     422 `VALIDATION_FAILED` (bounds, unknown fields, or a password over 72 bytes in UTF-8).
+         *     Errors: 400 `INVALID_RESET_TOKEN` when the token is unknown, older than 1 hour or already used
+         *     (checked before the password is looked at, except for its length);
+         *     422 `VALIDATION_FAILED` (bounds, unknown fields, a password over 72 bytes in UTF-8, or a password
+         *     that is on the bundled list of common passwords or is the account's email or its part before
+         *     `@`: `errors[].location` `body/password`; the token stays unused); 429 `RATE_LIMITED` with
+         *     `Retry-After` after 30 attempts from one client address within 15 minutes.
          */
         post: operations["confirmPasswordReset"];
         delete?: never;
@@ -250,7 +255,7 @@ export interface paths {
          *     `{accepted: true}`, so the answer never reveals whether the email is registered (the email goes
          *     out from a background job, so timing does not reveal it either). The link's token is valid for
          *     1 hour and once; requesting again issues a new token and leaves earlier ones valid until they
-         *     expire. An account that only signs in through SSO may use it to set a password. Needs no session
+         *     expire or until a reset is completed with any of them. An account that only signs in through SSO may use it to set a password. Needs no session
          *     and no CSRF token, but an `Origin` header, when present, must be allowed (403 `CSRF_FAILED`).
          *
          *     Errors: 429 `RATE_LIMITED` with `Retry-After` after 5 requests for one email within an hour, or
@@ -695,7 +700,10 @@ export interface paths {
          * List my invitations
          * @description The pending invitations addressed to the signed-in user's email (compared case-insensitively),
          *     from every organization, newest first, as a bare JSON array of Invitation. Accepted, rejected,
-         *     expired and revoked invitations are not listed. Any signed-in user may call it.
+         *     expired and revoked invitations are not listed. Any signed-in user may call it. While the user's
+         *     email is not verified (`user.email_verified` false in the session) the list is always empty:
+         *     nobody has proved the address is theirs, so it must not learn who invited it (the invitation
+         *     email's link still works, and using it verifies the address).
          */
         get: operations["listMyInvitations"];
         put?: never;
@@ -743,7 +751,8 @@ export interface paths {
          * @description Accepts the invitation the token names: the signed-in user joins the inviting organization with
          *     the invitation's role, and that organization becomes the session's current one (read the
          *     refreshed session with `GET /v1/auth/session`). Returns the invitation with status `accepted`,
-         *     `responded_at` and `invitee_user_id` set. Any signed-in user whose email is the invitee email.
+         *     `responded_at` and `invitee_user_id` set. Any signed-in user whose email is the invitee email,
+         *     verified or not: the token came by email, so using it verifies the caller's email.
          *     404 `INVITATION_NOT_FOUND`: no invitation has this token. 410 `INVITATION_EXPIRED`: past its
          *     expiry. 409 `INVITATION_NOT_PENDING`: already accepted, rejected or revoked; 409
          *     `ALREADY_A_MEMBER`: the caller already belongs to the organization. 403
@@ -769,7 +778,7 @@ export interface paths {
          * Decline an invitation by token
          * @description Declines the invitation the token names. Returns the invitation with status `rejected` and
          *     `responded_at` set; the organization is not joined. Any signed-in user whose email is the
-         *     invitee email. 404 `INVITATION_NOT_FOUND`: no invitation has this token. 410
+         *     invitee email, verified or not (using the token verifies it). 404 `INVITATION_NOT_FOUND`: no invitation has this token. 410
          *     `INVITATION_EXPIRED`: past its expiry. 409 `INVITATION_NOT_PENDING`: already accepted, rejected
          *     or revoked. 403 `INVITATION_EMAIL_MISMATCH`: the signed-in user's email is not the invitee email.
          */
@@ -794,14 +803,19 @@ export interface paths {
          * @description Creates a password account for the invitee email and accepts the invitation: the new user joins
          *     the inviting organization with the invitation's role (no organization of their own is created)
          *     and is signed in with that organization as the session's current one (`auth_method`
-         *     `password`, `requires_profile_completion` false). The user's name is `first_name` and
+         *     `password`, `requires_profile_completion` false). The email counts as verified
+         *     (`email_verified` true): the token came by email. The user's name is `first_name` and
          *     `last_name` joined by a space, or the email's local part when both are omitted. Needs no
          *     sign-in and no CSRF token, but an `Origin` header, when present, must be allowed (403
-         *     `CSRF_FAILED`). `password` is 8 to 72 bytes of UTF-8.
+         *     `CSRF_FAILED`). `password` is 8 to 72 bytes of UTF-8, not on the bundled list of common
+         *     passwords, and not the invitee email or its part before `@` (compared case-insensitively).
+         *     The token is checked before the password.
          *     404 `INVITATION_NOT_FOUND`: no invitation has this token. 410 `INVITATION_EXPIRED`: past its
          *     expiry. 409 `INVITATION_NOT_PENDING`: already accepted, rejected or revoked. 409 `EMAIL_TAKEN`:
          *     the invitee email already has an account; sign in and accept instead. 422 `VALIDATION_FAILED`:
-         *     the body is invalid or has unknown fields. 429 `RATE_LIMITED`: too many attempts.
+         *     the body is invalid or has unknown fields, or the password breaks a rule above
+         *     (`errors[].location` `body/password`). 429 `RATE_LIMITED`: more than 30 attempts from one
+         *     client address within 15 minutes.
          */
         post: operations["registerWithInvitation"];
         delete?: never;
@@ -826,7 +840,8 @@ export interface paths {
          *     response sets the short-lived `sso_state` cookie (as `GET /v1/sso/login/{provider}` does); send
          *     the browser to the returned `authorization_url`. The provider sends it back to
          *     `GET /v1/sso/callback/{provider}`, which signs the user in (creating an account for the invitee
-         *     email when none exists, without an organization of its own) and accepts the invitation, making
+         *     email when none exists, without an organization of its own; an existing account is linked under
+         *     the callback's rules, see completeSsoLogin) and accepts the invitation, making
          *     the inviting organization the session's current one. The callback accepts only when the
          *     provider's verified email is the invitee email; otherwise it still signs the user in and leaves
          *     the invitation pending. It then redirects to the web app (`WEB_APP_URL`) with
@@ -859,10 +874,13 @@ export interface paths {
          * @description Accepts one of the caller's invitations by id (as listed by `GET /v1/invitations`): the caller
          *     joins the inviting organization with the invitation's role, and that organization becomes the
          *     session's current one (read the refreshed session with `GET /v1/auth/session`). Returns the
-         *     invitation with status `accepted`, `responded_at` and `invitee_user_id` set. Any signed-in user.
-         *     404 `INVITATION_NOT_FOUND`: no invitation with this id is addressed to the caller's email
-         *     (ids are guessable, so an invitation addressed to someone else is reported as not found rather
-         *     than `INVITATION_EMAIL_MISMATCH`). 410 `INVITATION_EXPIRED`: past its expiry. 409
+         *     invitation with status `accepted`, `responded_at` and `invitee_user_id` set. Any signed-in user
+         *     whose email is verified: without the token, only a verified email proves the caller is the
+         *     invitee. 403 `EMAIL_NOT_VERIFIED`: the caller's email is not verified (checked before the
+         *     invitation is looked up; verify it, or accept with the invitation email's link), or
+         *     `CSRF_FAILED`. 404 `INVITATION_NOT_FOUND`: no invitation with this id is addressed to the
+         *     caller's email (ids are guessable, so an invitation addressed to someone else is reported as not
+         *     found rather than `INVITATION_EMAIL_MISMATCH`). 410 `INVITATION_EXPIRED`: past its expiry. 409
          *     `INVITATION_NOT_PENDING`: already accepted, rejected or revoked; 409 `ALREADY_A_MEMBER`: the
          *     caller already belongs to the organization.
          */
@@ -885,9 +903,10 @@ export interface paths {
         /**
          * Decline an invitation
          * @description Declines one of the caller's invitations by id. Returns the invitation with status `rejected`
-         *     and `responded_at` set. Any signed-in user. 404 `INVITATION_NOT_FOUND`: no invitation with this
-         *     id is addressed to the caller's email (an invitation addressed to someone else is reported as
-         *     not found). 410 `INVITATION_EXPIRED`: past its expiry. 409 `INVITATION_NOT_PENDING`: already
+         *     and `responded_at` set. Any signed-in user whose email is verified. 403 `EMAIL_NOT_VERIFIED`:
+         *     the caller's email is not verified (checked before the invitation is looked up), or
+         *     `CSRF_FAILED`. 404 `INVITATION_NOT_FOUND`: no invitation with this id is addressed to the
+         *     caller's email (an invitation addressed to someone else is reported as not found). 410 `INVITATION_EXPIRED`: past its expiry. 409 `INVITATION_NOT_PENDING`: already
          *     accepted, rejected or revoked.
          */
         post: operations["rejectInvitation"];
@@ -1142,13 +1161,19 @@ export interface paths {
          *     sliding 30-day expiry as registerUser), and redirects (302) to the login's `return_to` on the web
          *     app. Not called by API clients. Needs no authentication.
          *
-         *     The user is found by the provider's subject; failing that, by the verified email of an existing
-         *     account, which is then linked to the provider; failing that, a new user is created from the
-         *     ID token's email and name with no organization and `requires_profile_completion` true, who
-         *     completes their profile with `PATCH /v1/user/profile` (sending `organization`). Other query
-         *     parameters the provider adds (e.g. `scope`, `authuser`, `prompt`, `hd`) are ignored.
+         *     The user is found by the provider's subject. Failing that, an existing account with the
+         *     provider's verified email is linked to the provider, but only when that account's email is
+         *     verified (`user.email_verified`), or when this browser is signed in to that very account (its
+         *     session cookie comes along on the provider's redirect), and only when the account has no other
+         *     identity at this provider (one subject per provider per user). Linking ends every other session
+         *     of the account (only the new one remains) and marks its email verified. Failing that, a new user
+         *     is created from the ID token's email and name, with the email verified, no organization and
+         *     `requires_profile_completion` true, who completes their profile with `PATCH /v1/user/profile`
+         *     (sending `organization`). Other query parameters the provider adds (e.g. `scope`, `authuser`,
+         *     `prompt`, `hd`) are ignored.
          *
-         *     Errors (JSON): 400 `SSO_FAILED` (see SsoFailedError); 404 `NOT_FOUND` or `SSO_NOT_CONFIGURED`.
+         *     Errors (JSON): 400 `SSO_FAILED` (see SsoFailedError); 404 `NOT_FOUND` or `SSO_NOT_CONFIGURED`;
+         *     409 `SSO_LINK_REQUIRES_SIGN_IN` or `SSO_ACCOUNT_ALREADY_LINKED` (see SsoLinkConflictError).
          */
         get: operations["completeSsoLogin"];
         put?: never;
@@ -1202,6 +1227,59 @@ export interface paths {
         get: operations["listSsoProviders"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/email-verification/confirm": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Confirm an email address
+         * @description Confirms the user's email address with the token of a verification email (the link
+         *     `WEB_APP_URL/verify-email?token=…`). The token is valid for 24 hours and once; confirming spends
+         *     every other verification token of the user, and `user.email_verified` is true from then on, in
+         *     every session of the user. Needs no session (the link may be opened in any browser) and no
+         *     CSRF token, but an `Origin` header, when present, must be allowed (403 `CSRF_FAILED`).
+         *
+         *     Errors: 400 `INVALID_VERIFICATION_TOKEN` when the token is unknown, older than 24 hours or
+         *     already used; 422 `VALIDATION_FAILED` for a malformed body.
+         */
+        post: operations["confirmEmailVerification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/email-verification/resend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resend the verification email
+         * @description Emails the signed-in user a new verification link (valid 24 hours and once); earlier links stay
+         *     valid until they expire or one of them is used. Any signed-in user whose email is not verified
+         *     may call it.
+         *
+         *     Errors: 401 `UNAUTHENTICATED` or `AUTHORIZATION_HEADER_NOT_ALLOWED`; 403 `CSRF_FAILED`; 409
+         *     `EMAIL_ALREADY_VERIFIED`; 429 `RATE_LIMITED` with `Retry-After` after 5 requests for one user,
+         *     or 20 from one client address, within an hour.
+         */
+        post: operations["resendEmailVerification"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1284,8 +1362,17 @@ export interface paths {
          *     30 days and slide: a request made when fewer than 15 days are left extends the session to 30 days
          *     again. Sign-out, password reset and removal from the organization end sessions.
          *
+         *     The email is not verified yet (`user.email_verified` false): a verification email is sent with a
+         *     link to `WEB_APP_URL/verify-email?token=…`, valid 24 hours and once, to be confirmed with
+         *     `POST /v1/user/email-verification/confirm`. The session works in the new organization at once;
+         *     until the email is verified the user cannot see or accept invitations by id, and an SSO identity
+         *     is linked to the account only while the user is signed in to it.
+         *
          *     Errors: 409 `EMAIL_TAKEN`; 422 `VALIDATION_FAILED` (bounds, unknown fields, blank organization,
-         *     or a password over 72 bytes in UTF-8).
+         *     a password over 72 bytes in UTF-8, or a password that is on the bundled list of common passwords
+         *     or is the email or its part before `@`, compared case-insensitively: `errors[].location`
+         *     `body/password`); 429 `RATE_LIMITED` with `Retry-After` after 100 registrations from one client
+         *     address within 15 minutes (every well-formed request counts, before the password is hashed).
          */
         post: operations["registerUser"];
         delete?: never;
@@ -2352,6 +2439,36 @@ export interface components {
          * @enum {string}
          */
         DeploymentStatus: "requested" | "provisioning" | "starting" | "running" | "failed" | "terminating" | "terminated";
+        /** @description Confirms an email address with the token of a verification email. Unknown fields are rejected. */
+        EmailVerificationConfirmRequest: {
+            /** @description The token from the verification link (`WEB_APP_URL/verify-email?token=…`). */
+            token: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description Answer of a resend: a new verification email is queued for the signed-in user's address.
+         * @example {
+         *       "queued": true
+         *     }
+         */
+        EmailVerificationQueued: {
+            /** @enum {boolean} */
+            queued: true;
+        };
+        /**
+         * @description Answer of a confirmed email verification: the address now verified.
+         * @example {
+         *       "verified": true,
+         *       "email": "ada@example.com"
+         *     }
+         */
+        EmailVerified: {
+            /** @enum {boolean} */
+            verified: true;
+            /** @description The address the token proved. */
+            email: string;
+        };
         /** @description The embedding of one input. */
         Embedding: {
             /** @enum {string} */
@@ -2375,7 +2492,7 @@ export interface components {
          * @description Stable machine-readable error codes. Clients branch on these, never on `title` or `detail`.
          * @enum {string}
          */
-        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
+        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVALID_VERIFICATION_TOKEN" | "EMAIL_NOT_VERIFIED" | "EMAIL_ALREADY_VERIFIED" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "SSO_LINK_REQUIRES_SIGN_IN" | "SSO_ACCOUNT_ALREADY_LINKED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
         /** @description Health of the service. */
         HealthStatus: {
             /**
@@ -2995,7 +3112,8 @@ export interface components {
          *           "id": 4,
          *           "name": "super_admin"
          *         },
-         *         "requires_profile_completion": false
+         *         "requires_profile_completion": false,
+         *         "email_verified": true
          *       },
          *       "session": {
          *         "expires_at": "2026-12-20T09:30:00Z",
@@ -3029,6 +3147,15 @@ export interface components {
             role: components["schemas"]["SessionRole"];
             /** @description True for a new SSO user with no organization until a profile update supplies one. */
             requires_profile_completion: boolean;
+            /**
+             * @description True once the user proved they own `email`: the link of the verification email (sent on
+             *     registration; `POST /v1/user/email-verification/resend` sends another), a password-reset or
+             *     invitation token used, or an SSO sign-in whose provider asserted the email as verified. An
+             *     unverified account works in the organization it created, but cannot see or accept invitations
+             *     by id (only with the invitation email's link), and an SSO identity is not linked to it unless the
+             *     user is signed in to it.
+             */
+            email_verified: boolean;
         };
         /** @description Chooses the default card. Unknown fields are rejected. */
         SetDefaultPaymentMethodRequest: {
@@ -4383,6 +4510,17 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
             default: {
                 headers: {
@@ -4498,7 +4636,8 @@ export interface operations {
                      *           "id": 4,
                      *           "name": "super_admin"
                      *         },
-                     *         "requires_profile_completion": false
+                     *         "requires_profile_completion": false,
+                     *         "email_verified": true
                      *       },
                      *       "session": {
                      *         "expires_at": "2026-12-20T09:30:00Z",
@@ -6598,7 +6737,8 @@ export interface operations {
                      *           "id": 2,
                      *           "name": "member"
                      *         },
-                     *         "requires_profile_completion": false
+                     *         "requires_profile_completion": false,
+                     *         "email_verified": true
                      *       },
                      *       "session": {
                      *         "expires_at": "2026-12-21T11:02:37Z",
@@ -8377,6 +8517,21 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description 409 on the SSO callback: the provider's verified email belongs to an existing account that the
+             *     new identity may not be linked to. `SSO_LINK_REQUIRES_SIGN_IN`: the account's email is not
+             *     verified, and this browser is not signed in to that account; sign in with the password first,
+             *     then sign in with SSO again to link. `SSO_ACCOUNT_ALREADY_LINKED`: the account already has
+             *     another identity (subject) at this provider; sign in with that one.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
             default: {
                 headers: {
@@ -8477,6 +8632,158 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["SsoProviderList"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    confirmEmailVerification: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "token": "m3k7q2xv9bn4lp8rt6wy5zc1df0gh2js"
+                 *     }
+                 */
+                "application/json": components["schemas"]["EmailVerificationConfirmRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "verified": true,
+                     *       "email": "ada@example.com"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["EmailVerified"];
+                };
+            };
+            /** @description 400 on email-verification confirm: `INVALID_VERIFICATION_TOKEN`, the token is unknown, older than 24 hours or already used (or `MALFORMED_REQUEST` for a body that is not JSON). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403 on a route that needs no session: `CSRF_FAILED`, the request's `Origin` header is not one of
+             *     the server setting `ALLOWED_ORIGINS` (default: the service's own origin).
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resendEmailVerification: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "queued": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["EmailVerificationQueued"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 409 on email-verification resend: `EMAIL_ALREADY_VERIFIED`, the signed-in user's email is verified already. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
             /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
@@ -8596,7 +8903,8 @@ export interface operations {
                      *           "id": 4,
                      *           "name": "super_admin"
                      *         },
-                     *         "requires_profile_completion": false
+                     *         "requires_profile_completion": false,
+                     *         "email_verified": true
                      *       },
                      *       "session": {
                      *         "expires_at": "2026-12-20T09:30:00Z",
@@ -8693,7 +9001,8 @@ export interface operations {
                      *           "id": 4,
                      *           "name": "super_admin"
                      *         },
-                     *         "requires_profile_completion": false
+                     *         "requires_profile_completion": false,
+                     *         "email_verified": false
                      *       },
                      *       "session": {
                      *         "expires_at": "2026-12-20T09:30:00Z",
@@ -8728,6 +9037,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After": number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -8784,7 +9104,8 @@ export interface operations {
                      *           "id": 4,
                      *           "name": "super_admin"
                      *         },
-                     *         "requires_profile_completion": false
+                     *         "requires_profile_completion": false,
+                     *         "email_verified": true
                      *       },
                      *       "session": {
                      *         "expires_at": "2026-12-20T09:30:00Z",

@@ -4,6 +4,7 @@ import type { PgBoss } from 'pg-boss';
 import type { Logger } from 'pino';
 import { AccountsService } from './accounts/accounts.service.ts';
 import { SessionCookies } from './accounts/cookies.ts';
+import { EmailVerificationService } from './accounts/email-verification.service.ts';
 import { PasswordResetService, passwordResetJob } from './accounts/password-reset.service.ts';
 import { SessionStore } from './accounts/sessions.ts';
 import { SsoService } from './accounts/sso.service.ts';
@@ -44,7 +45,8 @@ export function createContainer(deps: ContainerDeps) {
   const limiter = new RateLimiter(db);
   const mailer = new Mailer(deps.smtpUrl, config.mailFrom);
   const outbox = new EmailOutbox(boss, keyring);
-  const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources });
+  const emailVerification = new EmailVerificationService({ db, outbox, limiter, webAppUrl: config.webAppUrl });
+  const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources, emailVerification });
   const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
   const sso = new SsoService({ db, sessions, keyring, config });
   const organizations = new OrganizationsService(db);
@@ -64,6 +66,7 @@ export function createContainer(deps: ContainerDeps) {
     limiter,
     mailer,
     outbox,
+    emailVerification,
     accounts,
     passwordReset,
     sso,

@@ -3,12 +3,21 @@ import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
 import { toSessionResponse, type AccountsService } from './accounts.service.ts';
 import type { SessionCookies } from './cookies.ts';
+import type { EmailVerificationService } from './email-verification.service.ts';
 import type { PasswordResetService } from './password-reset.service.ts';
 import type { SessionPrincipal } from './principal.ts';
 
 type AccountHandlers = Pick<
   Handlers,
-  'registerUser' | 'signIn' | 'getSession' | 'updateProfile' | 'logOut' | 'requestPasswordReset' | 'confirmPasswordReset'
+  | 'registerUser'
+  | 'signIn'
+  | 'getSession'
+  | 'updateProfile'
+  | 'logOut'
+  | 'requestPasswordReset'
+  | 'confirmPasswordReset'
+  | 'confirmEmailVerification'
+  | 'resendEmailVerification'
 >;
 
 /** The signed-in caller of a session route (the security handler has already checked it). */
@@ -22,11 +31,16 @@ export function clientAddress(req: Request): string {
   return req.ip ?? req.socket.remoteAddress ?? 'unknown';
 }
 
-export function accountHandlers(deps: { accounts: AccountsService; passwordReset: PasswordResetService; cookies: SessionCookies }): AccountHandlers {
-  const { accounts, passwordReset, cookies } = deps;
+export function accountHandlers(deps: {
+  accounts: AccountsService;
+  passwordReset: PasswordResetService;
+  emailVerification: EmailVerificationService;
+  cookies: SessionCookies;
+}): AccountHandlers {
+  const { accounts, passwordReset, emailVerification, cookies } = deps;
   return {
-    registerUser: async ({ body, res }) => {
-      const { token, principal } = await accounts.register(body);
+    registerUser: async ({ body, req, res }) => {
+      const { token, principal } = await accounts.register(body, clientAddress(req));
       cookies.set(res, token, principal.sessionId, principal.expiresAt);
       return { status: 201, body: toSessionResponse(principal) };
     },
@@ -49,9 +63,17 @@ export function accountHandlers(deps: { accounts: AccountsService; passwordReset
       await passwordReset.request(body.email, clientAddress(req));
       return { status: 200, body: { accepted: true } };
     },
-    confirmPasswordReset: async ({ body }) => {
-      await passwordReset.confirm(body.token, body.password);
+    confirmPasswordReset: async ({ body, req }) => {
+      await passwordReset.confirm(body.token, body.password, clientAddress(req));
       return { status: 200, body: { reset: true } };
+    },
+    confirmEmailVerification: async ({ body }) => {
+      const { email } = await emailVerification.confirm(body.token);
+      return { status: 200, body: { verified: true, email } };
+    },
+    resendEmailVerification: async (context) => {
+      await emailVerification.resend(sessionOf(context), clientAddress(context.req));
+      return { status: 200, body: { queued: true } };
     },
   };
 }

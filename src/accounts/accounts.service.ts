@@ -3,7 +3,8 @@ import type { components } from '../../generated/api.d.ts';
 import { AppError } from '../errors.ts';
 import { createOrganizationWithOwner } from '../organizations/organizations.repository.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
-import { assertPasswordLength, hashPassword, verifyPassword } from './passwords.ts';
+import type { EmailVerificationService } from './email-verification.service.ts';
+import { assertNewPassword, hashPassword, verifyPassword } from './passwords.ts';
 import { roleId, type SessionPrincipal } from './principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
@@ -13,6 +14,8 @@ type UpdateProfileRequest = components['schemas']['UpdateProfileRequest'];
 export type SessionResponse = components['schemas']['SessionResponse'];
 
 const FIFTEEN_MINUTES = 15 * 60;
+/** Registrations one client address may attempt in 15 minutes: room for an office behind one NAT, bounded argon2 work for a flood. */
+const REGISTRATIONS_PER_ADDRESS = 100;
 
 /** Emails are compared case-insensitively and stored trimmed and lower-cased. */
 export function normalizeEmail(email: string): string {
@@ -86,6 +89,7 @@ export function toSessionResponse(principal: SessionPrincipal): SessionResponse 
       organization: principal.organization?.name ?? '',
       role: { id: roleId(role), name: role },
       requires_profile_completion: principal.organization === null,
+      email_verified: principal.user.emailVerified,
     },
     session: { expires_at: principal.expiresAt.toISOString(), auth_method: principal.authMethod },
   };
@@ -97,18 +101,25 @@ export class AccountsService {
   readonly #sessions: SessionStore;
   readonly #limiter: RateLimiter;
   readonly #maxActiveResources: number;
+  readonly #emailVerification: EmailVerificationService;
 
-  constructor(deps: { db: Knex; sessions: SessionStore; limiter: RateLimiter; maxActiveResources: number }) {
+  constructor(deps: { db: Knex; sessions: SessionStore; limiter: RateLimiter; maxActiveResources: number; emailVerification: EmailVerificationService }) {
     this.#db = deps.db;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
     this.#maxActiveResources = deps.maxActiveResources;
+    this.#emailVerification = deps.emailVerification;
   }
 
-  /** Creates the user, their organization (super_admin, billing account) and a session, atomically. */
-  async register(input: RegisterRequest): Promise<NewSession> {
-    assertPasswordLength(input.password);
+  /**
+   * Creates the user, their organization (super_admin, billing account) and a session, and emails a
+   * verification link, atomically. The email stays unverified until the link is opened. Counted per
+   * client address before any work, so the argon2 hash is not free for a flood.
+   */
+  async register(input: RegisterRequest, clientAddress: string): Promise<NewSession> {
+    await this.#limiter.hit({ key: `register:address:${clientAddress}`, max: REGISTRATIONS_PER_ADDRESS, windowSeconds: FIFTEEN_MINUTES });
     const email = normalizeEmail(input.email);
+    assertNewPassword(input.password, email);
     const organizationName = notBlank(input.organization, 'body/organization');
     const passwordHash = await hashPassword(input.password);
     try {
@@ -119,7 +130,9 @@ export class AccountsService {
           ownerId: userId,
           maxActiveResources: this.#maxActiveResources,
         });
-        return this.#sessions.create(trx, { userId, organizationId: organization.id, authMethod: 'password' });
+        const session = await this.#sessions.create(trx, { userId, organizationId: organization.id, authMethod: 'password' });
+        await this.#emailVerification.issue(trx, { id: userId, email, name: session.principal.user.name });
+        return session;
       });
     } catch (error) {
       if (isUniqueViolation(error, 'users_email_unique')) {

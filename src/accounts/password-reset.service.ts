@@ -7,18 +7,20 @@ import { AppError } from '../errors.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
 import { normalizeEmail } from './accounts.service.ts';
-import { assertPasswordLength, hashPassword } from './passwords.ts';
+import { markEmailVerified } from './email-verification.service.ts';
+import { assertNewPassword, assertPasswordLength, hashPassword } from './passwords.ts';
 import type { SessionStore } from './sessions.ts';
 
 export const PASSWORD_RESET_QUEUE = 'password-reset-request';
 const TOKEN_LIFETIME_MS = 60 * 60 * 1000;
 const HOUR = 60 * 60;
+const FIFTEEN_MINUTES = 15 * 60;
 
 /**
  * Password reset: a request enqueues a job and answers the same way whether or not the email has an
  * account (the lookup happens in the job, so timing reveals nothing either). The job issues a
  * single-use token, stored as its hash, valid one hour, and emails the link. Confirming sets the
- * password and ends every session of the user.
+ * password, spends every reset token of the user and ends every session of the user.
  */
 export class PasswordResetService {
   readonly #db: Knex;
@@ -40,9 +42,16 @@ export class PasswordResetService {
     await this.#boss.send(PASSWORD_RESET_QUEUE, { email });
   }
 
-  async confirm(token: string, password: string): Promise<void> {
+  /**
+   * Sets the new password with an emailed token. The cheap checks come first: the length, a limit
+   * per client address, then the token is claimed; only then is the password checked against the
+   * account and hashed, so a bogus token costs no argon2 work. One transaction: the token and every
+   * other outstanding reset token of the user are spent, the password is set, the email counts as
+   * verified (the token came by email) and every session of the user ends.
+   */
+  async confirm(token: string, password: string, clientAddress: string): Promise<void> {
     assertPasswordLength(password);
-    const passwordHash = await hashPassword(password);
+    await this.#limiter.hit({ key: `reset-confirm:address:${clientAddress}`, max: 30, windowSeconds: FIFTEEN_MINUTES });
     await this.#db.transaction(async (trx) => {
       const claimed = await trx('password_reset_tokens')
         .where({ token_hash: hashToken(token) })
@@ -54,7 +63,12 @@ export class PasswordResetService {
       if (userId === undefined) {
         throw new AppError('INVALID_RESET_TOKEN', 'This reset link is invalid, expired or already used. Ask for a new one.');
       }
+      const user = await trx('users').where({ id: userId }).first('email');
+      assertNewPassword(password, user.email);
+      const passwordHash = await hashPassword(password);
       await trx('users').where({ id: userId }).update({ password_hash: passwordHash });
+      await trx('password_reset_tokens').where({ user_id: userId }).whereNull('used_at').update({ used_at: trx.fn.now() });
+      await markEmailVerified(trx, userId);
       await this.#sessions.invalidateAllOfUser(trx, userId);
     });
   }

@@ -1,4 +1,5 @@
 import { hash, verify, type Options } from '@node-rs/argon2';
+import { dictionary } from '@zxcvbn-ts/language-common';
 import { AppError } from '../errors.ts';
 
 /** argon2id with OWASP's minimum parameters (m=19456 KiB, t=2, p=1). */
@@ -15,6 +16,30 @@ export function assertPasswordLength(password: string, location = 'body/password
       errors: [{ location, message: `must be ${PASSWORD_MIN_BYTES} to ${PASSWORD_MAX_BYTES} bytes in UTF-8 (is ${bytes})` }],
     });
   }
+}
+
+/** The bundled list of common passwords (about 49,000, zxcvbn-ts), lower-cased, loaded once. */
+const COMMON_PASSWORDS: ReadonlySet<string> = new Set(dictionary['passwords-common'].map((password) => password.toLowerCase()));
+
+/**
+ * What makes a password guessable whatever its length: being on the common-password list, or being
+ * the account's own email or the part of it before `@` (all compared case-insensitively). Returns
+ * the reason, or null when the password is acceptable.
+ */
+export function guessablePasswordReason(password: string, email: string): string | null {
+  const candidate = password.toLowerCase();
+  const address = email.trim().toLowerCase();
+  const localPart = address.slice(0, Math.max(0, address.lastIndexOf('@')));
+  if (candidate === address || (localPart && candidate === localPart)) return 'must not be your email address or its part before `@`';
+  if (COMMON_PASSWORDS.has(candidate)) return 'is on a list of commonly used passwords; choose another';
+  return null;
+}
+
+/** The rules of a new password: 8 to 72 bytes of UTF-8, not common, not the account's email. */
+export function assertNewPassword(password: string, email: string, location = 'body/password'): void {
+  assertPasswordLength(password, location);
+  const reason = guessablePasswordReason(password, email);
+  if (reason) throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [{ location, message: reason }] });
 }
 
 export function hashPassword(password: string): Promise<string> {

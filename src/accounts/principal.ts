@@ -19,7 +19,8 @@ export interface SessionPrincipal {
   sessionId: string;
   expiresAt: Date;
   authMethod: string;
-  user: { id: number; email: string; name: string };
+  /** `emailVerified`: the user proved they own `email` (DESIGN.md §3 Email ownership). */
+  user: { id: number; email: string; name: string; emailVerified: boolean };
   /** The session's current organization and the caller's role in it; null before a profile is complete. */
   organization: { id: number; name: string } | null;
   role: Role | null;

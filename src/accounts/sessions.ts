@@ -26,6 +26,7 @@ interface SessionRow {
   user_id: number;
   email: string;
   user_name: string;
+  email_verified_at: Date | null;
   organization_id: number | null;
   organization_name: string | null;
   role: Role | null;
@@ -90,6 +91,7 @@ export class SessionStore {
         's.user_id',
         'u.email',
         'u.name as user_name',
+        'u.email_verified_at',
         's.organization_id',
         'o.name as organization_name',
         'm.role',
@@ -101,7 +103,7 @@ export class SessionStore {
       sessionId: row.id,
       expiresAt: row.expires_at,
       authMethod: row.auth_method,
-      user: { id: row.user_id, email: row.email, name: row.user_name },
+      user: { id: row.user_id, email: row.email, name: row.user_name, emailVerified: row.email_verified_at !== null },
       organization: inOrganization ? { id: row.organization_id as number, name: row.organization_name ?? '' } : null,
       role: inOrganization ? row.role : null,
     };

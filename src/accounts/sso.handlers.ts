@@ -59,6 +59,8 @@ export function ssoHandlers(deps: {
         iss: query.iss,
         error: query.error,
         sealedState: sent[SSO_STATE_COOKIE],
+        // SameSite=Lax: the session cookie comes along on the provider's top-level redirect.
+        sessionToken: sent[cookies.name],
       });
       const { token, principal } = signedIn;
       cookies.set(res, token, principal.sessionId, principal.expiresAt);

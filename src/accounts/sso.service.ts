@@ -5,6 +5,8 @@ import type { Config } from '../config.ts';
 import { constantTimeEqual, type Keyring } from '../crypto.ts';
 import { AppError } from '../errors.ts';
 import { displayName, isUniqueViolation, normalizeEmail, organizationOfNewSession } from './accounts.service.ts';
+import { markEmailVerified } from './email-verification.service.ts';
+import type { SessionPrincipal } from './principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
 type SsoProviderList = components['schemas']['SsoProviderList'];
@@ -43,6 +45,8 @@ export interface CompleteInput extends AuthorizationResponse {
   error?: string | undefined;
   /** The `sso_state` cookie the browser sent, if any. */
   sealedState: string | undefined;
+  /** The session cookie the browser sent, if any: a signed-in user may link the identity to their own account. */
+  sessionToken?: string | undefined;
 }
 
 export interface CompletedSignIn extends NewSession {
@@ -117,8 +121,8 @@ export class SsoService {
 
   /**
    * Verifies the provider's answer (error, state against the cookie, then the code exchange and the
-   * ID token) and signs the user in: found by subject, else by verified email and linked, else
-   * created without an organization. One transaction for every write.
+   * ID token) and signs the user in: found by subject, else linked to the account with that email
+   * (see `#signIn`), else created without an organization. One transaction for every write.
    */
   async complete(input: CompleteInput): Promise<CompletedSignIn> {
     const oidc = this.#clientFor(input.provider);
@@ -137,17 +141,29 @@ export class SsoService {
       throw new AppError('SSO_FAILED', 'The identity provider did not assert a verified email address.');
     }
     const verified = { ...claims, email: claims.email };
-    const signedIn = await this.#signIn(verified).catch((error: unknown) => {
-      // Two first sign-ins of the same person at once: the loser finds what the winner created.
-      if (isUniqueViolation(error, 'user_identities_provider_subject_unique') || isUniqueViolation(error, 'users_email_unique')) {
-        return this.#signIn(verified);
+    const signedIn = input.sessionToken ? ((await this.#sessions.validate(input.sessionToken))?.principal ?? null) : null;
+    const session = await this.#signIn(verified, signedIn).catch((error: unknown) => {
+      // Two first sign-ins at once: the loser finds what the winner created or linked.
+      if (
+        isUniqueViolation(error, 'user_identities_provider_subject_unique') ||
+        isUniqueViolation(error, 'user_identities_user_provider_unique') ||
+        isUniqueViolation(error, 'users_email_unique')
+      ) {
+        return this.#signIn(verified, signedIn);
       }
       throw error;
     });
-    return { ...signedIn, returnTo: attempt.returnTo, invitationToken: attempt.invitationToken };
+    return { ...session, returnTo: attempt.returnTo, invitationToken: attempt.invitationToken };
   }
 
-  async #signIn(claims: OidcClaims & { email: string }): Promise<NewSession & { outcome: CompletedSignIn['outcome'] }> {
+  /**
+   * A known subject signs in to its user. An unknown subject whose email has an account links to it
+   * only when that account proved its email, or when this browser is signed in to that very account
+   * (the user shows they hold it); never when the account already has a subject at this provider.
+   * Linking ends every other session of the account and marks its email verified. Otherwise a new
+   * user is created, verified by the provider's assertion.
+   */
+  async #signIn(claims: OidcClaims & { email: string }, signedIn: SessionPrincipal | null): Promise<NewSession & { outcome: CompletedSignIn['outcome'] }> {
     const provider = this.#provider.name;
     const email = normalizeEmail(claims.email);
     return this.#db.transaction(async (trx) => {
@@ -158,9 +174,12 @@ export class SsoService {
         await trx('user_identities').where({ id: identity.id }).update({ email });
       }
       if (userId === undefined) {
-        const user = await trx('users').whereRaw('lower(email) = ?', [email]).first('id');
+        const user = await trx('users').whereRaw('lower(email) = ?', [email]).forUpdate().first('id', 'email_verified_at');
         if (user) {
           userId = user.id as number;
+          await this.#assertMayLink(trx, userId, user.email_verified_at !== null, signedIn?.user.id === userId);
+          await this.#sessions.invalidateAllOfUser(trx, userId);
+          await markEmailVerified(trx, userId);
           outcome = 'linked';
         } else {
           const [created] = await trx('users')
@@ -170,6 +189,7 @@ export class SsoService {
               name: displayName({ name: claims.name, first_name: claims.given_name, last_name: claims.family_name }, email),
               first_name: claims.given_name ?? null,
               last_name: claims.family_name ?? null,
+              email_verified_at: trx.fn.now(),
             })
             .returning('id');
           userId = (created as { id: number }).id;
@@ -181,6 +201,20 @@ export class SsoService {
       const session = await this.#sessions.create(trx, { userId, organizationId, authMethod: provider });
       return { ...session, outcome };
     });
+  }
+
+  /** One subject per provider per user; an unproven email links only from inside its own account. */
+  async #assertMayLink(trx: Knex.Transaction, userId: number, emailVerified: boolean, signedInAsUser: boolean): Promise<void> {
+    const name = this.#provider.displayName;
+    if (await trx('user_identities').where({ user_id: userId, provider: this.#provider.name }).first('id')) {
+      throw new AppError('SSO_ACCOUNT_ALREADY_LINKED', `The account with this email is already linked to another ${name} identity; sign in with that one.`);
+    }
+    if (!emailVerified && !signedInAsUser) {
+      throw new AppError(
+        'SSO_LINK_REQUIRES_SIGN_IN',
+        `An account with this email exists, but its address is not verified. Sign in with your password first, then sign in with ${name} to link it.`,
+      );
+    }
   }
 
   /** The client of `provider`: 404 `NOT_FOUND` for another name, 404 `SSO_NOT_CONFIGURED` without settings. */

@@ -18,6 +18,19 @@ export function passwordResetEmail(input: { name: string; link: string }): Omit<
   );
 }
 
+export function emailVerificationEmail(input: { name: string; link: string; lifetimeHours: number }): Omit<OutgoingEmail, 'to'> {
+  return withLink(
+    'Confirm your email address',
+    [
+      `Hello ${input.name},`,
+      `Confirm that this address is yours. The link works once, for ${input.lifetimeHours} hours.`,
+      'If you did not create an account, ignore this email: the address stays unconfirmed.',
+    ],
+    input.link,
+    'Confirm my email address',
+  );
+}
+
 export function invitationEmail(input: { organization: string; inviter: string; role: string; link: string; expiresAt: Date }): Omit<OutgoingEmail, 'to'> {
   return withLink(
     `${input.inviter} invited you to ${input.organization}`,

@@ -14,6 +14,7 @@ export const REQUIRED_ROLE = {
   getSession: 'signed-in',
   updateProfile: 'signed-in',
   logOut: 'signed-in',
+  resendEmailVerification: 'signed-in',
   listMyInvitations: 'signed-in',
   acceptInvitationByToken: 'signed-in',
   rejectInvitationByToken: 'signed-in',

@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
 import { insertPasswordUser, isUniqueViolation, normalizeEmail } from '../accounts/accounts.service.ts';
-import { assertPasswordLength, hashPassword } from '../accounts/passwords.ts';
+import { markEmailVerified } from '../accounts/email-verification.service.ts';
+import { assertNewPassword, hashPassword } from '../accounts/passwords.ts';
 import { roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
 import type { NewSession, SessionStore } from '../accounts/sessions.ts';
 import { hashToken, randomToken } from '../crypto.ts';
@@ -117,7 +118,12 @@ export class InvitationsService {
     }
   }
 
+  /**
+   * The pending invitations addressed to the caller's email. An unverified email sees none: nobody
+   * proved the address is theirs, so they must not learn who invited it (the emailed token still works).
+   */
   async listMine(principal: SessionPrincipal): Promise<Invitation[]> {
+    if (!principal.user.emailVerified) return [];
     const rows: InvitationRow[] = await invitationsQuery(this.#db)
       .where('i.invitee_email', normalizeEmail(principal.user.email))
       .where('i.status', 'pending')
@@ -148,20 +154,36 @@ export class InvitationsService {
     assertPending(invitation);
   }
 
-  /** Accepts or declines by token; the signed-in user's email must be the invitee's. */
+  /**
+   * Accepts or declines by token; the signed-in user's email must be the invitee's. The token came
+   * by email, so using it proves the address.
+   */
   async respondByToken(principal: SessionPrincipal, token: string, response: Response): Promise<Invitation> {
-    return this.#respond(principal, response, (trx) => trx('invitations').where({ token_hash: hashToken(token) }), 'mismatch');
+    return this.#respond(principal, response, (trx) => trx('invitations').where({ token_hash: hashToken(token) }), 'token');
   }
 
-  /** Accepts or declines one of the caller's invitations by id; someone else's is not found. */
+  /**
+   * Accepts or declines one of the caller's invitations by id; someone else's is not found. Without
+   * the token, only a verified email proves the caller is the invitee: an unverified one is refused
+   * before any invitation is looked up.
+   */
   async respondById(principal: SessionPrincipal, invitationId: number, response: Response): Promise<Invitation> {
-    return this.#respond(principal, response, (trx) => trx('invitations').where({ id: invitationId }), 'hidden');
+    if (!principal.user.emailVerified) {
+      throw new AppError('EMAIL_NOT_VERIFIED', 'Verify your email first (open the link we emailed you), or use the link of the invitation email.');
+    }
+    return this.#respond(principal, response, (trx) => trx('invitations').where({ id: invitationId }), 'id');
   }
 
-  /** Creates a password account for the invitee email, joins the organization, signs in. */
+  /**
+   * Creates a password account for the invitee email (verified: the token came by email), joins the
+   * organization, signs in. The token is looked up before the password is hashed.
+   */
   async register(input: RegisterWithInvitationRequest, clientAddress: string): Promise<NewSession> {
     await this.#limiter.hit({ key: `invitation-register:address:${clientAddress}`, max: 30, windowSeconds: 15 * 60 });
-    assertPasswordLength(input.password);
+    const found = await this.#db('invitations').where({ token_hash: hashToken(input.token) }).first('invitee_email', 'status', 'expires_at');
+    if (!found) throw notFound();
+    assertPending(found);
+    assertNewPassword(input.password, found.invitee_email);
     const passwordHash = await hashPassword(input.password);
     try {
       return await this.#db.transaction(async (trx) => {
@@ -169,6 +191,7 @@ export class InvitationsService {
         if (!invitation) throw notFound();
         assertPending(invitation);
         const userId = await insertPasswordUser(trx, invitation.invitee_email, passwordHash, input);
+        await markEmailVerified(trx, userId);
         await join(trx, invitation, userId);
         return this.#sessions.create(trx, { userId, organizationId: invitation.organization_id, authMethod: 'password' });
       });
@@ -189,12 +212,12 @@ export class InvitationsService {
     principal: SessionPrincipal,
     response: Response,
     find: (trx: Knex.Transaction) => Knex.QueryBuilder,
-    otherInvitee: 'mismatch' | 'hidden',
+    by: 'token' | 'id',
   ): Promise<Invitation> {
     return this.#db.transaction(async (trx) => {
       const invitation = await find(trx).forUpdate().first();
       const mine = invitation && invitation.invitee_email === normalizeEmail(principal.user.email);
-      if (!invitation || (!mine && otherInvitee === 'hidden')) throw notFound();
+      if (!invitation || (!mine && by === 'id')) throw notFound();
       if (!mine) {
         throw new AppError('INVITATION_EMAIL_MISMATCH', `This invitation is addressed to another email; sign in as ${invitation.invitee_email}.`);
       }
@@ -207,6 +230,7 @@ export class InvitationsService {
       } else {
         await trx('invitations').where({ id: invitation.id }).update({ status: 'rejected', responded_at: trx.fn.now() });
       }
+      if (by === 'token') await markEmailVerified(trx, principal.user.id);
       return this.#read(trx, invitation.id);
     });
   }

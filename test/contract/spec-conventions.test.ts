@@ -38,6 +38,8 @@ const INTERFACE_ROUTES = [
   'POST /v1/user/register', 'POST /v1/user/signin', 'GET /v1/auth/session', 'PATCH /v1/user/profile', 'POST /v1/user/logout',
   'GET /v1/sso/providers', 'GET /v1/sso/login/{provider}', 'GET /v1/sso/callback/{provider}',
   'POST /v1/auth/password-reset/request', 'POST /v1/auth/password-reset/confirm',
+  // Email ownership (issue 17): not in the interface document, added for email verification.
+  'POST /v1/user/email-verification/confirm', 'POST /v1/user/email-verification/resend',
   'GET /v1/organization/api-keys', 'POST /v1/organization/api-keys', 'GET /v1/organization/api-keys/deployment-options',
   'PATCH /v1/organization/api-keys/{api_key_id}', 'DELETE /v1/organization/api-keys/{api_key_id}',
   'GET /api/v1/model-deployments', 'GET /api/v1/model-deployments/{deployment_id}', 'POST /api/v1/model-deployments',

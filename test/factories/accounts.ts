@@ -21,3 +21,23 @@ export async function registeredUser(app: TestApp, overrides: Record<string, unk
   const session = (await response.json()) as { user: { id: number; email: string } };
   return { browser, email, password: String(body.password), user: session.user };
 }
+
+/** Subjects of the emails the service sends, to pick one kind out of an inbox. */
+export const SUBJECTS = { verification: 'Confirm your email address', reset: 'Reset your password', invitation: ' invited you to ' } as const;
+
+/** The token of the next verification email to `email`, read from the SMTP listener. */
+export async function verificationToken(app: TestApp, email: string): Promise<string> {
+  const message = await app.inbox.next(email, { subject: SUBJECTS.verification });
+  const token = /\/verify-email\?token=([a-z2-7]+)/.exec(message.text)?.[1];
+  if (!token) throw new Error(`no verification link in: ${message.text}`);
+  return token;
+}
+
+/** A registered user who confirmed their email through the link of the verification email. */
+export async function verifiedUser(app: TestApp, overrides: Record<string, unknown> = {}) {
+  const registered = await registeredUser(app, overrides);
+  const token = await verificationToken(app, registered.email);
+  const response = await new Browser(app.url).post('/v1/user/email-verification/confirm', { token });
+  if (response.status !== 200) throw new Error(`confirm failed: ${response.status} ${await response.text()}`);
+  return registered;
+}

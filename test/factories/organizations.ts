@@ -1,7 +1,7 @@
 import { expect } from 'vitest';
 import type { TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
-import { PASSWORD, registeredUser, uniqueEmail } from './accounts.ts';
+import { PASSWORD, registeredUser, SUBJECTS, uniqueEmail } from './accounts.ts';
 
 type InvitedRole = 'viewer' | 'member' | 'admin';
 
@@ -10,7 +10,7 @@ export async function invite(app: TestApp, inviter: Browser, email: string, role
   const response = await inviter.post('/v1/organization/invitations', { email, role });
   expect(response.status, await response.clone().text()).toBe(201);
   const invitation = (await response.json()) as { id: number };
-  const message = await app.inbox.next(email);
+  const message = await app.inbox.next(email, { subject: SUBJECTS.invitation });
   const token = /\/invitations\/([a-z2-7]+)/.exec(message.text)?.[1];
   expect(token).toBeDefined();
   return { invitation, token: token ?? '', message };

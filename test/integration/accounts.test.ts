@@ -7,7 +7,8 @@ import { jsonOf, type Problem } from '../helpers/http.ts';
 
 let app: TestApp;
 beforeAll(async () => {
-  app = await startTestApp();
+  // Behind a trusted proxy, so a test can speak from a client address of its own (X-Forwarded-For).
+  app = await startTestApp({ TRUST_PROXY: 'true' });
 });
 afterAll(() => app.close());
 
@@ -88,6 +89,39 @@ describe('registration', () => {
     const response = await new Browser(app.url).post('/v1/user/register', { email: uniqueEmail(), password, organization: 'Bytes' });
     expect(response.status).toBe(422);
     expect((await problemOf(response)).errors?.map((e) => e.location)).toContain(location);
+  });
+
+  it.each([
+    ['a common password', () => 'password'],
+    ['another common password, in capitals', () => 'QWERTY123'],
+    ['the email itself', (email: string) => email.toUpperCase()],
+    ['the part of the email before @', (email: string) => email.split('@')[0] ?? ''],
+  ])('refuses %s with 422 VALIDATION_FAILED at body/password', async (_case, passwordFor) => {
+    const email = uniqueEmail('guessable');
+    const response = await new Browser(app.url).post('/v1/user/register', { email, password: passwordFor(email), organization: 'Guessable' });
+    expect(response.status).toBe(422);
+    const problem = await problemOf(response);
+    expect(problem.code).toBe('VALIDATION_FAILED');
+    expect(problem.errors?.map((e) => e.location)).toEqual(['body/password']);
+    expect(await app.db('users').whereRaw('lower(email) = ?', [email]).first()).toBeUndefined();
+  });
+
+  it('limits registrations to 100 per 15 minutes per client address with 429 RATE_LIMITED and Retry-After', async () => {
+    const from = { 'x-forwarded-for': '203.0.113.10' };
+    // Refused attempts count too: the limit is checked before anything else (and before any hashing).
+    for (let i = 0; i < 100; i++) {
+      const refused = await new Browser(app.url).post('/v1/user/register', { email: uniqueEmail('flood'), password: 'password', organization: 'Flood' }, from);
+      expect(refused.status).toBe(422);
+    }
+    const email = uniqueEmail('flood');
+    const limited = await new Browser(app.url).post('/v1/user/register', { email, password: PASSWORD, organization: 'Flood' }, from);
+    expect(limited.status).toBe(429);
+    expect(await problemOf(limited)).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await app.db('users').whereRaw('lower(email) = ?', [email]).first()).toBeUndefined();
+
+    const elsewhere = await new Browser(app.url).post('/v1/user/register', { email, password: PASSWORD, organization: 'Flood' }, { 'x-forwarded-for': '203.0.113.11' });
+    expect(elsewhere.status).toBe(201);
   });
 
   it('accepts a password of exactly 72 bytes', async () => {

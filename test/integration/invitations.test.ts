@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
 import { invite } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
@@ -117,7 +117,7 @@ describe('creating invitations', () => {
 describe('answering an invitation', () => {
   it('lets a signed-in invitee list, accept by token, and switches the session to that organization', async () => {
     const owner = await registeredUser(app, { organization: 'Inviting Org' });
-    const invitee = await registeredUser(app, { organization: 'Own Org' });
+    const invitee = await verifiedUser(app, { organization: 'Own Org' });
     const { token, invitation } = await invite(app, owner.browser, invitee.email, 'viewer');
 
     const mine = await jsonOf<Invitation[]>(await invitee.browser.get('/v1/invitations'));
@@ -130,9 +130,9 @@ describe('answering an invitation', () => {
     expect(await jsonOf<Invitation[]>(await invitee.browser.get('/v1/invitations'))).toEqual([]);
   });
 
-  it('accepts by id', async () => {
+  it('accepts by id for an invitee whose email is verified', async () => {
     const owner = await registeredUser(app);
-    const invitee = await registeredUser(app);
+    const invitee = await verifiedUser(app);
     const { invitation } = await invite(app, owner.browser, invitee.email);
     const accepted = await invitee.browser.post(`/v1/invitations/${invitation.id}/accept`);
     expect(accepted.status).toBe(200);
@@ -141,7 +141,7 @@ describe('answering an invitation', () => {
 
   it('declines by token and by id without joining', async () => {
     const owner = await registeredUser(app);
-    const invitee = await registeredUser(app);
+    const invitee = await verifiedUser(app);
     const first = await invite(app, owner.browser, invitee.email);
     const rejected = await invitee.browser.post(`/v1/invitations/by-token/${first.token}/reject`);
     expect(rejected.status).toBe(200);
@@ -155,7 +155,7 @@ describe('answering an invitation', () => {
 
   it('refuses a user signed in with another email: 403 by token, 404 by id', async () => {
     const owner = await registeredUser(app);
-    const stranger = await registeredUser(app);
+    const stranger = await verifiedUser(app);
     const { token, invitation } = await invite(app, owner.browser, uniqueEmail('someone-else'));
     const byToken = await stranger.browser.post(`/v1/invitations/by-token/${token}/accept`);
     expect(byToken.status).toBe(403);
@@ -181,6 +181,20 @@ describe('answering an invitation', () => {
     }
   });
 
+  it('refuses to register with a common password or the invitee email with 422 at body/password, leaving the invitation pending', async () => {
+    const owner = await registeredUser(app);
+    const email = uniqueEmail('careless');
+    const { token, invitation } = await invite(app, owner.browser, email);
+    for (const password of ['iloveyou', email, email.split('@')[0] ?? '']) {
+      const response = await new Browser(app.url).post('/v1/invitations/register', { token, password });
+      expect(response.status).toBe(422);
+      expect((await jsonOf<Problem>(response)).errors?.map((e) => e.location)).toEqual(['body/password']);
+    }
+    expect((await invitationOf(owner.browser, invitation.id)).status).toBe('pending');
+    // The token is looked up first: an unknown one answers 404 whatever the password.
+    expect((await new Browser(app.url).post('/v1/invitations/register', { token: 'nosuchtoken', password: 'iloveyou' })).status).toBe(404);
+  });
+
   it('refuses to register an email that already has an account with 409 EMAIL_TAKEN', async () => {
     const owner = await registeredUser(app);
     const existing = await registeredUser(app);
@@ -200,7 +214,7 @@ describe('answering an invitation', () => {
 describe('expiry', () => {
   it('shows an invitation past its expiry as expired and refuses it with 410', async () => {
     const owner = await registeredUser(app);
-    const invitee = await registeredUser(app);
+    const invitee = await verifiedUser(app);
     const { token, invitation } = await invite(app, owner.browser, invitee.email);
     await app.db('invitations').where({ id: invitation.id }).update({ expires_at: new Date(Date.now() - 1000) });
 
@@ -244,9 +258,9 @@ describe('resending', () => {
 
   it('refuses an accepted invitation with 409 and an unknown one with 404', async () => {
     const owner = await registeredUser(app);
-    const invitee = await registeredUser(app);
+    const invitee = await verifiedUser(app);
     const { invitation } = await invite(app, owner.browser, invitee.email);
-    await invitee.browser.post(`/v1/invitations/${invitation.id}/accept`);
+    expect((await invitee.browser.post(`/v1/invitations/${invitation.id}/accept`)).status).toBe(200);
     expect(await codeOf(await owner.browser.post(`/v1/organization/invitations/${invitation.id}/resend`))).toBe('INVITATION_NOT_PENDING');
     const unknown = await owner.browser.post('/v1/organization/invitations/999999/resend');
     expect(unknown.status).toBe(404);

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
@@ -8,7 +8,8 @@ import { waitUntil } from '../helpers/net.ts';
 
 let app: TestApp;
 beforeAll(async () => {
-  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com' });
+  // Behind a trusted proxy, so a test can speak from a client address of its own (X-Forwarded-For).
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' });
 });
 afterAll(() => app.close());
 
@@ -19,14 +20,15 @@ async function resetToken(email: string): Promise<string> {
   const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
   expect(response.status).toBe(200);
   expect(await jsonOf(response)).toEqual({ accepted: true });
-  const message = await app.inbox.next(email);
+  const message = await app.inbox.next(email, { subject: SUBJECTS.reset });
   expect(message.subject).toBe('Reset your password');
   const link = /https:\/\/app\.example\.com\/reset-password\?token=([a-z2-7]+)/.exec(message.text);
   expect(link).not.toBeNull();
   return link?.[1] ?? '';
 }
 
-const confirm = (token: string, password = NEW_PASSWORD) => new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password });
+const confirm = (token: string, password = NEW_PASSWORD, headers?: Record<string, string>) =>
+  new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password }, headers);
 
 describe('password reset', () => {
   it('emails a single-use link; confirming sets the password and ends every session', async () => {
@@ -45,7 +47,53 @@ describe('password reset', () => {
     expect((await browser.get('/v1/auth/session')).status).toBe(401);
     expect((await other.get('/v1/auth/session')).status).toBe(401);
     expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(401);
+    const signedIn = await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD });
+    expect(signedIn.status).toBe(200);
+    // The token came by email: the address is proven.
+    expect(await jsonOf(signedIn)).toMatchObject({ user: { email_verified: true } });
+  });
+
+  it('spends every outstanding reset link of the user: after confirming with one, an earlier one is refused', async () => {
+    const { email } = await registeredUser(app);
+    const first = await resetToken(email);
+    const second = await resetToken(email);
+    expect(first).not.toBe(second);
+
+    expect((await confirm(first)).status).toBe(200);
+    const late = await confirm(second, 'the attacker’s passphrase');
+    expect(late.status).toBe(400);
+    expect(await jsonOf<Problem>(late)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
     expect((await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD })).status).toBe(200);
+  });
+
+  it('refuses a common password or the account’s email with 422 at body/password, leaving the token unused', async () => {
+    const { email } = await registeredUser(app);
+    const token = await resetToken(email);
+    for (const password of ['12345678', 'Password', email, email.split('@')[0]?.toUpperCase() ?? '']) {
+      const response = await confirm(token, password);
+      expect(response.status).toBe(422);
+      expect((await jsonOf<Problem>(response)).errors?.map((e) => e.location)).toEqual(['body/password']);
+    }
+    expect((await confirm(token)).status).toBe(200);
+  });
+
+  it('looks the token up before the password: an unknown token with a refused password answers 400', async () => {
+    const response = await confirm('nosuchtokennosuchtokennosuchtoke', 'password');
+    expect(response.status).toBe(400);
+    expect(await jsonOf<Problem>(response)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
+  });
+
+  it('limits confirms to 30 per 15 minutes per client address with 429 and Retry-After', async () => {
+    const { email } = await registeredUser(app);
+    const token = await resetToken(email);
+    const from = { 'x-forwarded-for': '203.0.113.20' };
+    for (let i = 0; i < 30; i++) expect((await confirm(`bogus${i}`.padEnd(32, 'x'), NEW_PASSWORD, from)).status).toBe(400);
+    const limited = await confirm(token, NEW_PASSWORD, from);
+    expect(limited.status).toBe(429);
+    expect(await jsonOf<Problem>(limited)).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+    // The valid token was not touched, and works from another address.
+    expect((await confirm(token, NEW_PASSWORD, { 'x-forwarded-for': '203.0.113.21' })).status).toBe(200);
   });
 
   it('refuses a token used once already with 400 INVALID_RESET_TOKEN', async () => {
@@ -97,8 +145,8 @@ describe('password reset', () => {
   it('records the delivery: sent, with the body no longer kept', async () => {
     const { email } = await registeredUser(app);
     await resetToken(email);
-    await waitUntil(async () => (await app.db('emails').where({ to_address: email, status: 'sent' }).first()) !== undefined, 'the email to be recorded as sent');
-    expect(await app.db('emails').where({ to_address: email }).first()).toMatchObject({ status: 'sent', sealed_body: null, last_error: null, attempts: 1 });
+    await waitUntil(async () => (await app.db('emails').where({ to_address: email, template: 'password_reset', status: 'sent' }).first()) !== undefined, 'the email to be recorded as sent');
+    expect(await app.db('emails').where({ to_address: email, template: 'password_reset' }).first()).toMatchObject({ status: 'sent', sealed_body: null, last_error: null, attempts: 1 });
   });
 });
 
@@ -109,8 +157,8 @@ describe('email delivery failures', () => {
       failing.inbox.refuse = true;
       const { email } = await registeredUser(failing);
       expect((await new Browser(failing.url).post('/v1/auth/password-reset/request', { email })).status).toBe(200);
-      await waitUntil(async () => (await failing.db('emails').where({ to_address: email, status: 'failed' }).first()) !== undefined, 'the email to fail');
-      expect(await failing.db('emails').where({ to_address: email }).first()).toMatchObject({
+      await waitUntil(async () => (await failing.db('emails').where({ to_address: email, template: 'password_reset', status: 'failed' }).first()) !== undefined, 'the email to fail');
+      expect(await failing.db('emails').where({ to_address: email, template: 'password_reset' }).first()).toMatchObject({
         status: 'failed',
         attempts: 2,
         last_error: expect.stringContaining('Mailbox unavailable'),

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, parseSetCookie } from '../helpers/browser.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
@@ -22,7 +22,7 @@ afterAll(async () => {
   await idp?.stop();
 });
 
-type Session = { user: { id: number; email: string; name: string; organization: string; role: { name: string }; requires_profile_completion: boolean }; session: { auth_method: string } };
+type Session = { user: { id: number; email: string; name: string; organization: string; role: { name: string }; requires_profile_completion: boolean; email_verified: boolean }; session: { auth_method: string } };
 
 const problemOf = (response: Response) => jsonOf<Problem>(response);
 
@@ -128,7 +128,7 @@ describe('signing in through the provider', () => {
 
     const session = await sessionOf(browser);
     expect(session).toMatchObject({
-      user: { email: account.email, name: 'Grace Hopper', organization: '', requires_profile_completion: true },
+      user: { email: account.email, name: 'Grace Hopper', organization: '', requires_profile_completion: true, email_verified: true },
       session: { auth_method: 'testidp' },
     });
     const user = await app.db('users').where({ id: session.user.id }).first();
@@ -150,17 +150,25 @@ describe('signing in through the provider', () => {
     });
   });
 
-  it('links an existing password account with the same verified email, whatever its case', async () => {
-    const { email, user } = await registeredUser(app);
+  it('links an existing account whose email is verified, whatever its case, and ends its other sessions', async () => {
+    const { email, user, browser: registration } = await verifiedUser(app);
     const account = idpAccount({ email: email.toUpperCase() });
     const { browser, location } = await signInWithIdp(account);
 
     expect(location).toBe(`${WEB_APP}/`);
     const session = await sessionOf(browser);
-    expect(session.user).toMatchObject({ id: user.id, email, organization: `Org of ${email}`, role: { name: 'super_admin' }, requires_profile_completion: false });
+    expect(session.user).toMatchObject({
+      id: user.id,
+      email,
+      organization: `Org of ${email}`,
+      role: { name: 'super_admin' },
+      requires_profile_completion: false,
+      email_verified: true,
+    });
     expect(session.session.auth_method).toBe('testidp');
     expect(await app.db('user_identities').where({ subject: account.sub }).select('user_id', 'email')).toEqual([{ user_id: user.id, email }]);
-    // The password still works.
+    // Linking ended the account's other sessions; the password (the owner's own) still works.
+    expect((await registration.get('/v1/auth/session')).status).toBe(401);
     expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(200);
   });
 
@@ -351,5 +359,101 @@ describe('SSO on behalf of an invitation', () => {
     const response = await new Browser(app.url).post('/v1/invitations/sso/nope/start', { token });
     expect(response.status).toBe(404);
     expect((await problemOf(response)).code).toBe('NOT_FOUND');
+  });
+});
+
+describe('linking an identity to an existing account (email ownership)', () => {
+  /** A RedirectBrowser signed in to a new password account (email unverified), as the web app would be. */
+  async function registeredRedirectBrowser(email = uniqueEmail('linker')) {
+    const browser = freshBrowser();
+    const response = await browser.request('POST', `${APP_ORIGIN}/v1/user/register`, {
+      headers: { origin: APP_ORIGIN },
+      body: { email, password: PASSWORD, organization: `Org of ${email}` },
+    });
+    expect(response.status).toBe(201);
+    const { user } = await jsonOf<Session>(response);
+    return { browser, email, user };
+  }
+
+  it('refuses to link an account whose email nobody verified with 409 SSO_LINK_REQUIRES_SIGN_IN (pre-hijack)', async () => {
+    // The squatter registers the victim's address with a password of their own, and stays signed in.
+    const squatter = await registeredUser(app, { email: uniqueEmail('victim') });
+    const victim = idpAccount({ email: squatter.email });
+
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const { browser, response } = await signInWithIdp(victim);
+      expect(response.status).toBe(409);
+      expect(await problemOf(response)).toMatchObject({ code: 'SSO_LINK_REQUIRES_SIGN_IN', detail: expect.stringContaining('Sign in with your password first') });
+      expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).toBeUndefined();
+    }
+    // Nothing of the victim's identity reached the squatter's account, and no second account exists.
+    expect(await app.db('user_identities').where({ subject: victim.sub }).first()).toBeUndefined();
+    expect(await app.db('user_identities').where({ user_id: squatter.user.id }).first()).toBeUndefined();
+    expect(await app.db('users').whereRaw('lower(email) = ?', [squatter.email]).count({ n: '*' })).toEqual([{ n: '1' }]);
+    expect(await jsonOf(await squatter.browser.get('/v1/auth/session'))).toMatchObject({ user: { id: squatter.user.id, email_verified: false } });
+  });
+
+  it('lets the owner of the mailbox take the address back with a reset, after which SSO links and the squatter is out', async () => {
+    const squatter = await registeredUser(app, { email: uniqueEmail('reclaimed') });
+    const victim = idpAccount({ email: squatter.email });
+    await new Browser(app.url).post('/v1/auth/password-reset/request', { email: squatter.email });
+    const resetMail = await app.inbox.next(squatter.email, { subject: 'Reset your password' });
+    const token = /reset-password\?token=([a-z2-7]+)/.exec(resetMail.text)?.[1] ?? '';
+    expect((await new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password: 'the owner’s own passphrase' })).status).toBe(200);
+
+    const { browser, response } = await signInWithIdp(victim);
+    expect(response.status).toBe(302);
+    expect((await sessionOf(browser)).user).toMatchObject({ id: squatter.user.id, email_verified: true });
+    expect((await squatter.browser.get('/v1/auth/session')).status).toBe(401);
+    expect((await new Browser(app.url).post('/v1/user/signin', { email: squatter.email, password: PASSWORD })).status).toBe(401);
+  });
+
+  it('links while signed in to that very account, verifies the email and ends every other session', async () => {
+    const { browser, email, user } = await registeredRedirectBrowser();
+    const before = browser.cookie(`${APP_ORIGIN}/`, 'session') ?? '';
+    const elsewhere = new Browser(app.url);
+    expect((await elsewhere.post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(200);
+    const account = idpAccount({ email });
+
+    idp.signInAs(account);
+    const { response, location } = await browser.navigate(`${APP_ORIGIN}/v1/sso/login/testidp`);
+    expect(response.status).toBe(302);
+    expect(location).toBe(`${WEB_APP}/`);
+    const session = await sessionOf(browser);
+    expect(session).toMatchObject({ user: { id: user.id, email_verified: true }, session: { auth_method: 'testidp' } });
+    expect(await app.db('user_identities').where({ user_id: user.id }).select('subject')).toEqual([{ subject: account.sub }]);
+
+    // Only the new session remains: the one that proved the account and the other browser's are gone.
+    expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).not.toBe(before);
+    expect(await app.db('sessions').where({ user_id: user.id }).count({ n: '*' })).toEqual([{ n: '1' }]);
+    expect((await fetch(`${app.url}/v1/auth/session`, { headers: { cookie: `session=${before}` } })).status).toBe(401);
+    expect((await elsewhere.get('/v1/auth/session')).status).toBe(401);
+  });
+
+  it('does not link from a session of another account', async () => {
+    const unverified = await registeredUser(app);
+    const { browser, user: other } = await registeredRedirectBrowser();
+
+    idp.signInAs(idpAccount({ email: unverified.email }));
+    const { response } = await browser.navigate(`${APP_ORIGIN}/v1/sso/login/testidp`);
+    expect(response.status).toBe(409);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_LINK_REQUIRES_SIGN_IN' });
+    expect(await app.db('user_identities').whereIn('user_id', [unverified.user.id, other.id]).first()).toBeUndefined();
+    expect((await sessionOf(browser)).user.id).toBe(other.id);
+  });
+
+  it('refuses a second subject at the same provider with 409 SSO_ACCOUNT_ALREADY_LINKED', async () => {
+    const { email, user } = await verifiedUser(app);
+    const first = idpAccount({ email });
+    expect((await signInWithIdp(first)).response.status).toBe(302);
+
+    const second = idpAccount({ email });
+    const { browser, response } = await signInWithIdp(second);
+    expect(response.status).toBe(409);
+    expect(await problemOf(response)).toMatchObject({ code: 'SSO_ACCOUNT_ALREADY_LINKED' });
+    expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).toBeUndefined();
+    expect(await app.db('user_identities').where({ user_id: user.id }).select('subject')).toEqual([{ subject: first.sub }]);
+    // The linked subject still signs in.
+    expect((await sessionOf((await signInWithIdp(first)).browser)).user.id).toBe(user.id);
   });
 });

@@ -1282,13 +1282,89 @@ export interface paths {
          *     its hash is stored). A readable `csrf_token` cookie is set beside it: send its value as the
          *     `X-CSRF-Token` header on every cookie-authenticated POST, PUT, PATCH or DELETE. Sessions last
          *     30 days and slide: a request made when fewer than 15 days are left extends the session to 30 days
-         *     again. Sign-out, password reset and removal from the organization end sessions.
+         *     again, but never past 90 days after sign-in. Sign-out, password reset and removal from the
+         *     organization end sessions; `GET /v1/user/sessions` lists them and ends them one by one or all
+         *     but the current one.
          *
          *     Errors: 409 `EMAIL_TAKEN`; 422 `VALIDATION_FAILED` (bounds, unknown fields, blank organization,
          *     or a password over 72 bytes in UTF-8).
          */
         post: operations["registerUser"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List my sessions
+         * @description The signed-in user's sessions that have not ended, newest first, as a bare JSON array; the one
+         *     of this request has `current` true. Each is named by a public id: neither the session token nor
+         *     anything derived from it is ever shown. Any signed-in user may list their own sessions.
+         *
+         *     Errors: 401 `UNAUTHENTICATED` or `AUTHORIZATION_HEADER_NOT_ALLOWED`.
+         */
+        get: operations["listSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions/revoke-others": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End my other sessions
+         * @description Signs out everywhere else: ends every session of the signed-in user except the one of this
+         *     request, and answers how many ended. Use it after a lost device or a suspected leak (password
+         *     reset ends every session, this one included). Any signed-in user may call it.
+         *
+         *     Errors: 401 `UNAUTHENTICATED` or `AUTHORIZATION_HEADER_NOT_ALLOWED`; 403 `CSRF_FAILED`.
+         */
+        post: operations["revokeOtherSessions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions/{session_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End one of my sessions
+         * @description Ends one of the signed-in user's sessions at once: its next request answers 401
+         *     `UNAUTHENTICATED`. Ending the current session signs this browser out and clears its cookies, as
+         *     `POST /v1/user/logout` does. Any signed-in user may end their own sessions.
+         *
+         *     Errors: 404 `NOT_FOUND` when no session of the caller has this id (another user's session is
+         *     not found either); 422 `VALIDATION_FAILED` when the id is not a UUID; 401 `UNAUTHENTICATED` or
+         *     `AUTHORIZATION_HEADER_NOT_ALLOWED`; 403 `CSRF_FAILED`.
+         */
+        delete: operations["revokeSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1312,9 +1388,12 @@ export interface paths {
          *
          *     Errors: 401 `INVALID_CREDENTIALS` with detail `Invalid email or password.` for an unknown email,
          *     a wrong password, or an account that only signs in through SSO; 429 `RATE_LIMITED` with
-         *     `Retry-After` after 10 failed attempts for one email within 15 minutes, or 100 attempts from one
-         *     client address within 15 minutes (brute-force protection; counted whether or not the email
-         *     exists); 422 `VALIDATION_FAILED` for a malformed body.
+         *     `Retry-After` (brute-force protection, counted before the password is checked and whether or not
+         *     the email exists): after 5 attempts without success for one email from one client address, that
+         *     email is held at that address for 1 minute, then 2, 4, … up to 60 at each further hold within
+         *     24 hours (a success clears the count; other addresses are not affected, so nobody can lock an
+         *     account for its owner), and after 100 attempts from one client address within 15 minutes;
+         *     422 `VALIDATION_FAILED` for a malformed body.
          */
         post: operations["signIn"];
         delete?: never;
@@ -2749,6 +2828,19 @@ export interface components {
             updated_at: string;
         };
         /**
+         * @description The answer of ending every other session.
+         * @example {
+         *       "revoked": 2
+         *     }
+         */
+        OtherSessionsRevoked: {
+            /**
+             * Format: int32
+             * @description How many sessions ended.
+             */
+            revoked: number;
+        };
+        /**
          * @description Always the answer of a password-reset request, whether or not the email belongs to an account.
          * @example {
          *       "accepted": true
@@ -3365,6 +3457,38 @@ export interface components {
             /** @description `total_quantity` × `unit_amount_decimal`, rounded to the currency's minor unit; an estimate until the invoice is finalized. */
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
+        };
+        /**
+         * @description One of the signed-in user's sessions, as `GET /v1/user/sessions` lists it.
+         * @example {
+         *       "id": "0193a4b2-7c1d-7e8f-9a0b-1c2d3e4f5a6b",
+         *       "created_at": "2026-11-20T09:30:00Z",
+         *       "expires_at": "2026-12-20T09:30:00Z",
+         *       "auth_method": "password",
+         *       "current": true
+         *     }
+         */
+        UserSession: {
+            /**
+             * Format: uuid
+             * @description The session's public id, for `DELETE /v1/user/sessions/{session_id}`. It is not the session token and cannot be used to sign in.
+             */
+            id: string;
+            /**
+             * Format: date-time
+             * @description When the session started (the sign-in).
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When the session ends unless it is used: it slides to 30 days after its last use, and never
+             *     goes past 90 days after `created_at`.
+             */
+            expires_at: string;
+            /** @description `password` for password sign-in; the provider name (e.g. `google`) for SSO sign-in. */
+            auth_method: string;
+            /** @description True for the session this request was made with. */
+            current: boolean;
         };
         /** @description One problem found while validating a request. */
         ValidationIssue: {
@@ -8718,6 +8842,212 @@ export interface operations {
             };
             /** @description 409 on register: `EMAIL_TAKEN`, an account with this email already exists. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example [
+                     *       {
+                     *         "id": "0193a4b2-7c1d-7e8f-9a0b-1c2d3e4f5a6b",
+                     *         "created_at": "2026-11-20T09:30:00Z",
+                     *         "expires_at": "2026-12-20T09:30:00Z",
+                     *         "auth_method": "password",
+                     *         "current": true
+                     *       },
+                     *       {
+                     *         "id": "0193a1f0-2b3c-7d4e-8f5a-6b7c8d9e0f1a",
+                     *         "created_at": "2026-11-12T18:02:11Z",
+                     *         "expires_at": "2026-12-15T07:45:00Z",
+                     *         "auth_method": "google",
+                     *         "current": false
+                     *       }
+                     *     ]
+                     */
+                    "application/json": components["schemas"]["UserSession"][];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeOtherSessions: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "revoked": 2
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OtherSessionsRevoked"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeSession: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The session's public id, as listed by `GET /v1/user/sessions`. */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session ended. When it was the caller's own, its cookies are cleared. */
+            204: {
+                headers: {
+                    /** @description Present only when the ended session is the current one: expires the session and CSRF cookies (`Max-Age=0`). */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

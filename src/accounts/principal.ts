@@ -18,6 +18,8 @@ export interface SessionPrincipal {
   kind: 'session';
   sessionId: string;
   expiresAt: Date;
+  /** Sign-in time: the session ends 90 days after it, however often it is used. */
+  createdAt: Date;
   authMethod: string;
   user: { id: number; email: string; name: string };
   /** The session's current organization and the caller's role in it; null before a profile is complete. */

@@ -1058,6 +1058,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/organization/invitations/{invitation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an invitation
+         * @description Revokes a `pending` or `expired` invitation: its status becomes `revoked` (final) and its link
+         *     stops working at once (accepting or registering through it answers 409
+         *     `INVITATION_NOT_PENDING`; the preview shows `revoked`). Returns the updated invitation. Needs
+         *     role admin or super_admin (403 `FORBIDDEN` otherwise), and only a super_admin may revoke an
+         *     invitation for the `admin` role.
+         *     404 `INVITATION_NOT_FOUND`: no invitation with this id belongs to the caller's organization.
+         *     409 `INVITATION_NOT_PENDING`: the invitation was already accepted, rejected or revoked.
+         */
+        delete: operations["revokeInvitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/organization/invitations/{invitation_id}/resend": {
         parameters: {
             query?: never;
@@ -1103,6 +1129,51 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/members/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member, or leave
+         * @description Removes a member from the organization; a member may also remove themself, which is how one
+         *     leaves an organization. Removing someone else needs role admin or super_admin (403 `FORBIDDEN`
+         *     otherwise), and only a super_admin may remove an `admin` or `super_admin`; any member may leave.
+         *
+         *     What removal does, in one transaction: the membership ends; every session of that user in this
+         *     organization ends at once (their sessions in other organizations keep working; when the caller
+         *     leaves, this session ends too and its cookies are cleared); the deployments the member created
+         *     in this organization pass to the caller who removed them, or, when a member leaves, to the
+         *     organization's longest-standing super_admin, so nothing keeps running without an owner who can
+         *     see and stop it. API keys and invitations belong to the organization: those the member created
+         *     stay as they are (review them with `GET /v1/organization/api-keys` and
+         *     `GET /v1/organization/invitations`, and revoke what is not wanted).
+         *
+         *     409 `LAST_SUPER_ADMIN`: the member is the organization's only super_admin (promote someone else
+         *     first). 404 `NOT_FOUND`: no member of the caller's organization has this user id (a user of
+         *     another organization is not found either).
+         */
+        delete: operations["removeMember"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a member's role
+         * @description Changes a member's role and returns the updated member. Needs role admin or super_admin (403
+         *     `FORBIDDEN` otherwise); only a super_admin may change the role of an `admin` or `super_admin`,
+         *     or make someone `admin` or `super_admin` (403 `FORBIDDEN`). The new role applies to the member's
+         *     next request, in every session. Setting the role a member already has changes nothing.
+         *     409 `LAST_SUPER_ADMIN`: the member is the organization's only super_admin (promote someone else
+         *     first). 404 `NOT_FOUND`: no member of the caller's organization has this user id (a user of
+         *     another organization is not found either). 422 `VALIDATION_FAILED`: the body is invalid.
+         */
+        patch: operations["updateMemberRole"];
         trace?: never;
     };
     "/v1/rerank": {
@@ -2454,7 +2525,7 @@ export interface components {
          * @description Stable machine-readable error codes. Clients branch on these, never on `title` or `detail`.
          * @enum {string}
          */
-        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
+        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "LAST_SUPER_ADMIN" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
         /** @description Health of the service. */
         HealthStatus: {
             /**
@@ -2669,7 +2740,8 @@ export interface components {
          *     - `pending` → `expired` once `expires_at` passes; a pending invitation past its expiry is always
          *     reported as `expired`.
          *     - `expired` → `pending` when an admin resends it (new token, new 7-day expiry).
-         *     - `revoked`: withdrawn by the organization; final. No route of this version revokes an invitation.
+         *     - `pending` or `expired` → `revoked` when an admin revokes it
+         *     (`DELETE /v1/organization/invitations/{invitation_id}`); its link stops working.
          *     `accepted`, `rejected` and `revoked` are final.
          * @enum {string}
          */
@@ -3062,8 +3134,10 @@ export interface components {
         /**
          * @description A member's role in an organization, least to most privileged: `viewer` reads everything of the
          *     organization except billing; `member` also creates and deletes deployments and calls inference
-         *     with the session; `admin` also manages invitations, API keys, billing and the organization;
-         *     `super_admin` can do everything and is the only role that may invite an admin.
+         *     with the session; `admin` also manages invitations, API keys, billing, the organization, and the
+         *     roles and membership of viewers and members; `super_admin` can do everything and is the only role
+         *     that may invite an admin, give the roles admin or super_admin, or change or remove an admin or
+         *     super_admin. An organization always keeps at least one super_admin. Any member may leave.
          * @enum {string}
          */
         Role: "viewer" | "member" | "admin" | "super_admin";
@@ -3321,6 +3395,13 @@ export interface components {
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
             collection_method: components["schemas"]["CollectionMethod"];
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description A member's new role. Unknown fields are rejected. */
+        UpdateMemberRoleRequest: {
+            /** @description The role to give. Only a super_admin may give `admin` or `super_admin`. */
+            role: components["schemas"]["Role"];
         } & {
             [key: string]: unknown;
         };
@@ -8068,6 +8149,106 @@ export interface operations {
             };
         };
     };
+    revokeInvitation: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                invitation_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 311,
+                     *       "organization_id": 7,
+                     *       "organization_name": "Analytical Engines Ltd",
+                     *       "invitee_email": "grace@example.com",
+                     *       "invitee_user_id": null,
+                     *       "invited_by_user_id": 42,
+                     *       "role": "member",
+                     *       "status": "revoked",
+                     *       "email_status": "sent",
+                     *       "email_sent_at": "2026-11-20T09:30:04Z",
+                     *       "email_last_error": null,
+                     *       "created_at": "2026-11-20T09:30:00Z",
+                     *       "expires_at": "2026-11-27T09:30:00Z",
+                     *       "responded_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invitation"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     resendInvitation: {
         parameters: {
             query?: never;
@@ -8208,6 +8389,197 @@ export interface operations {
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    removeMember: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The member's user id, as `GET /v1/organization/members` lists it; the caller's own id to leave. */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member was removed. When the caller removed themself (left), their session has ended and its cookies are cleared. */
+            204: {
+                headers: {
+                    /** @description Present only when the caller left: expires the session and CSRF cookies (`Max-Age=0`). */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 409 on removing a member or changing a role: `LAST_SUPER_ADMIN`, the change would leave the
+             *     organization without a super_admin (promote someone else to super_admin first).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateMemberRole: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The member's user id, as `GET /v1/organization/members` lists it. */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "role": "admin"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateMemberRoleRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 23,
+                     *       "user_id": 57,
+                     *       "email": "charles@example.com",
+                     *       "name": "Charles Babbage",
+                     *       "role": "admin",
+                     *       "joined_at": "2026-11-12T14:05:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 409 on removing a member or changing a role: `LAST_SUPER_ADMIN`, the change would leave the
+             *     organization without a super_admin (promote someone else to super_admin first).
+             */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

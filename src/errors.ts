@@ -28,6 +28,7 @@ const CODES = {
   INVITATION_NOT_PENDING: [409, 'Invitation Not Pending'],
   INVITATION_ALREADY_PENDING: [409, 'Invitation Already Pending'],
   ALREADY_A_MEMBER: [409, 'Already a Member'],
+  LAST_SUPER_ADMIN: [409, 'Last Super Admin'],
   INVITATION_EXPIRED: [410, 'Invitation Expired'],
   PAYLOAD_TOO_LARGE: [413, 'Payload Too Large'],
   VALIDATION_FAILED: [422, 'Validation Failed'],

@@ -102,7 +102,7 @@ export class AccountsService {
     this.#db = deps.db;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
-    this.#signInThrottle = new SignInThrottle(deps.limiter);
+    this.#signInThrottle = new SignInThrottle(this.#limiter);
     this.#maxActiveResources = deps.maxActiveResources;
   }
 

@@ -59,6 +59,8 @@ const INTERFACE_ROUTES = [
 /** Routes added to the interface since (issue 17: sessions, member management). */
 const ADDED_ROUTES = [
   'GET /v1/user/sessions', 'DELETE /v1/user/sessions/{session_id}', 'POST /v1/user/sessions/revoke-others',
+  'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',
+  'DELETE /v1/organization/invitations/{invitation_id}',
 ];
 
 describe('the OpenAPI document', () => {

@@ -1351,7 +1351,9 @@ export interface paths {
          *     named by the server setting `SESSION_COOKIE_NAME` (default `session`), with `Secure` and `SameSite`
          *     from `SESSION_COOKIE_SECURE` and `SESSION_COOKIE_SAMESITE`, and holds a fresh random token (only
          *     its hash is stored). A readable `csrf_token` cookie is set beside it: send its value as the
-         *     `X-CSRF-Token` header on every cookie-authenticated POST, PUT, PATCH or DELETE. Sessions last
+         *     `X-CSRF-Token` header on every cookie-authenticated POST, PUT, PATCH or DELETE. When cookies are
+         *     `Secure` (always in production), both names carry the `__Host-` prefix (`__Host-session`,
+         *     `__Host-csrf_token`), with `Path=/` and no `Domain`; cookies without the prefix are ignored. Sessions last
          *     30 days and slide: a request made when fewer than 15 days are left extends the session to 30 days
          *     again, but never past 90 days after sign-in. Sign-out, password reset and removal from the
          *     organization end sessions; `GET /v1/user/sessions` lists them and ends them one by one or all
@@ -3587,7 +3589,8 @@ export interface components {
     responses: never;
     parameters: {
         /**
-         * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+         * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+         *     Secure). Required when the request is
          *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
          */
         CsrfHeader: string;
@@ -3960,7 +3963,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4147,7 +4151,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4355,7 +4360,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4816,7 +4822,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5132,7 +5139,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5243,7 +5251,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5324,7 +5333,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5483,7 +5493,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5572,7 +5583,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5871,7 +5883,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6043,7 +6056,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6237,7 +6251,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6538,7 +6553,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6653,7 +6669,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6983,7 +7000,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7095,7 +7113,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7376,7 +7395,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7558,7 +7578,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7741,7 +7762,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7834,7 +7856,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8052,7 +8075,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8154,7 +8178,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8254,7 +8279,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8421,7 +8447,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8507,7 +8534,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8612,7 +8640,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8991,7 +9020,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -9051,7 +9081,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -9311,7 +9342,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -9378,7 +9410,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];

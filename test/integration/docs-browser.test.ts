@@ -31,9 +31,16 @@ describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${m
     const problems: string[] = [];
     await page.exposeFunction('reportViolation', (text: string) => problems.push(text));
     await page.addInitScript(() => {
-      document.addEventListener('securitypolicyviolation', (event) => {
-        (window as unknown as { reportViolation(text: string): void }).reportViolation(`CSP: ${event.violatedDirective} blocked ${event.blockedURI}`);
-      });
+      // Runs in the page (this project compiles without the DOM types).
+      interface Violation {
+        violatedDirective: string;
+        blockedURI: string;
+      }
+      const page = globalThis as unknown as {
+        document: { addEventListener(type: 'securitypolicyviolation', listener: (event: Violation) => void): void };
+        reportViolation(text: string): void;
+      };
+      page.document.addEventListener('securitypolicyviolation', (event) => page.reportViolation(`CSP: ${event.violatedDirective} blocked ${event.blockedURI}`));
     });
     page.on('console', (message) => {
       if (/Content[- ]Security[- ]Policy|Refused to/i.test(message.text())) problems.push(`console: ${message.text()}`);

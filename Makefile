@@ -38,11 +38,12 @@ typecheck: $(INSTALLED)
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)
-	node src/cli/migrate.ts
+	NODE_ENV=$${NODE_ENV:-development} node src/cli/migrate.ts
 
-## run: install, generate, migrate and start the service with its workers
+## run: install, generate, migrate and start the service with its workers, as development unless
+## NODE_ENV says otherwise (the service alone defaults to production and then needs APP_SECRET)
 run: generate
-	node src/main.ts
+	NODE_ENV=$${NODE_ENV:-development} node src/main.ts
 
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)

@@ -1,6 +1,7 @@
 /**
  * A small client of the service's management API as a browser would use it: it keeps the cookies
- * the service sets (session, csrf_token) and echoes the CSRF token in `X-CSRF-Token` on writes.
+ * the service sets (session, csrf_token, or `__Host-` ones with Secure cookies) and echoes the CSRF
+ * token in `X-CSRF-Token` on writes.
  */
 export class ApiError extends Error {
   readonly status: number;
@@ -32,7 +33,7 @@ export class ApiClient {
     const headers: Record<string, string> = { accept: 'application/json', origin: new URL(this.baseUrl).origin };
     if (body !== undefined) headers['content-type'] = 'application/json';
     if (this.#cookies.size) headers.cookie = [...this.#cookies].map(([name, value]) => `${name}=${value}`).join('; ');
-    const csrf = this.#cookies.get('csrf_token');
+    const csrf = this.#cookies.get('__Host-csrf_token') ?? this.#cookies.get('csrf_token');
     if (csrf && method !== 'GET') headers['x-csrf-token'] = decodeURIComponent(csrf);
     const response = await fetch(`${this.baseUrl}${path}`, {
       method,

@@ -1077,6 +1077,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/organization/invitations/{invitation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an invitation
+         * @description Revokes a `pending` or `expired` invitation: its status becomes `revoked` (final) and its link
+         *     stops working at once (accepting or registering through it answers 409
+         *     `INVITATION_NOT_PENDING`; the preview shows `revoked`). Returns the updated invitation. Needs
+         *     role admin or super_admin (403 `FORBIDDEN` otherwise), and only a super_admin may revoke an
+         *     invitation for the `admin` role.
+         *     404 `INVITATION_NOT_FOUND`: no invitation with this id belongs to the caller's organization.
+         *     409 `INVITATION_NOT_PENDING`: the invitation was already accepted, rejected or revoked.
+         */
+        delete: operations["revokeInvitation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/organization/invitations/{invitation_id}/resend": {
         parameters: {
             query?: never;
@@ -1122,6 +1148,51 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/members/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member, or leave
+         * @description Removes a member from the organization; a member may also remove themself, which is how one
+         *     leaves an organization. Removing someone else needs role admin or super_admin (403 `FORBIDDEN`
+         *     otherwise), and only a super_admin may remove an `admin` or `super_admin`; any member may leave.
+         *
+         *     What removal does, in one transaction: the membership ends; every session of that user in this
+         *     organization ends at once (their sessions in other organizations keep working; when the caller
+         *     leaves, this session ends too and its cookies are cleared); the deployments the member created
+         *     in this organization pass to the caller who removed them, or, when a member leaves, to the
+         *     organization's longest-standing super_admin, so nothing keeps running without an owner who can
+         *     see and stop it. API keys and invitations belong to the organization: those the member created
+         *     stay as they are (review them with `GET /v1/organization/api-keys` and
+         *     `GET /v1/organization/invitations`, and revoke what is not wanted).
+         *
+         *     409 `LAST_SUPER_ADMIN`: the member is the organization's only super_admin (promote someone else
+         *     first). 404 `NOT_FOUND`: no member of the caller's organization has this user id (a user of
+         *     another organization is not found either).
+         */
+        delete: operations["removeMember"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a member's role
+         * @description Changes a member's role and returns the updated member. Needs role admin or super_admin (403
+         *     `FORBIDDEN` otherwise); only a super_admin may change the role of an `admin` or `super_admin`,
+         *     or make someone `admin` or `super_admin` (403 `FORBIDDEN`). The new role applies to the member's
+         *     next request, in every session. Setting the role a member already has changes nothing.
+         *     409 `LAST_SUPER_ADMIN`: the member is the organization's only super_admin (promote someone else
+         *     first). 404 `NOT_FOUND`: no member of the caller's organization has this user id (a user of
+         *     another organization is not found either). 422 `VALIDATION_FAILED`: the body is invalid.
+         */
+        patch: operations["updateMemberRole"];
         trace?: never;
     };
     "/v1/rerank": {
@@ -1358,9 +1429,13 @@ export interface paths {
          *     named by the server setting `SESSION_COOKIE_NAME` (default `session`), with `Secure` and `SameSite`
          *     from `SESSION_COOKIE_SECURE` and `SESSION_COOKIE_SAMESITE`, and holds a fresh random token (only
          *     its hash is stored). A readable `csrf_token` cookie is set beside it: send its value as the
-         *     `X-CSRF-Token` header on every cookie-authenticated POST, PUT, PATCH or DELETE. Sessions last
+         *     `X-CSRF-Token` header on every cookie-authenticated POST, PUT, PATCH or DELETE. When cookies are
+         *     `Secure` (always in production), both names carry the `__Host-` prefix (`__Host-session`,
+         *     `__Host-csrf_token`), with `Path=/` and no `Domain`; cookies without the prefix are ignored. Sessions last
          *     30 days and slide: a request made when fewer than 15 days are left extends the session to 30 days
-         *     again. Sign-out, password reset and removal from the organization end sessions.
+         *     again, but never past 90 days after sign-in. Sign-out, password reset and removal from the
+         *     organization end sessions; `GET /v1/user/sessions` lists them and ends them one by one or all
+         *     but the current one.
          *
          *     The email is not verified yet (`user.email_verified` false): a verification email is sent with a
          *     link to `WEB_APP_URL/verify-email?token=…`, valid 24 hours and once, to be confirmed with
@@ -1376,6 +1451,80 @@ export interface paths {
          */
         post: operations["registerUser"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List my sessions
+         * @description The signed-in user's sessions that have not ended, newest first, as a bare JSON array; the one
+         *     of this request has `current` true. Each is named by a public id: neither the session token nor
+         *     anything derived from it is ever shown. Any signed-in user may list their own sessions.
+         *
+         *     Errors: 401 `UNAUTHENTICATED` or `AUTHORIZATION_HEADER_NOT_ALLOWED`.
+         */
+        get: operations["listSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions/revoke-others": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End my other sessions
+         * @description Signs out everywhere else: ends every session of the signed-in user except the one of this
+         *     request, and answers how many ended. Use it after a lost device or a suspected leak (password
+         *     reset ends every session, this one included). Any signed-in user may call it.
+         *
+         *     Errors: 401 `UNAUTHENTICATED` or `AUTHORIZATION_HEADER_NOT_ALLOWED`; 403 `CSRF_FAILED`.
+         */
+        post: operations["revokeOtherSessions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/user/sessions/{session_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End one of my sessions
+         * @description Ends one of the signed-in user's sessions at once: its next request answers 401
+         *     `UNAUTHENTICATED`. Ending the current session signs this browser out and clears its cookies, as
+         *     `POST /v1/user/logout` does. Any signed-in user may end their own sessions.
+         *
+         *     Errors: 404 `NOT_FOUND` when no session of the caller has this id (another user's session is
+         *     not found either); 422 `VALIDATION_FAILED` when the id is not a UUID; 401 `UNAUTHENTICATED` or
+         *     `AUTHORIZATION_HEADER_NOT_ALLOWED`; 403 `CSRF_FAILED`.
+         */
+        delete: operations["revokeSession"];
         options?: never;
         head?: never;
         patch?: never;
@@ -1399,9 +1548,12 @@ export interface paths {
          *
          *     Errors: 401 `INVALID_CREDENTIALS` with detail `Invalid email or password.` for an unknown email,
          *     a wrong password, or an account that only signs in through SSO; 429 `RATE_LIMITED` with
-         *     `Retry-After` after 10 failed attempts for one email within 15 minutes, or 100 attempts from one
-         *     client address within 15 minutes (brute-force protection; counted whether or not the email
-         *     exists); 422 `VALIDATION_FAILED` for a malformed body.
+         *     `Retry-After` (brute-force protection, counted before the password is checked and whether or not
+         *     the email exists): after 5 attempts without success for one email from one client address, that
+         *     email is held at that address for 1 minute, then 2, 4, … up to 60 at each further hold within
+         *     24 hours (a success clears the count; other addresses are not affected, so nobody can lock an
+         *     account for its owner), and after 100 attempts from one client address within 15 minutes;
+         *     422 `VALIDATION_FAILED` for a malformed body.
          */
         post: operations["signIn"];
         delete?: never;
@@ -2492,7 +2644,7 @@ export interface components {
          * @description Stable machine-readable error codes. Clients branch on these, never on `title` or `detail`.
          * @enum {string}
          */
-        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVALID_VERIFICATION_TOKEN" | "EMAIL_NOT_VERIFIED" | "EMAIL_ALREADY_VERIFIED" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "SSO_LINK_REQUIRES_SIGN_IN" | "SSO_ACCOUNT_ALREADY_LINKED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
+        ErrorCode: "MALFORMED_REQUEST" | "VALIDATION_FAILED" | "UNAUTHENTICATED" | "INVALID_CREDENTIALS" | "AUTHORIZATION_HEADER_NOT_ALLOWED" | "FORBIDDEN" | "CSRF_FAILED" | "NOT_FOUND" | "METHOD_NOT_ALLOWED" | "EMAIL_TAKEN" | "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | "DEPLOYMENT_DELETION_PENDING" | "API_KEY_REVOKED" | "MODEL_NOT_DEPLOYABLE" | "INVALID_RESET_TOKEN" | "INVALID_VERIFICATION_TOKEN" | "EMAIL_NOT_VERIFIED" | "EMAIL_ALREADY_VERIFIED" | "INVITATION_NOT_FOUND" | "INVITATION_EXPIRED" | "INVITATION_NOT_PENDING" | "INVITATION_EMAIL_MISMATCH" | "INVITATION_ALREADY_PENDING" | "ALREADY_A_MEMBER" | "LAST_SUPER_ADMIN" | "SSO_NOT_CONFIGURED" | "SSO_FAILED" | "SSO_LINK_REQUIRES_SIGN_IN" | "SSO_ACCOUNT_ALREADY_LINKED" | "RATE_LIMITED" | "PAYLOAD_TOO_LARGE" | "INVALID_SIGNATURE" | "PAYMENT_PROCESSOR_ERROR" | "NOT_IMPLEMENTED" | "SERVICE_UNAVAILABLE" | "INTERNAL_ERROR";
         /** @description Health of the service. */
         HealthStatus: {
             /**
@@ -2707,7 +2859,8 @@ export interface components {
          *     - `pending` → `expired` once `expires_at` passes; a pending invitation past its expiry is always
          *     reported as `expired`.
          *     - `expired` → `pending` when an admin resends it (new token, new 7-day expiry).
-         *     - `revoked`: withdrawn by the organization; final. No route of this version revokes an invitation.
+         *     - `pending` or `expired` → `revoked` when an admin revokes it
+         *     (`DELETE /v1/organization/invitations/{invitation_id}`); its link stops working.
          *     `accepted`, `rejected` and `revoked` are final.
          * @enum {string}
          */
@@ -2864,6 +3017,19 @@ export interface components {
             created_at: string;
             /** Format: date-time */
             updated_at: string;
+        };
+        /**
+         * @description The answer of ending every other session.
+         * @example {
+         *       "revoked": 2
+         *     }
+         */
+        OtherSessionsRevoked: {
+            /**
+             * Format: int32
+             * @description How many sessions ended.
+             */
+            revoked: number;
         };
         /**
          * @description Always the answer of a password-reset request, whether or not the email belongs to an account.
@@ -3087,8 +3253,10 @@ export interface components {
         /**
          * @description A member's role in an organization, least to most privileged: `viewer` reads everything of the
          *     organization except billing; `member` also creates and deletes deployments and calls inference
-         *     with the session; `admin` also manages invitations, API keys, billing and the organization;
-         *     `super_admin` can do everything and is the only role that may invite an admin.
+         *     with the session; `admin` also manages invitations, API keys, billing, the organization, and the
+         *     roles and membership of viewers and members; `super_admin` can do everything and is the only role
+         *     that may invite an admin, give the roles admin or super_admin, or change or remove an admin or
+         *     super_admin. An organization always keeps at least one super_admin. Any member may leave.
          * @enum {string}
          */
         Role: "viewer" | "member" | "admin" | "super_admin";
@@ -3359,6 +3527,13 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description A member's new role. Unknown fields are rejected. */
+        UpdateMemberRoleRequest: {
+            /** @description The role to give. Only a super_admin may give `admin` or `super_admin`. */
+            role: components["schemas"]["Role"];
+        } & {
+            [key: string]: unknown;
+        };
         /** @description Changes to the organization. Omitted fields are left unchanged. Unknown fields are rejected. */
         UpdateOrganizationRequest: {
             /** @description New display name: 1 to 255 characters, not only whitespace. */
@@ -3493,6 +3668,38 @@ export interface components {
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
+        /**
+         * @description One of the signed-in user's sessions, as `GET /v1/user/sessions` lists it.
+         * @example {
+         *       "id": "0193a4b2-7c1d-7e8f-9a0b-1c2d3e4f5a6b",
+         *       "created_at": "2026-11-20T09:30:00Z",
+         *       "expires_at": "2026-12-20T09:30:00Z",
+         *       "auth_method": "password",
+         *       "current": true
+         *     }
+         */
+        UserSession: {
+            /**
+             * Format: uuid
+             * @description The session's public id, for `DELETE /v1/user/sessions/{session_id}`. It is not the session token and cannot be used to sign in.
+             */
+            id: string;
+            /**
+             * Format: date-time
+             * @description When the session started (the sign-in).
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When the session ends unless it is used: it slides to 30 days after its last use, and never
+             *     goes past 90 days after `created_at`.
+             */
+            expires_at: string;
+            /** @description `password` for password sign-in; the provider name (e.g. `google`) for SSO sign-in. */
+            auth_method: string;
+            /** @description True for the session this request was made with. */
+            current: boolean;
+        };
         /** @description One problem found while validating a request. */
         ValidationIssue: {
             /** @description Where the problem is: `body`, `query`, `path` or `header`, then a JSON pointer, e.g. `body/email`. */
@@ -3509,7 +3716,8 @@ export interface components {
     responses: never;
     parameters: {
         /**
-         * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+         * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+         *     Secure). Required when the request is
          *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
          */
         CsrfHeader: string;
@@ -3882,7 +4090,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4069,7 +4278,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4277,7 +4487,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -4750,7 +4961,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5066,7 +5278,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5177,7 +5390,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5258,7 +5472,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5417,7 +5632,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5506,7 +5722,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5805,7 +6022,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -5977,7 +6195,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6171,7 +6390,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6472,7 +6692,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6587,7 +6808,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -6918,7 +7140,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7030,7 +7253,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7311,7 +7535,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7493,7 +7718,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7676,7 +7902,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7769,7 +7996,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -7987,7 +8215,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8084,12 +8313,114 @@ export interface operations {
             };
         };
     };
+    revokeInvitation: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                invitation_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 311,
+                     *       "organization_id": 7,
+                     *       "organization_name": "Analytical Engines Ltd",
+                     *       "invitee_email": "grace@example.com",
+                     *       "invitee_user_id": null,
+                     *       "invited_by_user_id": 42,
+                     *       "role": "member",
+                     *       "status": "revoked",
+                     *       "email_status": "sent",
+                     *       "email_sent_at": "2026-11-20T09:30:04Z",
+                     *       "email_last_error": null,
+                     *       "created_at": "2026-11-20T09:30:00Z",
+                     *       "expires_at": "2026-11-27T09:30:00Z",
+                     *       "responded_at": null
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Invitation"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     resendInvitation: {
         parameters: {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8251,12 +8582,206 @@ export interface operations {
             };
         };
     };
+    removeMember: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The member's user id, as `GET /v1/organization/members` lists it; the caller's own id to leave. */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The member was removed. When the caller removed themself (left), their session has ended and its cookies are cleared. */
+            204: {
+                headers: {
+                    /** @description Present only when the caller left: expires the session and CSRF cookies (`Max-Age=0`). */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 409 on removing a member or changing a role: `LAST_SUPER_ADMIN`, the change would leave the
+             *     organization without a super_admin (promote someone else to super_admin first).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateMemberRole: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The member's user id, as `GET /v1/organization/members` lists it. */
+                user_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "role": "admin"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateMemberRoleRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 23,
+                     *       "user_id": 57,
+                     *       "email": "charles@example.com",
+                     *       "name": "Charles Babbage",
+                     *       "role": "admin",
+                     *       "joined_at": "2026-11-12T14:05:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Member"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 409 on removing a member or changing a role: `LAST_SUPER_ADMIN`, the change would leave the
+             *     organization without a super_admin (promote someone else to super_admin first).
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     createRerank: {
         parameters: {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8724,7 +9249,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8802,7 +9328,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -8862,7 +9389,8 @@ export interface operations {
             query?: never;
             header?: {
                 /**
-                 * @description Must equal the `csrf_token` cookie set with the session. Required when the request is
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
                  *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
                  */
                 "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
@@ -9048,6 +9576,214 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example [
+                     *       {
+                     *         "id": "0193a4b2-7c1d-7e8f-9a0b-1c2d3e4f5a6b",
+                     *         "created_at": "2026-11-20T09:30:00Z",
+                     *         "expires_at": "2026-12-20T09:30:00Z",
+                     *         "auth_method": "password",
+                     *         "current": true
+                     *       },
+                     *       {
+                     *         "id": "0193a1f0-2b3c-7d4e-8f5a-6b7c8d9e0f1a",
+                     *         "created_at": "2026-11-12T18:02:11Z",
+                     *         "expires_at": "2026-12-15T07:45:00Z",
+                     *         "auth_method": "google",
+                     *         "current": false
+                     *       }
+                     *     ]
+                     */
+                    "application/json": components["schemas"]["UserSession"][];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeOtherSessions: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "revoked": 2
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OtherSessionsRevoked"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    revokeSession: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
+                 *     Secure). Required when the request is
+                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
+                 */
+                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
+            };
+            path: {
+                /** @description The session's public id, as listed by `GET /v1/user/sessions`. */
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session ended. When it was the caller's own, its cookies are cleared. */
+            204: {
+                headers: {
+                    /** @description Present only when the ended session is the current one: expires the session and CSRF cookies (`Max-Age=0`). */
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
                     [name: string]: unknown;
                 };
                 content: {

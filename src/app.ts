@@ -7,6 +7,7 @@ import { createOpenApiMiddleware, type SecurityHandlers } from './http/openapi.t
 import { isInferencePath, sendError } from './http/problem.ts';
 import { requestLog, setRoute } from './http/request-log.ts';
 import { originCheck } from './http/security.ts';
+import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
 import { docsAssets } from './platform/docs.ts';
 
@@ -23,6 +24,8 @@ export interface AppOptions {
   allowedOrigins: readonly string[];
   trustProxy: boolean | number | string;
   validateResponses: boolean;
+  /** Send Strict-Transport-Security (production, behind HTTPS). */
+  hsts?: boolean;
 }
 
 /** Builds the Express application. No side effects: no listening, no connections opened. */
@@ -34,10 +37,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.set('trust proxy', options.trustProxy);
 
   app.use(requestLog(options.logger));
-  app.use((req, res, next) => {
-    res.setHeader('X-Content-Type-Options', 'nosniff');
-    next();
-  });
+  app.use(securityHeaders({ hsts: options.hsts ?? false }));
   app.use((req, res, next) => {
     if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');
     next();

@@ -10,7 +10,8 @@ const booleanFlag = z
   .transform((value) => ['true', '1', 'yes', 'on'].includes(value));
 
 const schema = z.object({
-  NODE_ENV: z.enum(['development', 'test', 'production']).default('development'),
+  // Unset means production: a forgotten NODE_ENV must not run with development defaults.
+  NODE_ENV: z.enum(['development', 'test', 'production']).default('production'),
   ROLE: z.enum(['api', 'worker', 'all']).default('all'),
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
@@ -65,11 +66,12 @@ export interface Config {
   databasePoolMax: number;
   dataDir: string;
   embeddedPgPort: number;
-  session: { cookieName: string; secure: boolean; sameSite: 'lax' | 'strict' | 'none' };
+  /** The session cookies: with `secure`, both names carry the `__Host-` prefix. */
+  session: { cookieName: string; csrfCookieName: string; secure: boolean; sameSite: 'lax' | 'strict' | 'none' };
   allowedOrigins: string[];
   /** Validate every response against the OpenAPI document (on outside production). */
   responseValidation: boolean;
-  /** Server secret for CSRF tokens and encryption at rest; a fixed development value outside production. */
+  /** Server secret for CSRF tokens and encryption at rest; a fixed value only in development and test. */
   appSecret: string;
   /** Express `trust proxy` setting, so client addresses come from X-Forwarded-For behind a proxy. */
   trustProxy: boolean | number | string;
@@ -112,8 +114,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parsed.data;
   const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, '');
   const sameSite = e.SESSION_COOKIE_SAMESITE;
-  if (e.NODE_ENV === 'production' && !e.APP_SECRET) {
-    throw new ConfigError('Invalid configuration:\n  APP_SECRET: required in production (at least 32 random characters)');
+  const local = e.NODE_ENV === 'development' || e.NODE_ENV === 'test';
+  if (!local && !e.APP_SECRET) {
+    throw new ConfigError(
+      'Invalid configuration:\n  APP_SECRET: required (at least 32 random characters) unless NODE_ENV is development or test; NODE_ENV is production when unset',
+    );
   }
   if (e.NODE_ENV === 'production' && !e.SMTP_URL) {
     throw new ConfigError('Invalid configuration:\n  SMTP_URL: required in production');
@@ -126,8 +131,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError('Invalid configuration:\n  OIDC_ISSUER: must be an https URL (http only on a loopback host)');
   }
   const secure = e.SESSION_COOKIE_SECURE ?? e.NODE_ENV === 'production';
+  if (e.NODE_ENV === 'production' && !secure) {
+    throw new ConfigError('Invalid configuration:\n  SESSION_COOKIE_SECURE: must be true in production (session cookies must never travel over plain HTTP)');
+  }
   if (sameSite === 'none' && !secure) {
     throw new ConfigError('Invalid configuration:\n  SESSION_COOKIE_SAMESITE: "none" requires SESSION_COOKIE_SECURE=true');
+  }
+  if (e.SESSION_COOKIE_NAME.startsWith(HOST_PREFIX) && !secure) {
+    throw new ConfigError(`Invalid configuration:\n  SESSION_COOKIE_NAME: the ${HOST_PREFIX} prefix requires SESSION_COOKIE_SECURE=true`);
   }
   return {
     env: e.NODE_ENV,
@@ -140,7 +151,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     databasePoolMax: e.DATABASE_POOL_MAX,
     dataDir: e.DATA_DIR,
     embeddedPgPort: e.EMBEDDED_PG_PORT,
-    session: { cookieName: e.SESSION_COOKIE_NAME, secure, sameSite },
+    session: {
+      cookieName: secure ? withHostPrefix(e.SESSION_COOKIE_NAME) : e.SESSION_COOKIE_NAME,
+      csrfCookieName: secure ? withHostPrefix(CSRF_COOKIE) : CSRF_COOKIE,
+      secure,
+      sameSite,
+    },
     allowedOrigins: parseOrigins(e.ALLOWED_ORIGINS ?? [publicUrl, e.WEB_APP_URL ?? publicUrl].join(',')),
     responseValidation: e.RESPONSE_VALIDATION ?? e.NODE_ENV !== 'production',
     appSecret: e.APP_SECRET ?? DEVELOPMENT_SECRET,
@@ -173,8 +189,19 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   };
 }
 
-/** Outside production only: sessions and encrypted data of a development database use it. */
+/** In development and test only: sessions and encrypted data of a development database use it. */
 const DEVELOPMENT_SECRET = 'development-only-secret-do-not-use-in-production';
+
+const CSRF_COOKIE = 'csrf_token';
+/**
+ * Browsers accept a `__Host-` cookie only when it is Secure, has `Path=/` and no `Domain`, so no
+ * sibling subdomain or plain-HTTP page can plant or overwrite it (a login-CSRF variant).
+ */
+const HOST_PREFIX = '__Host-';
+
+function withHostPrefix(name: string): string {
+  return name.startsWith(HOST_PREFIX) ? name : `${HOST_PREFIX}${name}`;
+}
 
 function parseTrustProxy(value: string | undefined): boolean | number | string {
   if (value === undefined || value === 'false') return false;

@@ -49,7 +49,7 @@ export function createContainer(deps: ContainerDeps) {
   const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources, emailVerification });
   const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
   const sso = new SsoService({ db, sessions, keyring, config });
-  const organizations = new OrganizationsService(db);
+  const organizations = new OrganizationsService(db, sessions);
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
   const clusters = new ClustersService({ db, keyring });

@@ -33,6 +33,7 @@ const CODES = {
   EMAIL_ALREADY_VERIFIED: [409, 'Email Already Verified'],
   SSO_LINK_REQUIRES_SIGN_IN: [409, 'Single Sign-On Link Requires Sign-In'],
   SSO_ACCOUNT_ALREADY_LINKED: [409, 'Single Sign-On Account Already Linked'],
+  LAST_SUPER_ADMIN: [409, 'Last Super Admin'],
   INVITATION_EXPIRED: [410, 'Invitation Expired'],
   PAYLOAD_TOO_LARGE: [413, 'Payload Too Large'],
   VALIDATION_FAILED: [422, 'Validation Failed'],

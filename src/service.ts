@@ -65,6 +65,7 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       allowedOrigins: config.allowedOrigins,
       trustProxy: config.trustProxy,
       validateResponses: config.responseValidation,
+      hsts: config.env === 'production',
     });
     container.usage.start();
     started(() => container.usage.stop());

@@ -3,6 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { AppError } from '../errors.ts';
 import { createOrganizationWithOwner } from '../organizations/organizations.repository.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
+import { SignInThrottle } from '../rate-limit/sign-in-throttle.ts';
 import type { EmailVerificationService } from './email-verification.service.ts';
 import { assertNewPassword, hashPassword, verifyPassword } from './passwords.ts';
 import { roleId, type SessionPrincipal } from './principal.ts';
@@ -100,6 +101,7 @@ export class AccountsService {
   readonly #db: Knex;
   readonly #sessions: SessionStore;
   readonly #limiter: RateLimiter;
+  readonly #signInThrottle: SignInThrottle;
   readonly #maxActiveResources: number;
   readonly #emailVerification: EmailVerificationService;
 
@@ -107,6 +109,7 @@ export class AccountsService {
     this.#db = deps.db;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
+    this.#signInThrottle = new SignInThrottle(this.#limiter);
     this.#maxActiveResources = deps.maxActiveResources;
     this.#emailVerification = deps.emailVerification;
   }
@@ -144,20 +147,17 @@ export class AccountsService {
 
   /**
    * Checks email and password and starts a session. Failures cost the same time whether or not the
-   * account exists, and are limited per account and per client address.
+   * account exists. Each attempt is counted before the password is checked, per client address and
+   * per account at that address (see SignInThrottle); a success clears the account's count there.
    */
   async signIn(input: SignInRequest, clientAddress: string): Promise<NewSession> {
     const email = normalizeEmail(input.email);
-    const perAccount = { key: `signin:email:${email}`, max: 10, windowSeconds: FIFTEEN_MINUTES };
-    await this.#limiter.hit({ key: `signin:address:${clientAddress}`, max: 100, windowSeconds: FIFTEEN_MINUTES });
-    await this.#limiter.check(perAccount);
-
+    const attempt = await this.#signInThrottle.admit(email, clientAddress);
     const user = await this.#db('users').whereRaw('lower(email) = ?', [email]).first('id', 'password_hash');
     if (!(await verifyPassword(user?.password_hash, input.password)) || !user) {
-      await this.#limiter.hit(perAccount).catch(() => undefined);
       throw new AppError('INVALID_CREDENTIALS', 'Invalid email or password.');
     }
-    await this.#limiter.reset(perAccount.key);
+    await attempt.succeeded();
     const organizationId = await organizationOfNewSession(this.#db, user.id);
     return this.#sessions.create(this.#db, { userId: user.id, organizationId, authMethod: 'password' });
   }

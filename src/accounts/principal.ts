@@ -18,6 +18,8 @@ export interface SessionPrincipal {
   kind: 'session';
   sessionId: string;
   expiresAt: Date;
+  /** Sign-in time: the session ends 90 days after it, however often it is used. */
+  createdAt: Date;
   authMethod: string;
   /** `emailVerified`: the user proved they own `email` (DESIGN.md §3 Email ownership). */
   user: { id: number; email: string; name: string; emailVerified: boolean };

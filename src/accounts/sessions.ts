@@ -6,6 +6,17 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 /** Sessions last 30 days and slide: one used with fewer than 15 days left is extended to 30 again. */
 export const SESSION_LIFETIME_MS = 30 * DAY_MS;
 const RENEW_WITHIN_MS = 15 * DAY_MS;
+/** ...but never past 90 days after sign-in, however often they are used. */
+export const SESSION_ABSOLUTE_LIFETIME_MS = 90 * DAY_MS;
+
+/** One of a user's sessions, as the user may see it: never the token or its hash. */
+export interface SessionSummary {
+  publicId: string;
+  createdAt: Date;
+  expiresAt: Date;
+  authMethod: string;
+  current: boolean;
+}
 
 export interface NewSession {
   /** The secret the browser holds; only its SHA-256 (the session id) is stored. */
@@ -23,6 +34,7 @@ interface SessionRow {
   id: string;
   auth_method: string;
   expires_at: Date;
+  created_at: Date;
   user_id: number;
   email: string;
   user_name: string;
@@ -35,7 +47,8 @@ interface SessionRow {
 /**
  * Server-side sessions on Lucia's design: a random token of 160 bits in the cookie, its SHA-256 as
  * the primary key. Validation is one primary-key lookup (joined to the user and membership) and
- * writes only when the session is extended, at most about once in 15 days.
+ * writes only when the session is extended, at most about once in 15 days. A session ends 30 days
+ * after its last extension, and in any case 90 days after sign-in (its absolute lifetime).
  */
 export class SessionStore {
   readonly #db: Knex;
@@ -65,14 +78,48 @@ export class SessionStore {
     const principal = await this.load(id);
     if (!principal) return null;
     const now = Date.now();
-    if (principal.expiresAt.getTime() <= now) {
+    const absoluteEnd = principal.createdAt.getTime() + SESSION_ABSOLUTE_LIFETIME_MS;
+    if (principal.expiresAt.getTime() <= now || absoluteEnd <= now) {
       await this.#db('sessions').where({ id }).delete();
       return null;
     }
-    if (principal.expiresAt.getTime() - now >= RENEW_WITHIN_MS) return { principal, renewed: false };
-    const expiresAt = new Date(now + SESSION_LIFETIME_MS);
+    const expiresAt = new Date(Math.min(now + SESSION_LIFETIME_MS, absoluteEnd));
+    if (principal.expiresAt.getTime() - now >= RENEW_WITHIN_MS || expiresAt <= principal.expiresAt) return { principal, renewed: false };
     await this.#db('sessions').where({ id }).update({ expires_at: expiresAt });
     return { principal: { ...principal, expiresAt }, renewed: true };
+  }
+
+  /** The user's sessions that have not ended, newest first; `current` marks the caller's. */
+  async listOfUser(userId: number, currentSessionId: string): Promise<SessionSummary[]> {
+    const rows: Array<{ id: string; public_id: string; created_at: Date; expires_at: Date; auth_method: string }> = await this.#db('sessions')
+      .where({ user_id: userId })
+      .where('expires_at', '>', this.#db.fn.now())
+      .whereRaw('created_at > now() - make_interval(secs => ?)', [SESSION_ABSOLUTE_LIFETIME_MS / 1000])
+      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'public_id' }])
+      .select('id', 'public_id', 'created_at', 'expires_at', 'auth_method');
+    return rows.map((row) => ({
+      publicId: row.public_id,
+      createdAt: row.created_at,
+      expiresAt: row.expires_at,
+      authMethod: row.auth_method,
+      current: row.id === currentSessionId,
+    }));
+  }
+
+  /** Ends the user's session with this public id; returns its id, or null when the user has none such. */
+  async invalidateOfUser(userId: number, publicId: string): Promise<string | null> {
+    const [row] = await this.#db('sessions').where({ user_id: userId, public_id: publicId }).delete().returning('id');
+    return (row as { id: string } | undefined)?.id ?? null;
+  }
+
+  /** Ends every session of the user but one; returns how many ended. */
+  async invalidateOthersOfUser(userId: number, keptSessionId: string): Promise<number> {
+    return this.#db('sessions').where({ user_id: userId }).whereNot({ id: keptSessionId }).delete();
+  }
+
+  /** Ends the user's sessions in one organization (removal from it), in the caller's transaction. */
+  async invalidateInOrganization(db: Knex | Knex.Transaction, userId: number, organizationId: number): Promise<number> {
+    return db('sessions').where({ user_id: userId, organization_id: organizationId }).delete();
   }
 
   /** The session by id with its user, organization and role, as one indexed lookup. */
@@ -88,6 +135,7 @@ export class SessionStore {
         's.id',
         's.auth_method',
         's.expires_at',
+        's.created_at',
         's.user_id',
         'u.email',
         'u.name as user_name',
@@ -102,6 +150,7 @@ export class SessionStore {
       kind: 'session',
       sessionId: row.id,
       expiresAt: row.expires_at,
+      createdAt: row.created_at,
       authMethod: row.auth_method,
       user: { id: row.user_id, email: row.email, name: row.user_name, emailVerified: row.email_verified_at !== null },
       organization: inOrganization ? { id: row.organization_id as number, name: row.organization_name ?? '' } : null,

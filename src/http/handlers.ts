@@ -1,4 +1,5 @@
 import { accountHandlers } from '../accounts/accounts.handlers.ts';
+import { sessionHandlers } from '../accounts/sessions.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
 import { apiKeyHandlers } from '../api-keys/api-keys.handlers.ts';
@@ -19,6 +20,7 @@ export function buildHandlers(c: Container): Handlers {
   return {
     ...platformHandlers(c),
     ...accountHandlers(c),
+    ...sessionHandlers(c),
     ...ssoHandlers(c),
     ...organizationHandlers(c),
     ...invitationHandlers(c),

@@ -4,7 +4,7 @@ import type { ErrorObject } from 'ajv';
 import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
-import { authorize } from './authorization.ts';
+import { assertEverySessionOperationHasARole, authorize } from './authorization.ts';
 import { setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
 
@@ -40,6 +40,7 @@ export interface OpenApiOptions {
 export async function createOpenApiMiddleware(options: OpenApiOptions) {
   const { document, handlers, validateResponses } = options;
   assertEveryOperationHasAHandler(document, handlers);
+  assertEverySessionOperationHasARole(document);
 
   const api = new OpenAPIBackend({
     definition: withoutScalarExplode(structuredClone(document)),

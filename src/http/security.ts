@@ -1,6 +1,6 @@
 import type { NextFunction, Request, Response } from 'express';
 import type { Context } from 'openapi-backend';
-import { CSRF_COOKIE, CSRF_HEADER, type SessionCookies } from '../accounts/cookies.ts';
+import { CSRF_HEADER, type SessionCookies } from '../accounts/cookies.ts';
 import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
 import type { ApiKeysService } from '../api-keys/api-keys.service.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
@@ -52,10 +52,10 @@ export function sessionAuthentication(deps: { sessions: SessionStore; cookies: S
 
     if (!SAFE_METHODS.has(req.method)) {
       const header = req.get(CSRF_HEADER) ?? '';
-      const cookie = String(context.request.cookies?.[CSRF_COOKIE] ?? '');
+      const cookie = String(context.request.cookies?.[deps.cookies.csrfName] ?? '');
       const expected = deps.cookies.csrfToken(principal.sessionId);
       if (!header || !constantTimeEqual(header, cookie) || !constantTimeEqual(header, expected)) {
-        throw new AppError('CSRF_FAILED', 'Send the csrf_token cookie value in the X-CSRF-Token header.');
+        throw new AppError('CSRF_FAILED', `Send the ${deps.cookies.csrfName} cookie value in the X-CSRF-Token header.`);
       }
     }
     if (renewed) deps.cookies.set(res, token, principal.sessionId, principal.expiresAt);

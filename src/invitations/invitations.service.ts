@@ -118,6 +118,21 @@ export class InvitationsService {
     }
   }
 
+  /** Withdraws a pending or expired invitation: `revoked` is final and its token stops working. */
+  async revoke(principal: SessionPrincipal, invitationId: number): Promise<Invitation> {
+    const organization = requireOrganization(principal);
+    return this.#db.transaction(async (trx) => {
+      const invitation = await trx('invitations').where({ id: invitationId, organization_id: organization.id }).forUpdate().first();
+      if (!invitation) throw new AppError('INVITATION_NOT_FOUND', `Invitation ${invitationId} was not found in ${organization.name}.`);
+      assertMayInvite(principal, invitation.role);
+      if (invitation.status !== 'pending' && invitation.status !== 'expired') {
+        throw new AppError('INVITATION_NOT_PENDING', `Invitation ${invitationId} was ${invitation.status}; it cannot be revoked.`);
+      }
+      await trx('invitations').where({ id: invitationId }).update({ status: 'revoked' });
+      return this.#read(trx, invitationId);
+    });
+  }
+
   /**
    * The pending invitations addressed to the caller's email. An unverified email sees none: nobody
    * proved the address is theirs, so they must not learn who invited it (the emailed token still works).

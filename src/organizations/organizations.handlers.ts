@@ -1,24 +1,52 @@
 import { sessionOf } from '../accounts/accounts.handlers.ts';
+import type { SessionCookies } from '../accounts/cookies.ts';
 import type { Handlers } from '../http/types.ts';
 import type { InvitationsService } from '../invitations/invitations.service.ts';
 import type { OrganizationsService } from './organizations.service.ts';
 
 type OrganizationHandlers = Pick<
   Handlers,
-  'getOrganization' | 'updateOrganization' | 'listMembers' | 'createInvitation' | 'listInvitations' | 'resendInvitation'
+  | 'getOrganization'
+  | 'updateOrganization'
+  | 'listMembers'
+  | 'updateMemberRole'
+  | 'removeMember'
+  | 'createInvitation'
+  | 'listInvitations'
+  | 'resendInvitation'
+  | 'revokeInvitation'
 >;
 
-export function organizationHandlers(deps: { organizations: OrganizationsService; invitations: InvitationsService }): OrganizationHandlers {
-  const { organizations, invitations } = deps;
+export function organizationHandlers(deps: {
+  organizations: OrganizationsService;
+  invitations: InvitationsService;
+  cookies: SessionCookies;
+}): OrganizationHandlers {
+  const { organizations, invitations, cookies } = deps;
   return {
     getOrganization: async (context) => ({ status: 200, body: await organizations.get(sessionOf(context)) }),
     updateOrganization: async (context) => ({ status: 200, body: await organizations.update(sessionOf(context), context.body) }),
     listMembers: async (context) => ({ status: 200, body: await organizations.members(sessionOf(context)) }),
+    updateMemberRole: async (context) => ({
+      status: 200,
+      body: await organizations.changeRole(sessionOf(context), context.params.user_id, context.body.role),
+    }),
+    removeMember: async (context) => {
+      const principal = sessionOf(context);
+      await organizations.removeMember(principal, context.params.user_id);
+      // Leaving ends the sessions in this organization, this one included.
+      if (context.params.user_id === principal.user.id) cookies.clear(context.res);
+      return { status: 204, body: undefined };
+    },
     createInvitation: async (context) => ({ status: 201, body: await invitations.create(sessionOf(context), context.body) }),
     listInvitations: async (context) => ({ status: 200, body: await invitations.list(sessionOf(context)) }),
     resendInvitation: async (context) => ({
       status: 200,
       body: await invitations.resend(sessionOf(context), context.params.invitation_id),
+    }),
+    revokeInvitation: async (context) => ({
+      status: 200,
+      body: await invitations.revoke(sessionOf(context), context.params.invitation_id),
     }),
   };
 }

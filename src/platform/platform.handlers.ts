@@ -3,7 +3,7 @@ import type { Document } from 'openapi-backend';
 import { AppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
 import { databaseAnswers } from '../db/database.ts';
-import { redocPage, swaggerUiPage } from './docs.ts';
+import { REDOC_CSP, redocPage, SWAGGER_UI_CSP, swaggerUiPage } from './docs.ts';
 
 type PlatformHandlers = Pick<Handlers, 'getHealth' | 'getOpenApiDocument' | 'getDocs' | 'getRedoc'>;
 
@@ -21,7 +21,7 @@ export function platformHandlers(deps: { db: Knex; document: Document }): Platfo
       return { status: 200, body: { status: 'ok' } };
     },
     getOpenApiDocument: () => ({ status: 200, body: deps.document as unknown as Record<string, unknown> }),
-    getDocs: () => ({ status: 200, body: docsHtml, headers: HTML }),
-    getRedoc: () => ({ status: 200, body: redocHtml, headers: HTML }),
+    getDocs: () => ({ status: 200, body: docsHtml, headers: { ...HTML, 'Content-Security-Policy': SWAGGER_UI_CSP } }),
+    getRedoc: () => ({ status: 200, body: redocHtml, headers: { ...HTML, 'Content-Security-Policy': REDOC_CSP } }),
   };
 }

@@ -1,60 +1,80 @@
 import type { Knex } from 'knex';
+import { RateLimiterPostgres, RateLimiterRes } from 'rate-limiter-flexible';
 import { AppError } from '../errors.ts';
 
 export interface Limit {
-  /** What is counted, e.g. `signin:email:ada@example.com`. */
+  /** What is counted, e.g. `reset:email:ada@example.com`. */
   key: string;
   max: number;
   windowSeconds: number;
 }
 
-interface Counter {
-  hits: number;
-  retryAfter: number;
-}
+/** rate-limiter-flexible's Postgres store (created by a migration), shared by every process. */
+const TABLE = 'rate_limit_points';
+const LIMIT_PREFIX = 'limit';
 
 /**
- * Fixed-window counters in Postgres, so a limit holds across every process of the service.
- * Each hit is one atomic upsert.
+ * Fixed-window counters in Postgres (rate-limiter-flexible's Postgres store), so a limit holds
+ * across every process of the service. Each hit is one atomic upsert that counts and answers at
+ * once, so requests that arrive together cannot all pass a check before any of them is counted.
  */
 export class RateLimiter {
   readonly #db: Knex;
+  readonly #limiters = new Map<string, RateLimiterPostgres>();
+  /** Deletes keys, and sweeps expired rows every 5 minutes (one sweeper per process is enough). */
+  readonly #keys: RateLimiterPostgres;
 
   constructor(db: Knex) {
     this.#db = db;
+    this.#keys = this.store({ prefix: LIMIT_PREFIX, points: 1, seconds: 1, sweep: true });
   }
 
   /** Counts one hit; throws 429 `RATE_LIMITED` with `Retry-After` when it goes over the limit. */
   async hit(limit: Limit): Promise<void> {
-    const counter = await this.#count(limit, 1);
-    if (counter.hits > limit.max) throw limited(counter.retryAfter);
-  }
-
-  /** Throws 429 when the limit is already used up, without counting. */
-  async check(limit: Limit): Promise<void> {
-    const counter = await this.#count(limit, 0);
-    if (counter.hits >= limit.max) throw limited(counter.retryAfter);
+    await consume(this.#limiter(limit.max, limit.windowSeconds), limit.key);
   }
 
   async reset(key: string): Promise<void> {
-    await this.#db('rate_limits').where({ key }).delete();
+    await this.#keys.delete(key);
   }
 
-  async #count(limit: Limit, increment: number): Promise<Counter> {
-    const { rows } = await this.#db.raw<{ rows: Array<{ hits: number; retry_after: number }> }>(
-      `insert into rate_limits as r (key, window_started_at, hits) values (?, now(), ?)
-       on conflict (key) do update set
-         hits = case when r.window_started_at <= now() - make_interval(secs => ?) then excluded.hits else r.hits + excluded.hits end,
-         window_started_at = case when r.window_started_at <= now() - make_interval(secs => ?) then now() else r.window_started_at end
-       returning hits, ceil(extract(epoch from (window_started_at + make_interval(secs => ?) - now())))::int as retry_after`,
-      [limit.key, increment, limit.windowSeconds, limit.windowSeconds, limit.windowSeconds],
-    );
-    const row = rows[0];
-    return { hits: row?.hits ?? 0, retryAfter: Math.max(1, row?.retry_after ?? 1) };
+  /** A limiter of `points` per `seconds` in the shared table; `prefix` keeps its keys apart. */
+  store(options: { prefix: string; points: number; seconds: number; sweep?: boolean }): RateLimiterPostgres {
+    return new RateLimiterPostgres({
+      storeClient: this.#db,
+      storeType: 'knex',
+      tableName: TABLE,
+      tableCreated: true,
+      keyPrefix: options.prefix,
+      points: options.points,
+      duration: options.seconds,
+      clearExpiredByTimeout: options.sweep ?? false,
+    });
+  }
+
+  #limiter(max: number, windowSeconds: number): RateLimiterPostgres {
+    const name = `${max}/${windowSeconds}`;
+    let limiter = this.#limiters.get(name);
+    if (!limiter) {
+      limiter = this.store({ prefix: LIMIT_PREFIX, points: max, seconds: windowSeconds });
+      this.#limiters.set(name, limiter);
+    }
+    return limiter;
   }
 }
 
-function limited(retryAfter: number): AppError {
+/** Consumes one point; over the limit, throws 429 with the seconds until the key frees up. */
+export async function consume(limiter: RateLimiterPostgres, key: string): Promise<RateLimiterRes> {
+  try {
+    return await limiter.consume(key);
+  } catch (rejection) {
+    if (rejection instanceof RateLimiterRes) throw limited(rejection.msBeforeNext);
+    throw rejection;
+  }
+}
+
+export function limited(msBeforeNext: number): AppError {
+  const retryAfter = Math.max(1, Math.ceil(msBeforeNext / 1000));
   return new AppError('RATE_LIMITED', `Too many attempts. Try again in ${retryAfter} seconds.`, {
     headers: { 'Retry-After': String(retryAfter) },
   });

@@ -36,7 +36,7 @@ export class Browser {
     const all: Record<string, string> = { ...headers };
     if (this.origin) all.origin = this.origin;
     if (this.cookies.size) all.cookie = [...this.cookies].map(([name, value]) => `${name}=${value}`).join('; ');
-    const csrf = this.cookies.get('csrf_token');
+    const csrf = this.cookies.get('csrf_token') ?? this.cookies.get('__Host-csrf_token');
     if (this.sendCsrfHeader && csrf && method !== 'GET' && !('x-csrf-token' in all)) all['x-csrf-token'] = csrf;
     if (body !== undefined) all['content-type'] = 'application/json';
     const response = await fetch(`${this.#base}${path}`, {

@@ -80,7 +80,8 @@ const document = {
     },
     '/private': {
       get: {
-        operationId: 'getPrivate',
+        // A real session operation's id: the binding refuses one with no role (REQUIRED_ROLE).
+        operationId: 'getSession',
         security: [{ SessionCookie: [] }],
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
@@ -96,7 +97,7 @@ const handlers = {
   listItems: ({ query }: { query: { limit: number; enabled_only: boolean } }) => ({ status: 200, body: query }),
   // Breaks its own contract on purpose: `id` must be an integer.
   getItem: ({ params }: { params: { item_id: number } }) => ({ status: 200, body: { id: params.item_id === 13 ? 'thirteen' : params.item_id } }),
-  getPrivate: () => ({ status: 200, body: {} }),
+  getSession: () => ({ status: 200, body: {} }),
   search: ({ query }: { query: object }) => ({ status: 200, body: query }),
   go: ({ query }: { query: { with_body: boolean } }) => ({ status: 302, body: query.with_body ? { to: 'x' } : undefined, headers: { Location: 'https://example.com/' } }),
 } as unknown as Handlers;
@@ -191,5 +192,22 @@ describe('handler registration', () => {
         validateResponses: true,
       }),
     ).rejects.toThrow(/Missing: getHealth/);
+  });
+
+  it('refuses to start when an operation that accepts the session has no role', async () => {
+    const responses = { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } };
+    const extra = { get: { operationId: 'getExtra', security: [{ SessionCookie: [] }], responses } };
+    const withExtra = { ...real, paths: { ...real.paths, '/v1/extra': extra } } as unknown as Document;
+    await expect(
+      createApp({
+        logger: createLogger('silent'),
+        document: withExtra,
+        handlers: { ...buildHandlers(offlineContainer()), getExtra: () => ({ status: 200, body: {} }) } as unknown as Handlers,
+        security: securityHandlers(offlineContainer()),
+        allowedOrigins: [],
+        trustProxy: false,
+        validateResponses: true,
+      }),
+    ).rejects.toThrow(/need a role in REQUIRED_ROLE.*getExtra/);
   });
 });

@@ -1,16 +1,18 @@
 import { describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 
+const development = { NODE_ENV: 'development' };
+
 describe('configuration', () => {
-  it('has working defaults for make run', () => {
-    const config = loadConfig({});
+  it('has working defaults for make run (which sets NODE_ENV=development)', () => {
+    const config = loadConfig({ NODE_ENV: 'development' });
     expect(config).toMatchObject({
       env: 'development',
       role: 'all',
       port: 8080,
       publicUrl: 'http://localhost:8080',
       databaseUrl: undefined,
-      session: { cookieName: 'session', secure: false, sameSite: 'lax' },
+      session: { cookieName: 'session', csrfCookieName: 'csrf_token', secure: false, sameSite: 'lax' },
       allowedOrigins: ['http://localhost:8080'],
       responseValidation: true,
     });
@@ -18,8 +20,36 @@ describe('configuration', () => {
 
   const production = { NODE_ENV: 'production', APP_SECRET: 'x'.repeat(32), SMTP_URL: 'smtp://mail.example.com:587' };
 
-  it('defaults to secure cookies and no response validation in production', () => {
-    expect(loadConfig(production)).toMatchObject({ session: { secure: true }, responseValidation: false });
+  it('defaults to secure __Host- cookies and no response validation in production', () => {
+    expect(loadConfig(production)).toMatchObject({
+      session: { secure: true, cookieName: '__Host-session', csrfCookieName: '__Host-csrf_token' },
+      responseValidation: false,
+    });
+  });
+
+  it('runs as production when NODE_ENV is unset, so it refuses to start without APP_SECRET', () => {
+    expect(() => loadConfig({})).toThrow(ConfigError);
+    expect(() => loadConfig({})).toThrow(/APP_SECRET: required .* unless NODE_ENV is development or test/);
+    const { NODE_ENV: _, ...unset } = production;
+    expect(loadConfig(unset)).toMatchObject({ env: 'production', session: { secure: true }, clusterSimulator: { enabled: false } });
+  });
+
+  it('uses the public development secret only when NODE_ENV says development or test', () => {
+    expect(loadConfig({ NODE_ENV: 'development' }).appSecret).toBe(loadConfig({ NODE_ENV: 'test' }).appSecret);
+    expect(() => loadConfig({ NODE_ENV: 'production', SMTP_URL: production.SMTP_URL })).toThrow(/APP_SECRET/);
+  });
+
+  it('refuses cookies without Secure in production', () => {
+    expect(() => loadConfig({ ...production, SESSION_COOKIE_SECURE: 'false' })).toThrow(/SESSION_COOKIE_SECURE: must be true in production/);
+  });
+
+  it('prefixes both cookie names with __Host- whenever cookies are Secure, and only then', () => {
+    expect(loadConfig({ NODE_ENV: 'development', SESSION_COOKIE_SECURE: 'true', SESSION_COOKIE_NAME: 'sid' }).session).toMatchObject({
+      cookieName: '__Host-sid',
+      csrfCookieName: '__Host-csrf_token',
+    });
+    expect(loadConfig({ ...production, SESSION_COOKIE_NAME: '__Host-sid' }).session.cookieName).toBe('__Host-sid');
+    expect(() => loadConfig({ NODE_ENV: 'development', SESSION_COOKIE_NAME: '__Host-sid' })).toThrow(/SESSION_COOKIE_NAME/);
   });
 
   it('requires a real secret and a real SMTP server in production', () => {
@@ -29,8 +59,8 @@ describe('configuration', () => {
   });
 
   it('takes the OIDC settings all together or not at all', () => {
-    expect(() => loadConfig({ OIDC_ISSUER: 'https://accounts.example.com' })).toThrow(/OIDC_CLIENT_ID/);
-    expect(loadConfig({ OIDC_ISSUER: 'https://accounts.example.com', OIDC_CLIENT_ID: 'id', OIDC_CLIENT_SECRET: 'secret' }).oidc).toMatchObject({
+    expect(() => loadConfig({ ...development, OIDC_ISSUER: 'https://accounts.example.com' })).toThrow(/OIDC_CLIENT_ID/);
+    expect(loadConfig({ ...development, OIDC_ISSUER: 'https://accounts.example.com', OIDC_CLIENT_ID: 'id', OIDC_CLIENT_SECRET: 'secret' }).oidc).toMatchObject({
       providerName: 'google',
       displayName: 'Google',
       clientId: 'id',
@@ -46,18 +76,18 @@ describe('configuration', () => {
     [{ SESSION_COOKIE_SAMESITE: 'none' }, /SESSION_COOKIE_SAMESITE.*SESSION_COOKIE_SECURE/],
     [{ ALLOWED_ORIGINS: 'https://app.example.com, nonsense' }, /ALLOWED_ORIGINS/],
   ])('fails fast naming the variable for %o', (env, message) => {
-    expect(() => loadConfig(env)).toThrow(ConfigError);
-    expect(() => loadConfig(env)).toThrow(message);
+    expect(() => loadConfig({ ...development, ...env })).toThrow(ConfigError);
+    expect(() => loadConfig({ ...development, ...env })).toThrow(message);
   });
 
   it('reads origins as a comma-separated list of origins', () => {
-    expect(loadConfig({ ALLOWED_ORIGINS: 'https://app.example.com/path, http://localhost:3000' }).allowedOrigins).toEqual([
+    expect(loadConfig({ ...development, ALLOWED_ORIGINS: 'https://app.example.com/path, http://localhost:3000' }).allowedOrigins).toEqual([
       'https://app.example.com',
       'http://localhost:3000',
     ]);
   });
 
   it('treats an empty variable as unset', () => {
-    expect(loadConfig({ PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
+    expect(loadConfig({ ...development, PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { isLoopbackHost, loadConfig } from '../../src/config.ts';
 
-const oidc = (issuer: string) => ({ OIDC_ISSUER: issuer, OIDC_CLIENT_ID: 'client', OIDC_CLIENT_SECRET: 'secret' });
+const oidc = (issuer: string) => ({ NODE_ENV: 'development', OIDC_ISSUER: issuer, OIDC_CLIENT_ID: 'client', OIDC_CLIENT_SECRET: 'secret' });
 
 describe('OIDC settings', () => {
   it.each(['https://accounts.google.com', 'http://127.0.0.1:4000', 'http://127.8.9.10', 'http://localhost:4000/realms/dev', 'http://[::1]:4000'])(

@@ -1,0 +1,68 @@
+import { RateLimiterRes, type RateLimiterPostgres } from 'rate-limiter-flexible';
+import { limited, type RateLimiter } from './rate-limiter.ts';
+
+const MINUTE = 60;
+const DAY = 24 * 60 * MINUTE;
+
+/** Attempts per account and client address before a delay, and how the delay grows. */
+export const SIGN_IN_FREE_ATTEMPTS = 5;
+export const SIGN_IN_FIRST_DELAY_SECONDS = MINUTE;
+export const SIGN_IN_MAX_DELAY_SECONDS = 60 * MINUTE;
+/** Attempts per client address, whatever the account. */
+export const SIGN_IN_ADDRESS_LIMIT = { max: 100, windowSeconds: 15 * MINUTE };
+
+export interface SignInAttempt {
+  /** The password was right: the account's counters at this address start over. */
+  succeeded(): Promise<void>;
+}
+
+/**
+ * Brute-force protection of password sign-in (rate-limiter-flexible's login-protection pattern on
+ * its Postgres store). Every attempt is counted atomically BEFORE the password is checked, so
+ * parallel guesses cannot all pass a check before any is counted:
+ * - per client address: 100 attempts in 15 minutes, whatever the account;
+ * - per account and client address: 5 attempts that end in no success, then the pair is held for
+ *   1 minute, and each further hold of that pair within 24 hours lasts twice as long (up to 1 hour);
+ *   a success clears both counters.
+ * Nothing is counted per account alone: someone guessing from one address never locks the owner,
+ * who signs in from another.
+ */
+export class SignInThrottle {
+  readonly #limiter: RateLimiter;
+  readonly #attempts: RateLimiterPostgres;
+  readonly #holds: RateLimiterPostgres;
+
+  constructor(limiter: RateLimiter) {
+    this.#limiter = limiter;
+    this.#attempts = limiter.store({ prefix: 'signin-attempts', points: SIGN_IN_FREE_ATTEMPTS, seconds: DAY });
+    this.#holds = limiter.store({ prefix: 'signin-holds', points: 1_000, seconds: DAY });
+  }
+
+  /** Counts the attempt, or throws 429 `RATE_LIMITED` (with `Retry-After`) without checking anything. */
+  async admit(email: string, clientAddress: string): Promise<SignInAttempt> {
+    await this.#limiter.hit({ key: `signin:address:${clientAddress}`, ...SIGN_IN_ADDRESS_LIMIT });
+    // The address comes first and never holds a `|`, so no two pairs share a key.
+    const key = `${clientAddress}|${email}`;
+    try {
+      await this.#attempts.consume(key);
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection;
+      // The one attempt that went over the allowance starts the hold; the others report it.
+      if (rejection.consumedPoints === SIGN_IN_FREE_ATTEMPTS + 1) throw limited((await this.#hold(key)) * 1000);
+      throw limited(rejection.msBeforeNext);
+    }
+    return {
+      succeeded: async () => {
+        await Promise.all([this.#attempts.delete(key), this.#holds.delete(key)]);
+      },
+    };
+  }
+
+  /** Holds the pair for a delay that doubles with each hold in 24 hours; returns the delay in seconds. */
+  async #hold(key: string): Promise<number> {
+    const holds = await this.#holds.penalty(key);
+    const seconds = Math.min(SIGN_IN_FIRST_DELAY_SECONDS * 2 ** (holds.consumedPoints - 1), SIGN_IN_MAX_DELAY_SECONDS);
+    await this.#attempts.block(key, seconds);
+    return seconds;
+  }
+}

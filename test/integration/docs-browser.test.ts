@@ -1,0 +1,75 @@
+import { existsSync } from 'node:fs';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listenOn, offlineContainer } from '../helpers/app.ts';
+
+/** Debian's chromium (`apt-get install -y chromium`; .ci/run installs it when missing). */
+const CHROMIUM = '/usr/bin/chromium';
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+
+/**
+ * The documentation pages in a real browser, under their Content-Security-Policy: they must render
+ * the operations, and the browser must report no CSP violation and no script error.
+ */
+const missing = existsSync(CHROMIUM) ? '' : ` (SKIPPED: ${CHROMIUM} is missing; apt-get install -y chromium, as .ci/run does)`;
+
+describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${missing}`, () => {
+  let app: { url: string; close(): Promise<void> };
+  let browser: Browser;
+  beforeAll(async () => {
+    app = await listenOn(offlineContainer());
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await app?.close();
+  });
+
+  /** Opens a page, recording CSP violations (events and console reports), script errors and requests elsewhere. */
+  async function open(path: string): Promise<{ page: Page; problems: string[] }> {
+    const page = await browser.newPage();
+    const problems: string[] = [];
+    await page.exposeFunction('reportViolation', (text: string) => problems.push(text));
+    await page.addInitScript(() => {
+      // Runs in the page (this project compiles without the DOM types).
+      interface Violation {
+        violatedDirective: string;
+        blockedURI: string;
+      }
+      const page = globalThis as unknown as {
+        document: { addEventListener(type: 'securitypolicyviolation', listener: (event: Violation) => void): void };
+        reportViolation(text: string): void;
+      };
+      page.document.addEventListener('securitypolicyviolation', (event) => page.reportViolation(`CSP: ${event.violatedDirective} blocked ${event.blockedURI}`));
+    });
+    page.on('console', (message) => {
+      if (/Content[- ]Security[- ]Policy|Refused to/i.test(message.text())) problems.push(`console: ${message.text()}`);
+    });
+    page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+    page.on('request', (request) => {
+      if (!request.url().startsWith(app.url) && !/^(data|blob):/.test(request.url())) problems.push(`request elsewhere: ${request.url()}`);
+    });
+    const response = await page.goto(`${app.url}${path}`, { waitUntil: 'load' });
+    expect(response?.status()).toBe(200);
+    return { page, problems };
+  }
+
+  it('renders Swagger UI with its operations and no CSP violation', async () => {
+    const { page, problems } = await open('/docs');
+    await page.locator('.opblock-summary-description', { hasText: 'List my sessions' }).first().waitFor({ state: 'visible', timeout: 30_000 });
+    expect(await page.locator('.opblock').count()).toBeGreaterThan(50);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('renders ReDoc with its operations and no CSP violation', async () => {
+    const { page, problems } = await open('/redoc');
+    await page.locator('h2', { hasText: 'List my sessions' }).waitFor({ state: 'visible', timeout: 30_000 });
+    expect(await page.locator('h2', { hasText: 'Check service health' }).count()).toBe(1);
+    // The search box works only when ReDoc's worker (created from a blob: URL) could start.
+    await page.getByPlaceholder('Search...').fill('sessions');
+    await page.locator('[data-role="search:results"] li', { hasText: 'End my other sessions' }).waitFor({ state: 'visible', timeout: 30_000 });
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+});

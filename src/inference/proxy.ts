@@ -1,5 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import got, { type Got } from 'got';
 import type { Logger } from 'pino';
@@ -80,17 +80,6 @@ export class Relay {
     accepts: readonly MediaType[];
   }): Promise<Delivery | undefined> {
     const { req, res, log } = input;
-    const upstream = this.#http.stream.post(`${input.target.endpoint}${input.path}`, {
-      body: input.body,
-      headers: {
-        'content-type': input.contentType,
-        accept: req.get('accept') ?? '*/*',
-        ...(input.target.authorization ? { authorization: input.target.authorization } : {}),
-      },
-    });
-    // Every failure is handled through the promises below; a late one must not go unhandled.
-    upstream.on('error', () => undefined);
-
     let stalled = false;
     let timer: NodeJS.Timeout | undefined;
     const watch = (ms: number) => {
@@ -100,7 +89,24 @@ export class Relay {
         upstream.destroy(new Error('the engine stalled'));
       }, ms);
     };
-    watch(this.#limits.firstByteTimeoutMs);
+    // The first-byte clock starts once the whole request is sent; an upload is watched for gaps.
+    let body: string | Readable = input.body;
+    if (typeof body !== 'string') {
+      body = Readable.from(watched(body, () => watch(this.#limits.idleTimeoutMs)));
+      body.once('end', () => watch(this.#limits.firstByteTimeoutMs));
+    }
+    const upstream = this.#http.stream.post(`${input.target.endpoint}${input.path}`, {
+      body,
+      headers: {
+        'content-type': input.contentType,
+        accept: req.get('accept') ?? '*/*',
+        ...(input.target.authorization ? { authorization: input.target.authorization } : {}),
+      },
+    });
+    // Every failure is handled through the promises below; a late one must not go unhandled.
+    upstream.on('error', () => undefined);
+
+    if (typeof body === 'string') watch(this.#limits.firstByteTimeoutMs);
 
     // A client that leaves before the answer is complete aborts the engine's work; `close` also
     // follows a completed answer, which must not abort anything.
@@ -165,6 +171,15 @@ export class Relay {
       clearTimeout(timer);
       res.off('close', onClientClose);
     }
+  }
+}
+
+/** The chunks of an upload, reporting each one as it is taken. */
+async function* watched(body: Readable, onChunk: () => void): AsyncGenerator<Buffer> {
+  onChunk();
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    onChunk();
+    yield chunk;
   }
 }
 

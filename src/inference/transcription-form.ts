@@ -194,6 +194,8 @@ class PartReader {
       this.#push({ kind: 'field', name: name ?? '', value, truncated: info.nameTruncated || info.valueTruncated }),
     );
     parser.on('file', (name: string | undefined, stream: Readable, info: { filename?: string; mimeType: string }) => {
+      // Its reader sees failures through iteration; a part refused before it is read must not throw.
+      stream.on('error', () => undefined);
       this.#file = stream;
       this.#push({ kind: 'file', name: name ?? '', filename: info.filename ?? '', mimeType: info.mimeType, stream });
     });

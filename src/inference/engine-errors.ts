@@ -16,7 +16,7 @@ const REASON_MAX = 300;
  * workers).
  */
 export function engineError(status: number, headers: IncomingHttpHeaders, body: string, log: Logger): AppError {
-  log.warn({ engine_status: status, engine_body: body.slice(0, ENGINE_ERROR_LOGGED) }, 'the engine refused an inference request');
+  log.warn({ engine_status: status, engine_body: forTheLog(body) }, 'the engine refused an inference request');
   if (status === 503 || status === 429) {
     return new AppError('SERVICE_UNAVAILABLE', 'The model is busy or not ready yet; retry after Retry-After seconds.', {
       headers: { 'Retry-After': String(retryAfterSeconds(headers['retry-after'])) },
@@ -44,6 +44,20 @@ export function upstreamFailure(message = 'The model failed to answer.'): AppErr
 
 export function upstreamTimeout(): AppError {
   return new AppError('SERVICE_UNAVAILABLE', 'The model did not answer in time.', { inference: { code: 'upstream_timeout', status: 504 } });
+}
+
+/** The engine's body, shortened, without the `input` that validation errors echo (the caller's prompt). */
+function forTheLog(body: string): string {
+  try {
+    const parsed = JSON.parse(body) as { detail?: unknown };
+    if (Array.isArray(parsed.detail)) {
+      parsed.detail = parsed.detail.map((issue: unknown) => (issue && typeof issue === 'object' ? { ...issue, input: undefined } : issue));
+      return JSON.stringify(parsed).slice(0, ENGINE_ERROR_LOGGED);
+    }
+  } catch {
+    // Not JSON: the text as it came.
+  }
+  return body.slice(0, ENGINE_ERROR_LOGGED);
 }
 
 function retryAfterSeconds(value: string | string[] | undefined): number {

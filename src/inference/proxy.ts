@@ -210,7 +210,7 @@ function pump(upstream: Readable, res: Response, answer: AnswerWatch, onChunk: (
     upstream.on('data', onData);
     upstream.once('end', () => settle('completed'));
     upstream.once('error', () => settle('engine-failed'));
-    upstream.once('close', () => settle('engine-failed'));
+    upstream.once('close', () => settle(upstream.readableEnded ? 'completed' : 'engine-failed'));
     res.once('close', () => settle(res.writableFinished ? 'completed' : 'client-left'));
   });
 }

@@ -140,7 +140,11 @@ export class Relay {
         res.flushHeaders();
       }
       const answer = new AnswerWatch(streaming);
-      const ended = await pump(upstream, res, answer, () => watch(this.#limits.idleTimeoutMs));
+      // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
+      const ended = await pump(upstream, res, answer, {
+        onChunk: () => watch(this.#limits.idleTimeoutMs),
+        onPause: () => clearTimeout(timer),
+      });
       if (ended === 'completed') {
         res.end();
         return { outcome: 'completed', answer };
@@ -185,11 +189,16 @@ async function* watched(body: Readable, onChunk: () => void): AsyncGenerator<Buf
 
 function mediaTypeOf(header: string | undefined): MediaType | undefined {
   const type = String(header ?? '').split(';')[0]?.trim().toLowerCase();
-  return type && type in CONTENT_TYPE ? (type as MediaType) : undefined;
+  return type && Object.hasOwn(CONTENT_TYPE, type) ? (type as MediaType) : undefined;
 }
 
 /** Copies the answer to the client as it arrives, pausing the engine while the client is slow. */
-function pump(upstream: Readable, res: Response, answer: AnswerWatch, onChunk: () => void): Promise<'completed' | 'client-left' | 'engine-failed'> {
+function pump(
+  upstream: Readable,
+  res: Response,
+  answer: AnswerWatch,
+  clock: { onChunk: () => void; onPause: () => void },
+): Promise<'completed' | 'client-left' | 'engine-failed'> {
   return new Promise((resolve) => {
     let settled = false;
     const settle = (how: 'completed' | 'client-left' | 'engine-failed') => {
@@ -198,12 +207,16 @@ function pump(upstream: Readable, res: Response, answer: AnswerWatch, onChunk: (
       upstream.off('data', onData);
       resolve(how);
     };
-    const resume = () => upstream.resume();
+    const resume = () => {
+      clock.onChunk();
+      upstream.resume();
+    };
     const onData = (chunk: Buffer) => {
-      onChunk();
+      clock.onChunk();
       answer.observe(chunk);
       if (!res.write(chunk)) {
         upstream.pause();
+        clock.onPause();
         res.once('drain', resume);
       }
     };

@@ -196,11 +196,15 @@ export interface paths {
          *     `model`. The body is `multipart/form-data`. Callers: an API key scoped to the deployment, or a
          *     session of role member or above.
          *
-         *     The upload is streamed through to the engine, not buffered, and may be at most 25 MiB (413
-         *     `request_too_large` beyond). Send the `model` part before `file` (the OpenAI SDKs and
-         *     `curl -F model=… -F file=@…` do): the proxy must read `model` to route; if `file` comes first it
-         *     is held (at most 25 MiB) until `model` arrives. `response_format` `json` (default) and
-         *     `verbose_json` answer JSON; `text`, `srt` and `vtt` answer `text/plain`.
+         *     The parts are parsed as they arrive: `file` (the only part with a filename) and `model`,
+         *     `language`, `prompt`, `response_format`, `temperature`, each at most once; anything else answers
+         *     400 `invalid_parameter` before the engine is called, and the engine receives a form rebuilt from
+         *     the checked parts. The upload may be at most 25 MiB (413 `request_too_large` beyond) and is never
+         *     held in memory: when `model` comes before `file` (`curl -F model=… -F file=@…`, the Python SDK)
+         *     the file streams straight through to the engine; when `file` comes first (the Node SDK sends
+         *     parts in the order of its object's keys) it is spooled to a temporary file on the server's disk
+         *     until the form is complete, then sent. `response_format` `json` (default) and `verbose_json`
+         *     answer JSON; `text`, `srt` and `vtt` answer `text/plain`.
          */
         post: operations["createTranscription"];
         delete?: never;
@@ -634,9 +638,11 @@ export interface paths {
          *     `data: <ChatCompletionChunk JSON>\n\n`, relayed as the engine produces it; when
          *     `stream_options.include_usage` is true the last chunk has empty `choices` and carries `usage`;
          *     the stream ends with `data: [DONE]\n\n`. Errors found before the stream starts answer with their
-         *     status as usual; if the engine fails after it started, the proxy sends one last event
-         *     `data: <InferenceError JSON>\n\n` and closes the stream without `[DONE]`. Otherwise the answer is
-         *     one `ChatCompletion` as JSON. JSON bodies may be up to 10 MiB (413 beyond).
+         *     status as usual; if the engine fails after it started, or sends nothing for
+         *     `INFERENCE_IDLE_TIMEOUT_SECONDS` (server setting, default 60) between two chunks, the proxy sends
+         *     one last event `data: <InferenceError JSON>\n\n` (`code` `upstream_error` or `upstream_timeout`)
+         *     and closes the stream without `[DONE]`. Otherwise the answer is one `ChatCompletion` as JSON.
+         *     JSON bodies may be up to 10 MiB (413 beyond).
          */
         post: operations["createChatCompletion"];
         delete?: never;
@@ -1942,6 +1948,8 @@ export interface components {
             type: "input_audio";
             input_audio: components["schemas"]["ChatInputAudio"];
         };
+        /** @description The parts of a multi-part message, at most 1024. */
+        ChatContentPartList: components["schemas"]["ChatContentPart"][];
         /** @description A text part of a message. */
         ChatContentPartText: {
             /** @enum {string} */
@@ -1989,13 +1997,13 @@ export interface components {
             content?: components["schemas"]["ChatMessageContent"] | (never | null);
             /** @description An optional name for the participant. */
             name?: string;
-            /** @description Tool calls made by an `assistant` message. */
+            /** @description Tool calls made by an `assistant` message (at most 128). */
             tool_calls?: components["schemas"]["ChatToolCall"][];
             /** @description On a `tool` message: the id of the tool call it answers. */
             tool_call_id?: string;
         };
         /** @description A message's content: text, or an array of content parts. */
-        ChatMessageContent: string | components["schemas"]["ChatContentPart"][];
+        ChatMessageContent: string | components["schemas"]["ChatContentPartList"];
         /** @description Forces the model to call one function. */
         ChatNamedToolChoice: {
             /** @enum {string} */
@@ -2148,7 +2156,7 @@ export interface components {
         /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateChatCompletionRequest: {
             model: components["schemas"]["InferenceModelRef"];
-            /** @description The conversation so far. */
+            /** @description The conversation so far: 1 to 2048 messages. */
             messages: components["schemas"]["ChatMessage"][];
             /**
              * @description When true, the answer is a `text/event-stream` of `ChatCompletionChunk` events.
@@ -2205,7 +2213,7 @@ export interface components {
             seed?: number | null;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
-            /** @description Functions the model may call. */
+            /** @description Functions the model may call (at most 128). */
             tools?: components["schemas"]["ChatTool"][];
             /** @description `none`, `auto`, `required`, or a named function. */
             tool_choice?: ("none" | "auto" | "required") | components["schemas"]["ChatNamedToolChoice"];
@@ -2241,8 +2249,11 @@ export interface components {
         };
         /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateEmbeddingRequest: {
-            /** @description Text to embed: a string, an array of strings, an array of token ids, or an array of token-id arrays. */
-            input: string | string[] | number[] | number[][];
+            /**
+             * @description Text to embed: a string, an array of up to 2048 strings, an array of up to 65536 token ids, or
+             *     an array of up to 2048 token-id arrays.
+             */
+            input: string | components["schemas"]["EmbeddingTextList"] | components["schemas"]["TokenIdList"] | components["schemas"]["TokenIdListList"];
             model: components["schemas"]["InferenceModelRef"];
             /**
              * @description `float` (default) returns arrays of numbers; `base64` returns base64 strings of little-endian float32.
@@ -2322,12 +2333,15 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
-        /** @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine. */
+        /**
+         * @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine;
+         *     the proxy sets `return_len: true` so that the engine counts tokens (`meta.tokens`) for metering.
+         */
         CreateRerankRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description What the documents are ranked against. */
             query: string;
-            /** @description The documents to rank. */
+            /** @description The documents to rank: 1 to 10000. */
             documents: string[];
             /**
              * Format: int32
@@ -2633,6 +2647,8 @@ export interface components {
             /** @description The vector; a base64 string of little-endian float32 when `encoding_format` is `base64`. */
             embedding: number[] | string;
         };
+        /** @description Texts to embed in one request, at most 2048. */
+        EmbeddingTextList: string[];
         /** @description Token usage of an embeddings request. */
         EmbeddingUsage: {
             /** Format: int32 */
@@ -3191,7 +3207,7 @@ export interface components {
         Rerank: {
             id: string;
             results: components["schemas"]["RerankResult"][];
-            /** @description Token counts, when the engine reports them. */
+            /** @description Token counts (`meta.tokens`), which the proxy asks the engine for; absent when the engine does not count. */
             meta?: components["schemas"]["RerankMeta"] | (never | null);
         };
         /** @description A ranked document's text. */
@@ -3383,8 +3399,10 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
+        /** @description Up to 4 stop sequences. */
+        StopSequenceList: string[];
         /** @description Where generation stops: one sequence or up to 4. */
-        StopSequences: string | string[];
+        StopSequences: string | components["schemas"]["StopSequenceList"];
         /**
          * @description A Stripe Event, as Stripe sends it. Modelled loosely and open: only the fields the service reads are
          *     listed; every other field Stripe sends is accepted.
@@ -3459,6 +3477,10 @@ export interface components {
             /** Format: date-time */
             current_period_end: string;
         };
+        /** @description One input as token ids, at most 65536. */
+        TokenIdList: number[];
+        /** @description Inputs as token-id arrays, at most 2048. */
+        TokenIdListList: components["schemas"]["TokenIdList"][];
         /**
          * @description The transcribed text. `verbose_json` adds `task`, `language`, `duration` and `segments`.
          * @example {
@@ -4524,9 +4546,13 @@ export interface operations {
              * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
              *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
              *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
-             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
-             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
-             *     serving engine refused the request; `message` repeats its reason).
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster).
              */
             400: {
                 headers: {
@@ -4540,7 +4566,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -4592,10 +4620,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -4608,8 +4638,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
-             *     connection, answered a 5xx or answered something that is not a valid response.
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
+             *     something this route does not relay: a status other than 200, or a media type other than the
+             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
+             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -4622,8 +4656,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -4636,8 +4671,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
-             *     response headers, or no further bytes of a response).
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
              */
             504: {
                 headers: {
@@ -6056,9 +6095,13 @@ export interface operations {
              * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
              *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
              *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
-             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
-             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
-             *     serving engine refused the request; `message` repeats its reason).
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster).
              */
             400: {
                 headers: {
@@ -6072,7 +6115,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -6124,10 +6169,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -6140,8 +6187,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
-             *     connection, answered a 5xx or answered something that is not a valid response.
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
+             *     something this route does not relay: a status other than 200, or a media type other than the
+             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
+             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6154,8 +6205,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -6168,8 +6220,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
-             *     response headers, or no further bytes of a response).
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
              */
             504: {
                 headers: {
@@ -6251,9 +6307,13 @@ export interface operations {
              * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
              *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
              *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
-             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
-             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
-             *     serving engine refused the request; `message` repeats its reason).
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster).
              */
             400: {
                 headers: {
@@ -6267,7 +6327,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -6319,10 +6381,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -6335,8 +6399,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
-             *     connection, answered a 5xx or answered something that is not a valid response.
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
+             *     something this route does not relay: a status other than 200, or a media type other than the
+             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
+             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6349,8 +6417,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -6363,8 +6432,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
-             *     response headers, or no further bytes of a response).
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
              */
             504: {
                 headers: {
@@ -6437,9 +6510,13 @@ export interface operations {
              * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
              *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
              *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
-             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
-             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
-             *     serving engine refused the request; `message` repeats its reason).
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster).
              */
             400: {
                 headers: {
@@ -6453,7 +6530,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -6505,10 +6584,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -6521,8 +6602,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
-             *     connection, answered a 5xx or answered something that is not a valid response.
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
+             *     something this route does not relay: a status other than 200, or a media type other than the
+             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
+             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6535,8 +6620,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -6549,8 +6635,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
-             *     response headers, or no further bytes of a response).
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
              */
             504: {
                 headers: {
@@ -7403,7 +7493,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -7429,10 +7521,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -7447,8 +7541,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -8847,9 +8942,13 @@ export interface operations {
              * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
              *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
              *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
-             *     field has the wrong type or is out of bounds), `model_ambiguous` (the model name matches several
-             *     of the caller's running deployments; send a deployment id), `engine_rejected_request` (the
-             *     serving engine refused the request; `message` repeats its reason).
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster).
              */
             400: {
                 headers: {
@@ -8863,7 +8962,9 @@ export interface operations {
              * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
-             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored.
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never read, and
+             *     the connection closes after the answer (`Connection: close`).
              */
             401: {
                 headers: {
@@ -8915,10 +9016,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 429 `rate_limit_error`. `code`: `rate_limit_exceeded` (more than the caller's request rate),
-             *     `insufficient_quota` (a spending limit of the organization's billing account blocks further
-             *     usage). Retry after `Retry-After` seconds. Reserved: this version of the server enforces neither
-             *     yet, and never answers 429 on inference routes.
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
+             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
+             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
+             *     account blocks further usage).
              */
             429: {
                 headers: {
@@ -8931,8 +9034,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 502 `server_error`, `code` `upstream_error`: the serving engine could not be reached, broke the
-             *     connection, answered a 5xx or answered something that is not a valid response.
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
+             *     something this route does not relay: a status other than 200, or a media type other than the
+             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
+             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -8945,8 +9052,9 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine refused for lack of capacity), `service_unavailable` (the hosted-model cluster or the
-             *     service's database is unavailable).
+             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
+             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
+             *     database is unavailable).
              */
             503: {
                 headers: {
@@ -8959,8 +9067,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 504 `server_error`, `code` `upstream_timeout`: the engine sent nothing for 600 seconds (no
-             *     response headers, or no further bytes of a response).
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
              */
             504: {
                 headers: {

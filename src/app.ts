@@ -1,20 +1,17 @@
-import type { IncomingMessage } from 'node:http';
 import express, { type ErrorRequestHandler, type Express } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { AppError, isAppError } from './errors.ts';
 import { createOpenApiMiddleware, type SecurityHandlers } from './http/openapi.ts';
-import { isInferencePath, sendError } from './http/problem.ts';
+import { sendError } from './http/problem.ts';
 import { requestLog, setRoute } from './http/request-log.ts';
+import { authenticateBeforeBody, INFERENCE_JSON_BODY_LIMIT, JSON_BODY_LIMIT, jsonBodies } from './http/request-body.ts';
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
 import { docsAssets } from './platform/docs.ts';
 
-/** Largest JSON body of a management route; larger ones answer 413 `PAYLOAD_TOO_LARGE`. */
-export const JSON_BODY_LIMIT = '1mb';
-/** Largest JSON body of an inference route (long prompts, many inputs). */
-export const INFERENCE_JSON_BODY_LIMIT = '10mb';
+export { INFERENCE_JSON_BODY_LIMIT, JSON_BODY_LIMIT } from './http/request-body.ts';
 
 export interface AppOptions {
   logger: Logger;
@@ -42,13 +39,10 @@ export async function createApp(options: AppOptions): Promise<Express> {
     if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');
     next();
   }, docsAssets());
-  const keepRawBody = (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
-    (req as express.Request).rawBody = buffer;
-  };
-  const managementJson = express.json({ limit: JSON_BODY_LIMIT, verify: keepRawBody });
-  const inferenceJson = express.json({ limit: INFERENCE_JSON_BODY_LIMIT });
-  app.use((req, res, next) => (isInferencePath(req.path) ? inferenceJson : managementJson)(req, res, next));
   app.use(originCheck(options.allowedOrigins));
+  // Inference callers are authenticated before their (up to 10 MiB) body is read.
+  app.use(authenticateBeforeBody(options.document, options.security));
+  app.use(jsonBodies());
   app.use(
     await createOpenApiMiddleware({
       document: options.document,
@@ -70,7 +64,7 @@ function toAppError(error: unknown, req: express.Request): AppError {
   if (isAppError(error)) return error;
   const bodyError = error as { type?: string; status?: number };
   if (bodyError.type === 'entity.too.large') {
-    const limit = isInferencePath(req.path) ? INFERENCE_JSON_BODY_LIMIT : JSON_BODY_LIMIT;
+    const limit = req.principal ? INFERENCE_JSON_BODY_LIMIT : JSON_BODY_LIMIT;
     return new AppError('PAYLOAD_TOO_LARGE', `The request body is larger than ${limit}.`, { inference: { code: 'request_too_large' } });
   }
   if (bodyError.type === 'entity.parse.failed') {

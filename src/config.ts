@@ -51,6 +51,9 @@ const schema = z.object({
   DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
   DEPLOYMENT_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(1800),
   READINESS_POLL_SECONDS: z.coerce.number().min(0.1).default(2),
+  INFERENCE_CONNECT_TIMEOUT_SECONDS: z.coerce.number().positive().default(5),
+  INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS: z.coerce.number().positive().default(600),
+  INFERENCE_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
 });
 
@@ -97,6 +100,15 @@ export interface Config {
     startTimeoutSeconds: number;
     /** How often a loading model's readiness is checked. */
     readinessPollSeconds: number;
+  };
+  /** Limits on each relay of an inference request to its engine. */
+  inference: {
+    /** To open the connection to the engine. */
+    connectTimeoutMs: number;
+    /** From sending the request to the first byte of the answer's body (prefill and queueing included). */
+    firstByteTimeoutMs: number;
+    /** Between two chunks of the answer's body, once it has started. */
+    idleTimeoutMs: number;
   };
   shutdownTimeoutMs: number;
 }
@@ -184,6 +196,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       stuckAfterSeconds: e.DEPLOYMENT_STUCK_AFTER_SECONDS,
       startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
       readinessPollSeconds: e.READINESS_POLL_SECONDS,
+    },
+    inference: {
+      connectTimeoutMs: e.INFERENCE_CONNECT_TIMEOUT_SECONDS * 1000,
+      firstByteTimeoutMs: e.INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS * 1000,
+      idleTimeoutMs: e.INFERENCE_IDLE_TIMEOUT_SECONDS * 1000,
     },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
   };

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { RateLimiterMemory } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
 import { notBlank } from '../accounts/accounts.service.ts';
 import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
@@ -12,8 +13,12 @@ type CreateApiKeyRequest = components['schemas']['CreateApiKeyRequest'];
 type UpdateApiKeyRequest = components['schemas']['UpdateApiKeyRequest'];
 type ApiKeyDeployment = components['schemas']['ApiKeyDeployment'];
 
-/** How long a validated key is trusted without a lookup, in this process. */
+/** How long a key's state (valid, disabled, revoked, expired) is trusted without a lookup, in this process. */
 const CACHE_MS = 5_000;
+/** Keys whose state is cached at most; the least recently used goes first. Unknown keys are never cached. */
+const CACHE_MAX_ENTRIES = 10_000;
+/** Unknown or malformed keys a client address may send per window before its key authentications answer 429. */
+export const FAILED_KEY_LIMIT = { points: 20, windowSeconds: 60 };
 /** `last_used_at` is written at most this often per key. */
 const LAST_USED_EVERY_MS = 60_000;
 
@@ -32,16 +37,27 @@ interface KeyRow {
 
 const refused = (code: string, message: string) => new AppError('UNAUTHENTICATED', message, { inference: { code } });
 
+interface CacheEntry {
+  at: number;
+  principal?: ApiKeyPrincipal;
+  /** Why a known key is refused (`api_key_revoked`, …). */
+  refusal?: { code: string; message: string };
+}
+
 /**
  * API keys of an organization: created once with their secret shown once, scoped to deployments,
  * disabled, re-enabled, revoked for good. Authentication is one indexed lookup by the key's hash,
  * trusted for 5 seconds in this process (changes made here take effect at once), and writes
- * `last_used_at` at most once a minute.
+ * `last_used_at` at most once a minute. The cache holds known keys only, at most 10 000, least
+ * recently used first out; an unknown key costs a lookup every time, and a client address that sends
+ * more than 20 of them in a minute gets 429 on its key authentications until the minute is over
+ * (counted in this process's memory, no database write).
  */
 export class ApiKeysService {
   readonly #db: Knex;
-  readonly #cache = new Map<string, { at: number; principal?: ApiKeyPrincipal; error?: AppError }>();
+  readonly #cache = new Map<string, CacheEntry>();
   readonly #lastUsedWrites = new Map<number, number>();
+  readonly #failures = new RateLimiterMemory({ points: FAILED_KEY_LIMIT.points, duration: FAILED_KEY_LIMIT.windowSeconds });
 
   constructor(db: Knex) {
     this.#db = db;
@@ -121,37 +137,72 @@ export class ApiKeysService {
     return (await this.#withDeployments([row as KeyRow]))[0] as ApiKey;
   }
 
-  /** The caller a bearer key names, or a 401 saying why not. */
-  async authenticate(key: string): Promise<ApiKeyPrincipal> {
-    if (!isWellFormedKey(key)) throw refused('invalid_api_key', 'The API key is malformed. Keys look like svc-sk-… as shown when they were created.');
+  /**
+   * The caller a bearer key names, or a 401 saying why not. `clientAddress` is where the request
+   * came from: an address that sent too many unknown or malformed keys answers 429 without a lookup.
+   */
+  async authenticate(key: string, clientAddress = 'unknown'): Promise<ApiKeyPrincipal> {
+    const failures = await this.#failures.get(clientAddress);
+    if (failures && failures.consumedPoints >= FAILED_KEY_LIMIT.points) {
+      const retryAfter = Math.max(1, Math.ceil(failures.msBeforeNext / 1000));
+      throw new AppError('RATE_LIMITED', `Too many invalid API keys from this address. Try again in ${retryAfter} seconds.`, {
+        headers: { 'Retry-After': String(retryAfter) },
+        inference: { code: 'too_many_invalid_api_keys' },
+      });
+    }
+    if (!isWellFormedKey(key)) {
+      await this.#failures.penalty(clientAddress);
+      throw refused('invalid_api_key', 'The API key is malformed. Keys look like svc-sk-… as shown when they were created.');
+    }
     const hash = hashToken(key);
     const now = Date.now();
     let entry = this.#cache.get(hash);
-    if (!entry || now - entry.at > CACHE_MS) {
-      entry = await this.#lookup(hash);
-      entry.at = now;
+    if (entry && now - entry.at <= CACHE_MS) {
+      // Most recently used last: Map keeps insertion order.
+      this.#cache.delete(hash);
       this.#cache.set(hash, entry);
+    } else {
+      this.#cache.delete(hash);
+      entry = await this.#lookup(hash);
+      if (!entry) {
+        await this.#failures.penalty(clientAddress);
+        throw refused('invalid_api_key', 'The API key is not valid.');
+      }
+      entry.at = now;
+      this.#remember(hash, entry);
     }
-    if (entry.error) throw entry.error;
+    if (entry.refusal) throw refused(entry.refusal.code, entry.refusal.message);
     const principal = entry.principal as ApiKeyPrincipal;
     this.#touch(principal.keyId, now);
     return principal;
   }
 
-  async #lookup(hash: string): Promise<{ at: number; principal?: ApiKeyPrincipal; error?: AppError }> {
+  /** How many keys' states are cached in this process (for tests and metrics). */
+  get cacheSize(): number {
+    return this.#cache.size;
+  }
+
+  #remember(hash: string, entry: CacheEntry): void {
+    this.#cache.set(hash, entry);
+    while (this.#cache.size > CACHE_MAX_ENTRIES) {
+      const oldest = this.#cache.keys().next().value as string;
+      this.#cache.delete(oldest);
+    }
+  }
+
+  /** The key's state, or undefined when no key has this hash. */
+  async #lookup(hash: string): Promise<CacheEntry | undefined> {
     const row = await this.#db('api_keys as k')
       .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
       .where('k.key_hash', hash)
       .groupBy('k.id')
       .first('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', this.#db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'));
-    if (!row || !constantTimeEqual(row.key_hash, hash)) return { at: 0, error: refused('invalid_api_key', 'The API key is not valid.') };
-    if (row.status === 'revoked') return { at: 0, error: refused('api_key_revoked', 'The API key was revoked.') };
-    if (row.status === 'disabled') return { at: 0, error: refused('api_key_disabled', 'The API key is disabled.') };
-    if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, error: refused('api_key_expired', 'The API key has expired.') };
-    return {
-      at: 0,
-      principal: { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids as string[]) },
-    };
+    if (!row || !constantTimeEqual(row.key_hash, hash)) return undefined;
+    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids as string[]) };
+    if (row.status === 'revoked') return { at: 0, principal, refusal: { code: 'api_key_revoked', message: 'The API key was revoked.' } };
+    if (row.status === 'disabled') return { at: 0, principal, refusal: { code: 'api_key_disabled', message: 'The API key is disabled.' } };
+    if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, principal, refusal: { code: 'api_key_expired', message: 'The API key has expired.' } };
+    return { at: 0, principal };
   }
 
   /** Records use at most once a minute per key, off the request's path. */
@@ -166,7 +217,7 @@ export class ApiKeysService {
   }
 
   #forget(keyId: number): void {
-    for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId || entry.error) this.#cache.delete(hash);
+    for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId) this.#cache.delete(hash);
   }
 
   async #withDeployments(rows: KeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import type { Principal } from '../accounts/principal.ts';
 
 declare global {
   namespace Express {
@@ -9,6 +10,8 @@ declare global {
       log: Logger;
       /** The unparsed JSON body, kept for signature checks (webhooks). */
       rawBody?: Buffer;
+      /** The caller of an API-key route, authenticated before the body was read (request-body.ts). */
+      principal?: Principal;
     }
   }
 }

@@ -43,14 +43,11 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
   assertEverySessionOperationHasARole(document);
 
   const api = new OpenAPIBackend({
-    definition: withoutScalarExplode(structuredClone(document)),
+    definition: withMultipartBodiesUnchecked(withoutScalarExplode(structuredClone(document))),
     strict: true,
     // Validators are compiled on first use: compiling the request and response validators of every
     // operation up front costs over 100 MB, most of it for routes a process never serves.
     quick: true,
-    // Multipart uploads are streamed through, never held in memory, so their parts are checked as
-    // they are read (see inference/proxy.ts) rather than by the schema validator.
-    validate: (context: Context) => !String(context.request.headers['content-type'] ?? '').startsWith('multipart/'),
     coerceTypes: true,
     ajvOpts: { allErrors: true, useDefaults: true },
     customizeAjv: (ajv) => {
@@ -62,7 +59,11 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
   const schemes = Object.keys(document.components?.securitySchemes ?? {});
   for (const scheme of schemes) {
     if (!(scheme in options.security)) throw new Error(`No security handler for the scheme ${scheme} of the OpenAPI document.`);
-    api.registerSecurityHandler(scheme, options.security[scheme as keyof SecurityHandlers]);
+    const handler = options.security[scheme as keyof SecurityHandlers];
+    // An inference caller was authenticated before its body was read (request-body.ts): reuse that.
+    api.registerSecurityHandler(scheme, (context: Context, req: Request, res: Response) =>
+      req.principal ? preAuthenticated(scheme, req.principal) : handler(context, req, res),
+    );
   }
 
   api.register({
@@ -144,6 +145,26 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
       next(error);
     }
   };
+}
+
+function preAuthenticated(scheme: string, principal: Principal): Principal | undefined {
+  return (scheme === 'ApiKeyBearer') === (principal.kind === 'apiKey') ? principal : undefined;
+}
+
+/**
+ * A multipart upload is streamed through, never held in memory, so its parts are checked as they
+ * are read (inference/transcription-form.ts) rather than by the schema validator: its body stops
+ * being `required` for the validator, which then checks path, query and headers as everywhere
+ * (and a JSON body, if one is sent, against the multipart schema). Every other body is validated.
+ */
+function withMultipartBodiesUnchecked(document: Document): Document {
+  for (const pathItem of Object.values(document.paths ?? {})) {
+    for (const method of METHODS) {
+      const body = pathItem?.[method]?.requestBody;
+      if (body && !('$ref' in body) && Object.keys(body.content).every((type) => type.startsWith('multipart/'))) delete body.required;
+    }
+  }
+  return document;
 }
 
 /** The result of the security handler that succeeded, if any (a failed one holds `{error}`). */
@@ -266,6 +287,9 @@ function toIssue(error: ErrorObject): ValidationIssue {
   if (error.keyword === 'additionalProperties' || (error.keyword === 'not' && error.schemaPath.includes('additionalProperties'))) {
     const field = 'additionalProperty' in error.params ? String(error.params.additionalProperty) : rest.at(-1);
     return { location, message: `unknown field \`${field}\` is not allowed` };
+  }
+  if (error.keyword === 'required' && error.params.missingProperty === 'requestBody') {
+    return { location: 'body', message: 'a JSON body is required (Content-Type: application/json)' };
   }
   if (error.keyword === 'required') {
     const field = String(error.params.missingProperty);

@@ -78,6 +78,9 @@ export function sendError(req: Request, res: Response, error: AppError): void {
     res.destroy(error);
     return;
   }
+  // A body left unread (refused before it was read: no credentials, a bad upload) is not drained:
+  // the connection closes after the answer.
+  if (!req.complete) res.setHeader('Connection', 'close');
   if (isInferencePath(req.path)) {
     res.status(inferenceStatus(error)).set(error.headers).json(toInferenceError(error));
   } else {

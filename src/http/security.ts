@@ -72,6 +72,6 @@ export function apiKeyAuthentication(deps: { apiKeys: ApiKeysService }): Securit
     if (!match?.[1]) {
       throw new AppError('UNAUTHENTICATED', 'Send the API key as Authorization: Bearer svc-sk-…', { inference: { code: 'invalid_api_key' } });
     }
-    return deps.apiKeys.authenticate(match[1]);
+    return deps.apiKeys.authenticate(match[1], req.ip);
   };
 }

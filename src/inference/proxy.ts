@@ -1,10 +1,31 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import { Readable, Transform, type TransformCallback } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import got, { type Got } from 'got';
+import type { Logger } from 'pino';
 import { AppError } from '../errors.ts';
+import { toInferenceError } from '../http/problem.ts';
+import { ENGINE_ERROR_READ, engineError, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import type { Target } from './routing.ts';
+
+/** The media types an engine's answer may have; anything else is never relayed (502). */
+export type MediaType = 'application/json' | 'text/event-stream' | 'text/plain';
+
+/** The Content-Type the client gets for each: set by the proxy, never copied from the engine. */
+const CONTENT_TYPE: Record<MediaType, string> = {
+  'application/json': 'application/json',
+  'text/event-stream': 'text/event-stream',
+  'text/plain': 'text/plain; charset=utf-8',
+};
+
+export interface RelayLimits {
+  /** To open the connection to the engine. */
+  connectTimeoutMs: number;
+  /** From sending the request to the first byte of the answer's body. */
+  firstByteTimeoutMs: number;
+  /** Between two chunks of the answer's body, once it has started. */
+  idleTimeoutMs: number;
+}
 
 export interface Usage {
   promptTokens: number;
@@ -12,211 +33,312 @@ export interface Usage {
   totalTokens: number;
 }
 
-/** Upstream limits: a connection within 5 s, a first byte within 10 minutes (long generations). */
-const TIMEOUTS = { connect: 5_000, response: 600_000 } as const;
-/** How much of a JSON answer is kept to read its `usage`, and of a stream's end. */
-const JSON_KEEP = 1024 * 1024;
-const STREAM_TAIL = 8 * 1024;
-
-const http: Got = got.extend({
-  retry: { limit: 0 },
-  throwHttpErrors: false,
-  decompress: false,
-  timeout: TIMEOUTS,
-  followRedirect: false,
-});
+/** What reached the client: the answer in full, or part of it (the client left, the engine failed or stalled). */
+export interface Delivery {
+  outcome: 'completed' | 'aborted';
+  answer: AnswerWatch;
+}
 
 /**
- * Streams one inference request to the engine and its answer back as it arrives: no buffering, no
- * compression on the way, backpressure through the pipeline, the upstream request aborted when
- * the client leaves. Engine failures become the hosted-inference error shape. Resolves with the
- * usage the answer reported (the JSON body's, or the last stream chunk's), if any.
+ * Relays inference requests to engines: the request streamed up, the answer streamed back as it
+ * arrives (no buffering, no compression, backpressure both ways), the upstream request aborted
+ * when the client leaves. Engine failures become the hosted-inference error shape with a fixed
+ * message (engine-errors.ts); only the documented media types are relayed; a stalled engine is
+ * cut off by the first-byte and idle timeouts.
  */
-export async function forward(input: {
-  req: Request;
-  res: Response;
-  target: Target;
-  path: string;
-  body: string | Readable;
-  contentType: string;
-}): Promise<Usage | undefined> {
-  const { req, res, target } = input;
-  const upstream = http.stream.post(`${target.endpoint}${input.path}`, {
-    body: input.body,
-    headers: {
-      'content-type': input.contentType,
-      accept: req.get('accept') ?? '*/*',
-      ...(target.authorization ? { authorization: target.authorization } : {}),
-    },
-  });
-  // A client that leaves before the answer is complete aborts the engine's work; `close` also
-  // follows a completed answer, which must not abort anything.
-  const abort = () => {
-    if (!res.writableFinished) upstream.destroy();
-  };
-  res.once('close', abort);
+export class Relay {
+  readonly #http: Got;
+  readonly #limits: RelayLimits;
 
-  try {
-    const response = await new Promise<{ statusCode: number; headers: IncomingHttpHeaders }>((resolve, reject) => {
-      upstream.once('response', resolve);
-      upstream.once('error', reject);
+  constructor(limits: RelayLimits) {
+    this.#limits = limits;
+    this.#http = got.extend({
+      retry: { limit: 0 },
+      throwHttpErrors: false,
+      decompress: false,
+      followRedirect: false,
+      // The first byte and the gaps between chunks are watched below: got's `response` timeout ends
+      // once headers arrive, and its `socket` timeout would also cut a long wait for the first byte.
+      timeout: { connect: limits.connectTimeoutMs },
     });
-    if (response.statusCode >= 400) {
-      throw engineError(response.statusCode, response.headers, await readSome(upstream, 64 * 1024));
+  }
+
+  /**
+   * Sends one request to the engine and streams its answer to the client. Throws an AppError when
+   * nothing was sent to the client yet; resolves with what was delivered once the answer started,
+   * or `undefined` when the client left before the engine answered.
+   */
+  async forward(input: {
+    req: Request;
+    res: Response;
+    log: Logger;
+    target: Target;
+    path: string;
+    body: string | Readable;
+    contentType: string;
+    /** The media types this route documents for its 200 answer. */
+    accepts: readonly MediaType[];
+  }): Promise<Delivery | undefined> {
+    const { req, res, log } = input;
+    let stalled = false;
+    let timer: NodeJS.Timeout | undefined;
+    const watch = (ms: number) => {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        stalled = true;
+        upstream.destroy(new Error('the engine stalled'));
+      }, ms);
+    };
+    // The first-byte clock starts once the whole request is sent; an upload is watched for gaps.
+    let body: string | Readable = input.body;
+    if (typeof body !== 'string') {
+      body = Readable.from(watched(body, () => watch(this.#limits.idleTimeoutMs)));
+      body.once('end', () => watch(this.#limits.firstByteTimeoutMs));
     }
-    const contentType = String(response.headers['content-type'] ?? 'application/json');
-    const streaming = contentType.startsWith('text/event-stream');
-    res.status(response.statusCode).set('Content-Type', contentType);
-    if (streaming) res.set({ 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
-    res.flushHeaders();
-    const tap = new UsageTap(streaming ? STREAM_TAIL : JSON_KEEP, streaming);
-    await pipeline(upstream, tap, res);
-    return tap.usage();
-  } catch (error) {
-    // got wraps what the request body stream threw (e.g. an upload over its limit).
-    const own = error instanceof AppError ? error : (error as { cause?: unknown }).cause;
-    if (own instanceof AppError) throw own;
-    if (res.headersSent || req.destroyed) {
-      // Too late for an error answer: the client left, or the engine failed mid-stream.
-      res.destroy();
-      return undefined;
+    const upstream = this.#http.stream.post(`${input.target.endpoint}${input.path}`, {
+      body,
+      headers: {
+        'content-type': input.contentType,
+        accept: req.get('accept') ?? '*/*',
+        ...(input.target.authorization ? { authorization: input.target.authorization } : {}),
+      },
+    });
+    // Every failure is handled through the promises below; a late one must not go unhandled.
+    upstream.on('error', () => undefined);
+
+    if (typeof body === 'string') watch(this.#limits.firstByteTimeoutMs);
+
+    // A client that leaves before the answer is complete aborts the engine's work; `close` also
+    // follows a completed answer, which must not abort anything.
+    let clientLeft = false;
+    const onClientClose = () => {
+      if (res.writableFinished) return;
+      clientLeft = true;
+      upstream.destroy();
+    };
+    res.once('close', onClientClose);
+
+    try {
+      const response = await new Promise<{ statusCode: number; headers: IncomingHttpHeaders }>((resolve, reject) => {
+        upstream.once('response', resolve);
+        upstream.once('error', reject);
+      });
+      if (response.statusCode >= 400) {
+        throw engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), log);
+      }
+      const media = mediaTypeOf(response.headers['content-type']);
+      if (response.statusCode !== 200 || !media || !input.accepts.includes(media)) {
+        log.warn({ engine_status: response.statusCode, engine_content_type: response.headers['content-type'] }, 'the engine answered something the route does not relay');
+        upstream.destroy();
+        throw upstreamFailure('The model answered in a form this route does not serve.');
+      }
+      const streaming = media === 'text/event-stream';
+      res.status(200).set('Content-Type', CONTENT_TYPE[media]);
+      // An event stream starts at once; a JSON or text answer goes out with its first bytes.
+      if (streaming) {
+        res.set({ 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
+        res.flushHeaders();
+      }
+      const answer = new AnswerWatch(streaming);
+      // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
+      const ended = await pump(upstream, res, answer, {
+        onChunk: () => watch(this.#limits.idleTimeoutMs),
+        onPause: () => clearTimeout(timer),
+      });
+      if (ended === 'completed') {
+        res.end();
+        return { outcome: 'completed', answer };
+      }
+      if (ended === 'client-left' || clientLeft) return { outcome: 'aborted', answer };
+      const failure = stalled ? upstreamTimeout() : upstreamFailure();
+      log.warn({ stalled }, 'the engine failed after its answer started');
+      if (!res.headersSent) {
+        res.removeHeader('Content-Type');
+        throw failure;
+      }
+      if (streaming && res.writable) {
+        // The documented end of a broken stream: one error event, then the end, without [DONE].
+        res.end(`${answer.atEventBoundary ? '' : '\n\n'}data: ${JSON.stringify(toInferenceError(failure))}\n\n`);
+      } else {
+        res.destroy();
+      }
+      return { outcome: 'aborted', answer };
+    } catch (error) {
+      // got wraps what the request body stream threw (e.g. an upload over its limit).
+      const own = error instanceof AppError ? error : (error as { cause?: unknown }).cause;
+      if (own instanceof AppError) throw own;
+      if (clientLeft || req.destroyed) return undefined;
+      if (stalled || (error as { code?: string }).code === 'ETIMEDOUT') throw upstreamTimeout();
+      log.warn({ err: String(error) }, 'the engine could not be reached');
+      throw upstreamFailure('The model could not be reached.');
+    } finally {
+      clearTimeout(timer);
+      res.off('close', onClientClose);
     }
-    const code = (error as { code?: string }).code;
-    if (code === 'ETIMEDOUT') {
-      throw new AppError('SERVICE_UNAVAILABLE', 'The model did not answer in time.', { inference: { code: 'upstream_timeout', status: 504 } });
-    }
-    throw new AppError('SERVICE_UNAVAILABLE', 'The model could not be reached.', { inference: { code: 'upstream_error', status: 502 } });
-  } finally {
-    res.off('close', abort);
   }
 }
 
-/** The engine's refusal, as the hosted-inference error the client parses. */
-function engineError(status: number, headers: IncomingHttpHeaders, body: string): AppError {
-  let message = body.slice(0, 500);
-  try {
-    const parsed = JSON.parse(body) as { detail?: unknown; error?: { message?: string } };
-    message = String(parsed.error?.message ?? parsed.detail ?? message);
-  } catch {
-    // Not JSON: keep the text.
+/** The chunks of an upload, reporting each one as it is taken. */
+async function* watched(body: Readable, onChunk: () => void): AsyncGenerator<Buffer> {
+  onChunk();
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    onChunk();
+    yield chunk;
   }
-  if (status === 503) {
-    return new AppError('SERVICE_UNAVAILABLE', `The model is not ready: ${message}`, {
-      headers: { 'Retry-After': String(headers['retry-after'] ?? 10) },
-      inference: { code: 'engine_overloaded', status: 503 },
-    });
-  }
-  if (status >= 500 || status === 404) {
-    return new AppError('SERVICE_UNAVAILABLE', `The model failed: ${message}`, { inference: { code: 'upstream_error', status: 502 } });
-  }
-  return new AppError('VALIDATION_FAILED', message, { inference: { code: 'engine_rejected_request', status: 400 } });
+}
+
+function mediaTypeOf(header: string | undefined): MediaType | undefined {
+  const type = String(header ?? '').split(';')[0]?.trim().toLowerCase();
+  return type && Object.hasOwn(CONTENT_TYPE, type) ? (type as MediaType) : undefined;
+}
+
+/** Copies the answer to the client as it arrives, pausing the engine while the client is slow. */
+function pump(
+  upstream: Readable,
+  res: Response,
+  answer: AnswerWatch,
+  clock: { onChunk: () => void; onPause: () => void },
+): Promise<'completed' | 'client-left' | 'engine-failed'> {
+  return new Promise((resolve) => {
+    let settled = false;
+    const settle = (how: 'completed' | 'client-left' | 'engine-failed') => {
+      if (settled) return;
+      settled = true;
+      upstream.off('data', onData);
+      resolve(how);
+    };
+    const resume = () => {
+      clock.onChunk();
+      upstream.resume();
+    };
+    const onData = (chunk: Buffer) => {
+      clock.onChunk();
+      answer.observe(chunk);
+      if (!res.write(chunk)) {
+        upstream.pause();
+        clock.onPause();
+        res.once('drain', resume);
+      }
+    };
+    upstream.on('data', onData);
+    upstream.once('end', () => settle('completed'));
+    upstream.once('error', () => settle('engine-failed'));
+    upstream.once('close', () => settle(upstream.readableEnded ? 'completed' : 'engine-failed'));
+    res.once('close', () => settle(res.writableFinished ? 'completed' : 'client-left'));
+  });
 }
 
 async function readSome(stream: Readable, limit: number): Promise<string> {
   let text = '';
-  for await (const chunk of stream) {
-    text += String(chunk);
-    if (text.length >= limit) break;
+  try {
+    for await (const chunk of stream) {
+      text += String(chunk);
+      if (text.length >= limit) break;
+    }
+  } catch {
+    // What arrived before the failure is enough for the log.
   }
   return text.slice(0, limit);
 }
 
-/** Passes bytes through unchanged and keeps enough of them to read the answer's `usage`. */
-class UsageTap extends Transform {
-  #kept = '';
-  readonly #limit: number;
-  readonly #tailOnly: boolean;
-
-  constructor(limit: number, tailOnly: boolean) {
-    super();
-    this.#limit = limit;
-    this.#tailOnly = tailOnly;
-  }
-
-  override _transform(chunk: Buffer, _encoding: BufferEncoding, callback: TransformCallback): void {
-    if (this.#tailOnly) {
-      this.#kept = (this.#kept + chunk.toString('utf8')).slice(-this.#limit);
-    } else if (this.#kept.length < this.#limit) {
-      this.#kept += chunk.toString('utf8');
-    }
-    callback(null, chunk);
-  }
-
-  usage(): Usage | undefined {
-    const source = this.#tailOnly ? lastUsageEvent(this.#kept) : this.#kept;
-    if (!source) return undefined;
-    try {
-      const usage = (JSON.parse(source) as { usage?: { prompt_tokens?: number; completion_tokens?: number; total_tokens?: number } | null }).usage;
-      if (!usage) return undefined;
-      const promptTokens = usage.prompt_tokens ?? 0;
-      const completionTokens = usage.completion_tokens ?? 0;
-      return { promptTokens, completionTokens, totalTokens: usage.total_tokens ?? promptTokens + completionTokens };
-    } catch {
-      return undefined;
-    }
-  }
-}
-
-/** The JSON of the last `data:` event that carries a `usage`. */
-function lastUsageEvent(tail: string): string | undefined {
-  const events = tail.split(/\r?\n\r?\n/).reverse();
-  const event = events.find((e) => e.startsWith('data: {') && e.includes('"usage"'));
-  return event?.slice('data: '.length);
-}
+const KEEP = 64 * 1024;
+const USAGE = /"usage"\s*:\s*(\{[^{}]*\})/g;
+const RERANK_TOKENS = /"tokens"\s*:\s*(\{[^{}]*\})/g;
 
 /**
- * Reads a multipart body up to and including its `model` field, without reading the rest: returns
- * the model and a stream of the whole body with the model replaced, the file still streaming.
+ * Reads what metering needs from the answer as it passes, without holding it: for JSON, the first
+ * and last 64 KiB (where `usage` or rerank's `meta.tokens` is); for an event stream, each event as
+ * it completes, counting the chunks that carried generated content and keeping the reported usage.
  */
-export async function multipartWithModel(
-  req: Request,
-  replace: (model: string) => Promise<string>,
-  limitBytes: number,
-): Promise<{ model: string; body: Readable; contentType: string }> {
-  const contentType = req.get('content-type') ?? '';
-  const boundary = /boundary=(?:"([^"]+)"|([^;]+))/i.exec(contentType);
-  if (!contentType.startsWith('multipart/form-data') || !boundary) {
-    throw new AppError('MALFORMED_REQUEST', 'Send the audio as multipart/form-data.', { inference: { code: 'invalid_json' } });
+export class AnswerWatch {
+  readonly #streaming: boolean;
+  #head = '';
+  #tail = '';
+  #pending = '';
+  #reported: Usage | undefined;
+  #contentChunks = 0;
+  #lastBytes = '\n\n';
+
+  constructor(streaming: boolean) {
+    this.#streaming = streaming;
   }
-  const delimiter = Buffer.from(`\r\n--${boundary[1] ?? boundary[2]}`);
-  const iterator = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  let head = Buffer.alloc(0);
-  let found: { start: number; end: number } | undefined;
-  while (!found) {
-    const next = await iterator.next();
-    if (next.done) {
-      throw new AppError('VALIDATION_FAILED', '`model` is required.', { inference: { code: 'missing_required_parameter', param: 'model' } });
+
+  observe(chunk: Buffer): void {
+    const text = chunk.toString('utf8');
+    this.#lastBytes = (this.#lastBytes + text).slice(-2);
+    if (!this.#streaming) {
+      if (this.#head.length < KEEP) this.#head += text.slice(0, KEEP - this.#head.length);
+      this.#tail = (this.#tail + text).slice(-KEEP);
+      return;
     }
-    head = Buffer.concat([head, next.value]);
-    if (head.length > limitBytes) throw tooLarge(limitBytes);
-    found = modelValue(head, delimiter);
+    const events = (this.#pending + text).split(/\r?\n\r?\n/);
+    this.#pending = events.pop() ?? '';
+    if (this.#pending.length > KEEP) this.#pending = '';
+    for (const event of events) this.#event(event);
   }
-  const model = head.subarray(found.start, found.end).toString('utf8').trim();
-  const rewritten = Buffer.concat([head.subarray(0, found.start), Buffer.from(await replace(model)), head.subarray(found.end)]);
-  let sent = head.length;
-  const body = Readable.from(
-    (async function* rest() {
-      yield rewritten;
-      for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
-        sent += next.value.length;
-        if (sent > limitBytes) throw tooLarge(limitBytes);
-        yield next.value;
-      }
-    })(),
-    { objectMode: false },
-  );
-  return { model, body, contentType };
+
+  /** True when what was relayed so far ends between two events. */
+  get atEventBoundary(): boolean {
+    return this.#lastBytes === '\n\n';
+  }
+
+  /** Stream chunks that carried generated text or tool calls (each holds at least one token). */
+  get contentChunks(): number {
+    return this.#contentChunks;
+  }
+
+  /** The usage the engine reported: the last stream chunk's, or the JSON answer's. */
+  usage(): Usage | undefined {
+    if (this.#streaming) return this.#reported;
+    const found = lastMatch(USAGE, this.#tail) ?? lastMatch(USAGE, this.#head);
+    return found ? toUsage(found) : undefined;
+  }
+
+  /** Rerank's `meta.tokens.input_tokens`, when the engine reported it. */
+  rerankTokens(): number | undefined {
+    const found = lastMatch(RERANK_TOKENS, this.#tail) ?? lastMatch(RERANK_TOKENS, this.#head);
+    const tokens = (found as { input_tokens?: unknown } | undefined)?.input_tokens;
+    return typeof tokens === 'number' && tokens >= 0 ? Math.floor(tokens) : undefined;
+  }
+
+  #event(event: string): void {
+    const data = event
+      .split(/\r?\n/)
+      .filter((line) => line.startsWith('data:'))
+      .map((line) => line.slice(5).trimStart())
+      .join('\n');
+    if (!data.startsWith('{')) return;
+    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown[] } }> };
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
+    if (chunk.choices?.some((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || (choice.delta?.tool_calls?.length ?? 0) > 0)) {
+      this.#contentChunks++;
+    }
+  }
 }
 
-function modelValue(head: Buffer, delimiter: Buffer): { start: number; end: number } | undefined {
-  const header = head.indexOf('name="model"');
-  if (header < 0) return undefined;
-  const start = head.indexOf('\r\n\r\n', header);
-  if (start < 0) return undefined;
-  const end = head.indexOf(delimiter, start + 4);
-  return end < 0 ? undefined : { start: start + 4, end };
+function lastMatch(pattern: RegExp, text: string): unknown {
+  let last: string | undefined;
+  for (const match of text.matchAll(pattern)) last = match[1];
+  if (last === undefined) return undefined;
+  try {
+    return JSON.parse(last) as unknown;
+  } catch {
+    return undefined;
+  }
 }
 
-function tooLarge(limitBytes: number): AppError {
-  return new AppError('PAYLOAD_TOO_LARGE', `The upload is larger than ${limitBytes / 1024 / 1024} MiB.`, { inference: { code: 'request_too_large' } });
+function toUsage(value: unknown): Usage | undefined {
+  if (!value || typeof value !== 'object') return undefined;
+  const usage = value as { prompt_tokens?: unknown; completion_tokens?: unknown; total_tokens?: unknown };
+  const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? Math.floor(n) : undefined);
+  const promptTokens = count(usage.prompt_tokens);
+  const completionTokens = count(usage.completion_tokens) ?? 0;
+  const totalTokens = count(usage.total_tokens);
+  if (promptTokens === undefined && totalTokens === undefined) return undefined;
+  return { promptTokens: promptTokens ?? 0, completionTokens, totalTokens: totalTokens ?? (promptTokens ?? 0) + completionTokens };
 }

@@ -1,7 +1,13 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 
+/** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
+export type UsageUnit = 'token' | 'image' | 'request';
+
 export interface UsageRecord {
+  /** Made by the service for this request; the key of the record. */
+  usageId: string;
+  /** A label: the id echoed in `X-Request-Id` (the client's, when it sent a well-formed one). */
   requestId: string;
   organizationId: number;
   deploymentId: string | null;
@@ -12,11 +18,19 @@ export interface UsageRecord {
   promptTokens: number;
   completionTokens: number;
   totalTokens: number;
+  unit: UsageUnit;
+  /** How many units: `totalTokens` for tokens, images generated, or 1 request. */
+  quantity: number;
+  /** `aborted`: the client left, or the engine failed or stalled, before the answer ended. */
+  outcome: 'completed' | 'aborted';
+  /** True when the token counts are the proxy's estimate rather than the engine's report. */
+  estimated: boolean;
 }
 
 /**
  * Usage of inference requests, kept in memory and written in batches (every second, or at 500
- * records), so no request waits on a database write. Each record is stored once per request id.
+ * records), so no request waits on a database write. Each record is stored once per `usageId`, an
+ * id the service makes (the client's `X-Request-Id` is only a label).
  * What is buffered when a process dies unexpectedly is lost; a graceful stop flushes it.
  */
 export class UsageRecorder {
@@ -59,6 +73,7 @@ export class UsageRecorder {
       await this.#db('usage_records')
         .insert(
           batch.map((u) => ({
+            usage_id: u.usageId,
             request_id: u.requestId,
             organization_id: u.organizationId,
             deployment_id: u.deploymentId,
@@ -69,9 +84,13 @@ export class UsageRecorder {
             prompt_tokens: u.promptTokens,
             completion_tokens: u.completionTokens,
             total_tokens: u.totalTokens,
+            unit: u.unit,
+            quantity: u.quantity,
+            outcome: u.outcome,
+            estimated: u.estimated,
           })),
         )
-        .onConflict('request_id')
+        .onConflict('usage_id')
         .ignore();
     } catch (error) {
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registeredUser } from '../factories/accounts.ts';
 import { jsonOf, type Problem } from '../helpers/http.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 
@@ -88,15 +89,30 @@ describe('errors on inference routes', () => {
   afterAll(() => app.close());
 
   it('answer in the hosted-inference shape, with 400 for a body that is not JSON', async () => {
+    const { browser } = await registeredUser(app);
     const response = await fetch(`${app.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: 'Bearer svc-sk-x' },
+      headers: {
+        'content-type': 'application/json',
+        cookie: [...browser.cookies].map(([name, value]) => `${name}=${value}`).join('; '),
+        'x-csrf-token': browser.cookies.get('csrf_token') ?? '',
+      },
       body: '{"model": ',
     });
     expect(response.status).toBe(400);
     expect(await jsonOf(response)).toEqual({
       error: { message: 'The request body is not valid JSON.', type: 'invalid_request_error', code: 'invalid_json', param: null },
     });
+  });
+
+  it('authenticate before reading the body: a bad key answers 401 whatever the body', async () => {
+    const response = await fetch(`${app.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer svc-sk-x' },
+      body: '{"model": ',
+    });
+    expect(response.status).toBe(401);
+    expect(await jsonOf(response)).toMatchObject({ error: { type: 'authentication_error', code: 'invalid_api_key' } });
   });
 
   it('answer an unknown method with 405 in the same shape', async () => {

@@ -90,4 +90,10 @@ describe('configuration', () => {
   it('treats an empty variable as unset', () => {
     expect(loadConfig({ ...development, PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
   });
+
+  it('reads the inference relay timeouts in seconds', () => {
+    expect(loadConfig(development).inference).toEqual({ connectTimeoutMs: 5_000, firstByteTimeoutMs: 600_000, idleTimeoutMs: 60_000 });
+    expect(loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0.5' }).inference.idleTimeoutMs).toBe(500);
+    expect(() => loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0' })).toThrow(/INFERENCE_IDLE_TIMEOUT_SECONDS/);
+  });
 });

@@ -1,0 +1,138 @@
+import type { IncomingMessage } from 'node:http';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { Context, Document } from 'openapi-backend';
+import type { Principal } from '../accounts/principal.ts';
+import { AppError, type ValidationIssue } from '../errors.ts';
+import { authorize } from './authorization.ts';
+import type { SecurityHandlers } from './openapi.ts';
+import { setRoute } from './request-log.ts';
+import type { OperationId } from './types.ts';
+
+/** Largest JSON body of a management route; larger ones answer 413 `PAYLOAD_TOO_LARGE`. */
+export const JSON_BODY_LIMIT = '1mb';
+/** Largest JSON body of an inference route (long prompts, many inputs), read only once the caller is authenticated. */
+export const INFERENCE_JSON_BODY_LIMIT = '10mb';
+/** How deep a JSON body may nest (objects and arrays); deeper answers 422 `VALIDATION_FAILED`. */
+export const MAX_JSON_DEPTH = 64;
+
+const METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
+
+/**
+ * Authenticates a request to an API-key route (the inference proxy) before a byte of its body is
+ * read, with the same security handlers the OpenAPI binding runs (the binding then reuses the
+ * result), and checks the caller's role. A request without a valid key or session is answered
+ * 401 (403 for a role too low) with its body unread, so no one can make the service parse 10 MiB
+ * without credentials.
+ */
+export function authenticateBeforeBody(document: Document, security: SecurityHandlers): RequestHandler {
+  const operations = new Map<string, { operationId: OperationId; security: unknown }>();
+  for (const [path, item] of Object.entries(document.paths ?? {})) {
+    for (const method of METHODS) {
+      const operation = item?.[method];
+      const requirements = operation?.security ?? document.security ?? [];
+      if (operation?.operationId && requirements.some((requirement) => 'ApiKeyBearer' in requirement)) {
+        operations.set(`${method.toUpperCase()} ${path}`, { operationId: operation.operationId as OperationId, security: requirements });
+      }
+    }
+  }
+  return async function authenticateBeforeBodyMiddleware(req: Request, res: Response, next: NextFunction) {
+    const path = req.path.length > 1 ? req.path.replace(/\/+$/, '') : req.path;
+    const operation = operations.get(`${req.method} ${path}`);
+    if (!operation) return next();
+    setRoute(res, `${req.method} ${path}`);
+    const context = {
+      operation: { operationId: operation.operationId, security: operation.security },
+      request: { method: req.method, path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
+    } as unknown as Context;
+    try {
+      const principal = (req.headers.authorization ? await security.ApiKeyBearer(context, req, res) : await security.SessionCookie(context, req, res)) as
+        | Principal
+        | undefined;
+      if (!principal) throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
+      authorize(operation.operationId, principal);
+      req.principal = principal;
+      next();
+    } catch (error) {
+      next(error);
+    }
+  };
+}
+
+/**
+ * Parses JSON bodies: up to 10 MiB for an authenticated inference request, 1 MiB for everything
+ * else; then refuses, for every route, a body nested deeper than 64 levels or with a NUL character
+ * in a string or a name (422 `VALIDATION_FAILED`; 400 `invalid_parameter` on inference routes).
+ */
+export function jsonBodies(): RequestHandler[] {
+  const keepRawBody = (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
+    (req as Request).rawBody = buffer;
+  };
+  const managementJson = express.json({ limit: JSON_BODY_LIMIT, verify: keepRawBody });
+  const inferenceJson = express.json({ limit: INFERENCE_JSON_BODY_LIMIT });
+  return [
+    (req, res, next) => (req.principal ? inferenceJson : managementJson)(req, res, next),
+    (req, _res, next) => {
+      const issue = req.body === undefined ? undefined : unsafeJson(req.body);
+      if (!issue) return next();
+      next(new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } }));
+    },
+  ];
+}
+
+/** The first place where `value` nests too deep or holds a NUL character, if any. Iterative: no stack to overflow. */
+export function unsafeJson(value: unknown): ValidationIssue | undefined {
+  const stack: Array<{ value: unknown; depth: number }> = [{ value, depth: 0 }];
+  while (stack.length) {
+    const { value: current, depth } = stack.pop() as { value: unknown; depth: number };
+    if (typeof current === 'string') {
+      if (current.includes('\u0000')) return locate(value, 'nul');
+      continue;
+    }
+    if (current === null || typeof current !== 'object') continue;
+    if (depth >= MAX_JSON_DEPTH) return locate(value, 'depth');
+    if (Array.isArray(current)) {
+      for (const item of current) stack.push({ value: item, depth: depth + 1 });
+    } else {
+      for (const [key, item] of Object.entries(current)) {
+        if (key.includes('\u0000')) return locate(value, 'nul');
+        stack.push({ value: item, depth: depth + 1 });
+      }
+    }
+  }
+  return undefined;
+}
+
+/** Finds the path of the problem `unsafeJson` saw (a second, rarer walk that is never deeper than the limit). */
+function locate(root: unknown, problem: 'nul' | 'depth'): ValidationIssue {
+  const walk = (value: unknown, at: string, depth: number): ValidationIssue | undefined => {
+    if (typeof value === 'string') return problem === 'nul' && value.includes('\u0000') ? { location: at, message: 'must not contain NUL characters (\\u0000)' } : undefined;
+    if (value === null || typeof value !== 'object') return undefined;
+    if (depth >= MAX_JSON_DEPTH) return problem === 'depth' ? { location: at, message: `nests deeper than ${MAX_JSON_DEPTH} levels` } : undefined;
+    for (const [key, item] of Object.entries(value)) {
+      if (problem === 'nul' && key.includes('\u0000')) return { location: at, message: 'has a field name with a NUL character (\\u0000)' };
+      const found = walk(item, `${at}/${key.replaceAll('\u0000', '\\u0000')}`, depth + 1);
+      if (found) return found;
+    }
+    return undefined;
+  };
+  return walk(root, 'body', 0) ?? { location: 'body', message: problem === 'nul' ? 'must not contain NUL characters (\\u0000)' : `nests deeper than ${MAX_JSON_DEPTH} levels` };
+}
+
+/** The cookies of a `Cookie` header (the first value of each name wins, as browsers send the most specific first). */
+function parseCookies(header: string | undefined): Record<string, string> {
+  const cookies: Record<string, string> = {};
+  for (const pair of (header ?? '').split(';')) {
+    const at = pair.indexOf('=');
+    if (at < 0) continue;
+    const name = pair.slice(0, at).trim();
+    if (!name || name in cookies) continue;
+    let value = pair.slice(at + 1).trim();
+    if (value.startsWith('"') && value.endsWith('"')) value = value.slice(1, -1);
+    try {
+      cookies[name] = decodeURIComponent(value);
+    } catch {
+      cookies[name] = value;
+    }
+  }
+  return cookies;
+}

@@ -1,0 +1,112 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Logger } from 'pino';
+import { AppError } from '../errors.ts';
+
+/** How much of an engine's error body is read, and logged. */
+export const ENGINE_ERROR_READ = 64 * 1024;
+const ENGINE_ERROR_LOGGED = 2 * 1024;
+const REASON_MAX = 300;
+
+/**
+ * The engine's refusal as the hosted-inference error the client gets. Engine text never reaches
+ * the client, with one exception: the reason of a 400 or 422 (a validation error, e.g. "This
+ * model's maximum context length is 4096 tokens…") when it passes `passesAllowlist`. Everything
+ * else answers a fixed message per class, and the engine's body is logged with the request id
+ * (Xinference's "model not found" lists every model uid on the cluster; tracebacks name files and
+ * workers).
+ */
+export function engineError(status: number, headers: IncomingHttpHeaders, body: string, log: Logger): AppError {
+  log.warn({ engine_status: status, engine_body: forTheLog(body) }, 'the engine refused an inference request');
+  if (status === 503 || status === 429) {
+    return new AppError('SERVICE_UNAVAILABLE', 'The model is busy or not ready yet; retry after Retry-After seconds.', {
+      headers: { 'Retry-After': String(retryAfterSeconds(headers['retry-after'])) },
+      inference: { code: 'engine_overloaded', status: 503 },
+    });
+  }
+  if (status === 400 || status === 422) {
+    const reason = validationReason(body);
+    const message = reason && passesAllowlist(reason) ? `The model refused the request: ${reason}` : 'The model refused the request as invalid.';
+    return new AppError('VALIDATION_FAILED', message, { inference: { code: 'engine_rejected_request', status: 400 } });
+  }
+  if (status === 401 || status === 403) {
+    log.error({ engine_status: status }, 'the engine refused the cluster credential');
+  }
+  if (status >= 405 && status < 500 && status !== 429) {
+    return new AppError('VALIDATION_FAILED', 'The model refused the request as invalid.', { inference: { code: 'engine_rejected_request', status: 400 } });
+  }
+  // 5xx, 404 (the engine lost the model) and 401/403 (the cluster's credential): nothing the caller can fix.
+  return upstreamFailure();
+}
+
+export function upstreamFailure(message = 'The model failed to answer.'): AppError {
+  return new AppError('SERVICE_UNAVAILABLE', message, { inference: { code: 'upstream_error', status: 502 } });
+}
+
+export function upstreamTimeout(): AppError {
+  return new AppError('SERVICE_UNAVAILABLE', 'The model did not answer in time.', { inference: { code: 'upstream_timeout', status: 504 } });
+}
+
+/** The engine's body, shortened, without the `input` that validation errors echo (the caller's prompt). */
+function forTheLog(body: string): string {
+  try {
+    const parsed = JSON.parse(body) as { detail?: unknown };
+    if (Array.isArray(parsed.detail)) {
+      parsed.detail = parsed.detail.map((issue: unknown) => (issue && typeof issue === 'object' ? { ...issue, input: undefined } : issue));
+      return JSON.stringify(parsed).slice(0, ENGINE_ERROR_LOGGED);
+    }
+  } catch {
+    // Not JSON: the text as it came.
+  }
+  return body.slice(0, ENGINE_ERROR_LOGGED);
+}
+
+function retryAfterSeconds(value: string | string[] | undefined): number {
+  const seconds = Number(Array.isArray(value) ? value[0] : value);
+  return Number.isInteger(seconds) && seconds > 0 && seconds <= 3600 ? seconds : 10;
+}
+
+/** The reason of a validation error, from the shapes engines answer with (FastAPI, vLLM, OpenAI). */
+function validationReason(body: string): string | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body);
+  } catch {
+    return body.trim() || undefined;
+  }
+  if (!parsed || typeof parsed !== 'object') return undefined;
+  const { detail, message, error } = parsed as { detail?: unknown; message?: unknown; error?: { message?: unknown } };
+  if (typeof detail === 'string') return detail;
+  if (Array.isArray(detail)) {
+    // Pydantic: [{loc: ['body', 'temperature'], msg: 'Input should be …', input: …}]; `input` is never used.
+    return detail
+      .slice(0, 3)
+      .map((issue: { loc?: unknown; msg?: unknown }) => {
+        const where = Array.isArray(issue.loc) ? issue.loc.filter((part) => part !== 'body').join('.') : '';
+        return `${where ? `${where}: ` : ''}${String(issue.msg ?? 'is invalid')}`;
+      })
+      .join('; ');
+  }
+  if (typeof error?.message === 'string') return error.message;
+  if (typeof message === 'string') return message;
+  return undefined;
+}
+
+/** Printable text without slashes or backslashes (paths, URLs). */
+const ALLOWED_CHARACTERS = /^[\p{L}\p{N} .,:;'"`()[\]{}<>=!?+\-*_%#&|~^]+$/u;
+/** What engine text must never carry: model uids, ids, tracebacks, exceptions, hosts and addresses. */
+const DENIED = [
+  /\buids?\b/i,
+  /\bdep-/i,
+  /[0-9a-f]{12,}/i,
+  /[0-9a-f]{8}-[0-9a-f]{4}-/i,
+  /traceback|\bfile "|\bline \d/i,
+  /\w(error|exception)\b/i,
+  /worker|address|host|localhost|supervisor|actor/i,
+  /\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}/,
+  /:\d{2,5}\b/,
+];
+
+/** A short, single-line validation message that names nothing of the cluster. */
+export function passesAllowlist(text: string): boolean {
+  return text.length > 0 && text.length <= REASON_MAX && ALLOWED_CHARACTERS.test(text) && !DENIED.some((pattern) => pattern.test(text));
+}

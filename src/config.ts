@@ -50,6 +50,8 @@ const schema = z.object({
   DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
   DEPLOYMENT_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(1800),
   READINESS_POLL_SECONDS: z.coerce.number().min(0.1).default(2),
+  DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).default(600),
+  ENGINE_TIMEOUT_SECONDS: z.coerce.number().min(1).default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
 });
 
@@ -95,7 +97,11 @@ export interface Config {
     startTimeoutSeconds: number;
     /** How often a loading model's readiness is checked. */
     readinessPollSeconds: number;
+    /** How long a running model may stay not ready on its engine (auto-recovery) before it fails. */
+    recoveryGraceSeconds: number;
   };
+  /** Timeout of one management call to an engine; a DELETE may take 5 to 36 s on Xinference. */
+  engineTimeoutSeconds: number;
   shutdownTimeoutMs: number;
 }
 
@@ -168,7 +174,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       stuckAfterSeconds: e.DEPLOYMENT_STUCK_AFTER_SECONDS,
       startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
       readinessPollSeconds: e.READINESS_POLL_SECONDS,
+      recoveryGraceSeconds: e.DEPLOYMENT_RECOVERY_GRACE_SECONDS,
     },
+    engineTimeoutSeconds: e.ENGINE_TIMEOUT_SECONDS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
   };
 }

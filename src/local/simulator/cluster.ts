@@ -531,10 +531,12 @@ export class SimulatedCluster {
       return true;
     }
     if (model.recoveriesLeft !== null) model.recoveriesLeft--;
-    this.#after(model, Math.max(2, Math.floor(model.loadMs * 0.5)), () => {
+    // Recreating the model is a new load, of the load time configured now.
+    const recoveryMs = this.settings.modelLoadMs;
+    this.#after(model, Math.max(2, Math.floor(recoveryMs * 0.5)), () => {
       model.status = 'READY';
     });
-    this.#after(model, Math.max(3, model.loadMs), () => {
+    this.#after(model, Math.max(3, recoveryMs), () => {
       for (const replica of model.replicas) {
         replica.status = 'READY';
         replica.modelState = 'ready';

@@ -31,7 +31,7 @@ async function raw(path: string, init: RequestInit & { bearer?: string } = {}): 
   if (init.body) headers.set('content-type', 'application/json');
   const response = await fetch(`${engine.url}${path}`, { ...init, headers });
   const text = await response.text();
-  let body: Json = {};
+  let body: Json;
   try {
     body = JSON.parse(text) as Json;
   } catch {

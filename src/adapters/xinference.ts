@@ -171,9 +171,15 @@ export class XinferenceClient {
       const message = failed.error_message || 'The engine could not load the model.';
       return { state: 'error', message, capacity: CAPACITY_MESSAGE.test(message) };
     }
-    if (instance.status === 'ERROR' || instance.status === 'TERMINATING') {
-      // A worker recreating a dead model reports TERMINATING, then ERROR, then READY (auto-recovery).
+    // A worker recreating a dead model reports its replica TERMINATING ("stopping") and the
+    // instance TERMINATING, then ERROR, then READY again (auto-recovery).
+    const recreating = replicas.some((replica) => replica.status === 'TERMINATING' || replica.status === 'READY');
+    if (instance.status === 'TERMINATING' || (instance.status === 'ERROR' && recreating)) {
       return { state: 'recovering', message: `The engine reports the model ${instance.status} and is recreating it.` };
+    }
+    if (instance.status === 'ERROR') {
+      // A launch that failed before its replicas were placed ("No available worker found") leaves no message.
+      return { state: 'error', message: 'The engine reports the launch failed (ERROR) without a message.', capacity: false };
     }
     if (instance.status !== 'READY' || replicas.some((replica) => replica.status !== 'READY')) {
       return { state: 'loading', progress: await this.#progress(modelUid) };

@@ -221,8 +221,11 @@ export class SimulatedCluster {
       if (problem) this.#after(model, Math.floor(model.loadMs * 0.1), () => this.#failLaunch(model, new SimulatorError(400, problem)));
       else this.#startLoading(model);
     } catch (error) {
+      // A worker that refuses a replica has already reported it CREATING; the supervisor failing to
+      // find any worker does so before a replica exists, and leaves no message.
       const id = model.replicas.length;
-      if (id < model.replicaCount) {
+      const beforeReplicas = error instanceof SimulatorError && error.message === 'No available worker found';
+      if (id < model.replicaCount && !beforeReplicas) {
         model.replicas.push(this.#replica(model, id, candidates[0], [], null, 0));
       }
       this.#failLaunch(model, error instanceof SimulatorError ? error : new SimulatorError(500, String(error)));

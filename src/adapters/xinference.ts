@@ -389,7 +389,11 @@ export class XinferenceClient {
     if (!this.#rejected) {
       this.#rejected = reason;
       this.#session = undefined;
-      await this.#onRejected?.(reason);
+      try {
+        await this.#onRejected?.(reason);
+      } catch {
+        // Reporting is best effort; the caller still learns of the rejection below.
+      }
     }
     throw new EngineError('credentials', reason);
   }

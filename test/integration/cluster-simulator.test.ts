@@ -59,7 +59,7 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
   });
 
   it('launches in the background, reports progress, is READY before it serves, then serves and lists the model, and frees its GPUs on termination', async () => {
-    sim.setModelLoadMs(3000); // long enough to observe the launching states on a busy machine
+    sim.setModelLoadMs(4000); // long enough to observe the launching states on a busy machine
     const launched = await launch({ model_uid: 'chat-1', n_gpu: 2 });
     sim.setModelLoadMs(200);
     expect(launched.status).toBe(200);

@@ -144,7 +144,7 @@ describe('provisioning on the cluster', () => {
   });
 
   it('runs a deployment only once its model answers, not when the engine reports the instance READY', async () => {
-    simulator().setModelLoadMs(5000);
+    simulator().setModelLoadMs(6000);
     const created = await deploy({ model_name: 'mistral-instruct-v0.3' });
     await until(created.id, 'starting');
     simulator().setModelLoadMs(300);
@@ -161,7 +161,7 @@ describe('provisioning on the cluster', () => {
   });
 
   it('waits out a launch in progress before deleting it, and frees the GPUs only once the engine confirms the model gone', async () => {
-    simulator().setModelLoadMs(5000);
+    simulator().setModelLoadMs(6000);
     const created = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 3 });
     const starting = await until(created.id, 'starting');
     simulator().setModelLoadMs(300);

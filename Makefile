@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck migrate run test bench clean
+.PHONY: install generate check-generated lint typecheck migrate run test test-engine bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -48,6 +48,11 @@ run: generate
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)
 	vitest run $(VITEST_ARGS)
+
+## test-engine: the engine conformance suite against a real Xinference cluster (see README)
+test-engine: $(INSTALLED)
+	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see README)"; exit 2; }
+	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
 
 ## bench: proxy overhead against the engine directly, budgets of DESIGN.md §4 (writes bench/results/)
 bench: $(INSTALLED)

@@ -278,21 +278,26 @@ async function main(): Promise<number> {
     databaseCpu = await DatabaseCpu.open(database.url);
 
     // 2. The simulator, its own process.
-    const simulatorKey = randomBytes(24).toString('base64url');
+    const simulatorKey = `xf-${randomBytes(24).toString('hex')}`;
+    const simulatorAdminPassword = randomBytes(18).toString('base64url');
     const simulator = start(
       'simulator',
       [
         'src/local/cluster-simulator.cli.ts',
         '--host', '127.0.0.1',
         '--port', '0',
-        '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuType: 'A10G', gpuCount: 4, gpuMemoryGb: 24 }]),
+        '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuName: 'NVIDIA A10G', gpuCount: 4, gpuMemoryGb: 24 }]),
         '--model-load-ms', '50',
         // One token per answer: a non-streamed answer takes one token latency.
         '--completion-tokens', '1',
         '--token-latency-ms', String(settings.upstreamMs),
       ],
-      // The key through the environment, not the command line (which process lists show).
-      { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'warn', CLUSTER_SIMULATOR_API_KEY: simulatorKey }, logPath: path.join(logs, 'simulator.log') },
+      // The secrets through the environment, not the command line (which process lists show).
+      {
+        cwd: ROOT,
+        env: { ...process.env, LOG_LEVEL: 'warn', CLUSTER_SIMULATOR_API_KEY: simulatorKey, CLUSTER_SIMULATOR_ADMIN_PASSWORD: simulatorAdminPassword },
+        logPath: path.join(logs, 'simulator.log'),
+      },
     );
     const simulatorUrl = (await waitForLine(simulator, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
     step(`simulator (pid ${simulator.pid}) at ${simulatorUrl}`);
@@ -330,11 +335,11 @@ async function main(): Promise<number> {
 
     const operator = (args: string[], name: string) =>
       run(name, ['src/cli/operator.ts', ...args], {
-        env: { ...serviceEnv, NODE_OPTIONS: process.env.NODE_OPTIONS, BENCH_SIMULATOR_KEY: simulatorKey },
+        env: { ...serviceEnv, NODE_OPTIONS: process.env.NODE_OPTIONS, BENCH_SIMULATOR_KEY: simulatorKey, BENCH_SIMULATOR_ADMIN_PASSWORD: simulatorAdminPassword },
         logPath: path.join(logs, `${name}.log`),
       });
     const cluster = 'bench-simulator';
-    step((await operator(['cluster', 'register', '--name', cluster, '--endpoint', simulatorUrl, '--provider', 'local', '--region', 'bench', '--api-key-env', 'BENCH_SIMULATOR_KEY'], 'operator-register')).trim());
+    step((await operator(['cluster', 'register', '--name', cluster, '--endpoint', simulatorUrl, '--provider', 'local', '--region', 'bench', '--admin-user', 'admin', '--admin-password-env', 'BENCH_SIMULATOR_ADMIN_PASSWORD', '--api-key-env', 'BENCH_SIMULATOR_KEY'], 'operator-register')).trim());
     step((await operator(['cluster', 'sync', '--name', cluster], 'operator-sync')).trim().replace(/\n/g, '; '));
 
     const api = new ApiClient(base);

@@ -2600,8 +2600,10 @@ export interface components {
         /**
          * @description Where a deployment is in its life.
          *     `requested` → `provisioning` (instance type chosen, GPUs allocated) → `starting` (model launching
-         *     on the serving engine) → `running`. Any non-terminal state can move to `failed` (see
-         *     `failure_stage`). DELETE moves a deployment to `terminating`; cleanup then sets `terminated`.
+         *     on the serving engine) → `running` (every replica loaded and the model answering). Any
+         *     non-terminal state can move to `failed` (see `failure_stage`). DELETE moves a deployment to
+         *     `terminating`; cleanup waits out a launch in progress, stops the model, and sets `terminated`
+         *     once the engine confirms it gone.
          * @enum {string}
          */
         DeploymentStatus: "requested" | "provisioning" | "starting" | "running" | "failed" | "terminating" | "terminated";

@@ -54,6 +54,8 @@ const schema = z.object({
   INFERENCE_CONNECT_TIMEOUT_SECONDS: z.coerce.number().positive().default(5),
   INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS: z.coerce.number().positive().default(600),
   INFERENCE_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().default(60),
+  DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).default(600),
+  ENGINE_TIMEOUT_SECONDS: z.coerce.number().min(1).default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
 });
 
@@ -100,6 +102,8 @@ export interface Config {
     startTimeoutSeconds: number;
     /** How often a loading model's readiness is checked. */
     readinessPollSeconds: number;
+    /** How long a running model may stay not ready on its engine (auto-recovery) before it fails. */
+    recoveryGraceSeconds: number;
   };
   /** Limits on each relay of an inference request to its engine. */
   inference: {
@@ -110,6 +114,8 @@ export interface Config {
     /** Between two chunks of the answer's body, once it has started. */
     idleTimeoutMs: number;
   };
+  /** Timeout of one management call to an engine; a DELETE may take 5 to 36 s on Xinference. */
+  engineTimeoutSeconds: number;
   shutdownTimeoutMs: number;
 }
 
@@ -196,12 +202,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       stuckAfterSeconds: e.DEPLOYMENT_STUCK_AFTER_SECONDS,
       startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
       readinessPollSeconds: e.READINESS_POLL_SECONDS,
+      recoveryGraceSeconds: e.DEPLOYMENT_RECOVERY_GRACE_SECONDS,
     },
     inference: {
       connectTimeoutMs: e.INFERENCE_CONNECT_TIMEOUT_SECONDS * 1000,
       firstByteTimeoutMs: e.INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS * 1000,
       idleTimeoutMs: e.INFERENCE_IDLE_TIMEOUT_SECONDS * 1000,
     },
+    engineTimeoutSeconds: e.ENGINE_TIMEOUT_SECONDS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
   };
 }

@@ -52,7 +52,7 @@ export function createContainer(deps: ContainerDeps) {
   const organizations = new OrganizationsService(db, sessions);
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
-  const clusters = new ClustersService({ db, keyring });
+  const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
   const deployments = new DeploymentsService({ db, boss, catalog });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);

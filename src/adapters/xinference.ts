@@ -1,8 +1,13 @@
-import got, { type Got, type Response } from 'got';
+import { randomBytes } from 'node:crypto';
+import got, { type Got, type Method } from 'got';
 
-/** How a launch went wrong, as far as the engine said. */
+/**
+ * How a call to the engine went wrong: the engine refused the launch for lack of room
+ * (`capacity`) or as invalid (`rejected`), did not answer usefully (`unavailable`, worth a retry),
+ * or refused the cluster's credentials (`credentials`: never retried, the cluster's calls stop).
+ */
 export class EngineError extends Error {
-  readonly kind: 'capacity' | 'rejected' | 'unavailable';
+  readonly kind: 'capacity' | 'rejected' | 'unavailable' | 'credentials';
 
   constructor(kind: EngineError['kind'], message: string) {
     super(message);
@@ -24,130 +29,400 @@ export interface LaunchSpec {
   workerAddress?: string;
 }
 
-export type ModelState = { state: 'loading'; progress: number } | { state: 'ready' } | { state: 'error'; message: string } | { state: 'missing' };
+/**
+ * Where a model is on the engine:
+ * - `loading`: launching, or loaded by the worker but not yet answering (Xinference reports the
+ *   instance READY before the engine finished loading; the model serves only once every replica is
+ *   READY and `GET /v1/models/{uid}` answers 200);
+ * - `ready`: every replica READY and the model answers;
+ * - `recovering`: the engine is recreating a model that died (auto-recovery: TERMINATING, then
+ *   ERROR, then READY again);
+ * - `error`: a replica failed, with the engine's message; `capacity` when the message says the
+ *   GPU memory or the slots ran out;
+ * - `missing`: the engine does not know the model.
+ */
+export type ModelState =
+  | { state: 'loading'; progress: number }
+  | { state: 'ready' }
+  | { state: 'recovering'; message: string }
+  | { state: 'error'; message: string; capacity: boolean }
+  | { state: 'missing' };
 
 export interface EngineWorker {
   address: string;
-  gpuType: string;
+  /** The GPU's raw NVML name ("NVIDIA A100-SXM4-80GB"). */
+  gpuName: string;
   gpuCount: number;
   gpuMemoryGb: number;
 }
 
+/** The admin user the platform manages models as (Xinference's advanced auth, on by default since 3.0). */
+export interface ManagementCredentials {
+  username: string;
+  password: string;
+}
+
+export interface XinferenceClientOptions {
+  /** The admin user for management calls; undefined for a cluster run with authentication off. */
+  management?: ManagementCredentials | undefined;
+  /** Per request. A DELETE may take 5 to 36 s on Xinference (actor teardown, VRAM reclaim). */
+  timeoutMs?: number;
+  /** The engine's version ("3.2.0"), when known: it decides how a worker is named in a launch. */
+  engineVersion?: string | null | undefined;
+  /**
+   * Called once when the engine refuses the management credential (401 after a fresh login, 403
+   * for a missing scope, or a refused login). The client then makes no further calls.
+   */
+  onCredentialsRejected?: (reason: string) => void | Promise<void>;
+}
+
+/** The scopes the platform's management calls need (Xinference's `api/routers/models.py`, `admin.py`). */
+export const MANAGEMENT_SCOPES = ['models:list', 'models:read', 'models:write', 'admin'] as const;
+
+interface EngineResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: unknown;
+  detail: string;
+}
+
+interface Session {
+  accessToken: string;
+  refreshToken: string;
+  /** When to refresh: well before the token expires. */
+  refreshAt: number;
+}
+
 const GIB = 1024 ** 3;
+/** Xinference's default access-token lifetime (XINFERENCE_ACCESS_TOKEN_EXPIRE_MINUTES). */
+const DEFAULT_TOKEN_LIFETIME_MS = 30 * 60_000;
+const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU memory utilization|No available slot|No available worker/i;
 
 /**
- * The serving engine of a GPU cluster: a Xinference supervisor's REST API over `got`. Launches are
- * asynchronous (`wait_ready=false`) with an explicit model uid, so a retried launch is recognised;
- * readiness is polled. Works against a real supervisor and the local simulator alike.
+ * The serving engine of a GPU cluster: a Xinference 3.x supervisor's REST API over `got`.
+ *
+ * Management calls go as the cluster's admin user: `POST /token` logs in, the access token is
+ * refreshed (`POST /v1/auth/refresh`) before it expires, and the client logs in again when a
+ * refresh fails. A credential the engine refuses is never retried in a loop: every invalid bearer
+ * counts toward Xinference's per-address ban (10 in 5 minutes bans the platform's address for an
+ * hour), so after one fresh login is refused too, the client stops and reports it.
+ *
+ * Launches are asynchronous (`wait_ready=false`) with an explicit model uid, so a retried launch
+ * is recognised; readiness is polled. Works against a real supervisor and the local simulator alike.
  */
 export class XinferenceClient {
   readonly #http: Got;
+  readonly #management: ManagementCredentials | undefined;
+  readonly #engineVersion: string | null | undefined;
+  readonly #onRejected: XinferenceClientOptions['onCredentialsRejected'];
+  #session: Session | undefined;
+  #signingIn: Promise<string> | undefined;
+  #rejected: string | undefined;
 
-  constructor(endpoint: string, options: { apiKey?: string | undefined; timeoutMs?: number } = {}) {
+  constructor(endpoint: string, options: XinferenceClientOptions = {}) {
     this.#http = got.extend({
       prefixUrl: endpoint.replace(/\/+$/, ''),
-      headers: options.apiKey ? { authorization: `Bearer ${options.apiKey}` } : {},
-      timeout: { request: options.timeoutMs ?? 15_000 },
+      timeout: { request: options.timeoutMs ?? 60_000 },
       retry: { limit: 0 },
       throwHttpErrors: false,
-      responseType: 'json',
+      responseType: 'text',
     });
+    this.#management = options.management;
+    this.#engineVersion = options.engineVersion;
+    this.#onRejected = options.onCredentialsRejected;
+  }
+
+  /** Why the engine refused the management credential, once it has; the client makes no calls then. */
+  get rejected(): string | undefined {
+    return this.#rejected;
   }
 
   /** Starts loading a model under `modelUid`; one already launched under that uid counts as launched. */
   async launch(spec: LaunchSpec): Promise<'launched' | 'already-launched'> {
-    const response = await this.#call(() =>
-      this.#http.post('v1/models', {
-        searchParams: { wait_ready: 'false' },
-        json: {
-          model_uid: spec.modelUid,
-          model_name: spec.modelName,
-          model_type: spec.modelType,
-          model_engine: spec.modelEngine,
-          model_format: spec.modelFormat,
-          model_size_in_billions: engineSize(spec.modelSizeInBillions),
-          quantization: spec.quantization,
-          n_gpu: spec.gpuCount,
-          replica: 1,
-          ...(spec.workerAddress ? { worker_ip: spec.workerAddress.split(':')[0] } : {}),
-        },
-      }),
-    );
-    if (response.statusCode === 200) return 'launched';
-    const detail = detailOf(response);
-    if (response.statusCode === 400 && /already in the model list/i.test(detail)) return 'already-launched';
-    if (response.statusCode === 503 || /no available slot|out of memory/i.test(detail)) throw new EngineError('capacity', detail);
-    if (response.statusCode >= 500) throw new EngineError('unavailable', detail);
-    throw new EngineError('rejected', detail);
+    const response = await this.#managed('POST', 'v1/models', {
+      searchParams: { wait_ready: 'false' },
+      json: {
+        model_uid: spec.modelUid,
+        model_name: spec.modelName,
+        model_type: spec.modelType,
+        model_engine: spec.modelEngine,
+        model_format: spec.modelFormat,
+        model_size_in_billions: engineSize(spec.modelSizeInBillions),
+        quantization: spec.quantization,
+        n_gpu: spec.gpuCount,
+        replica: 1,
+        ...(spec.workerAddress ? { worker_ip: workerIpFor(spec.workerAddress, this.#engineVersion) } : {}),
+      },
+    });
+    if (response.status === 200) return 'launched';
+    if (response.status === 400 && /already in the model list/i.test(response.detail)) return 'already-launched';
+    if (response.status === 503 || CAPACITY_MESSAGE.test(response.detail)) throw new EngineError('capacity', response.detail);
+    if (response.status >= 500) throw new EngineError('unavailable', response.detail);
+    throw new EngineError('rejected', response.detail);
   }
 
-  /** Where a model is: loading (with progress), ready, failed with the engine's message, or gone. */
+  /** Where a model is (see `ModelState`). */
   async state(modelUid: string): Promise<ModelState> {
-    const response = await this.#call(() => this.#http.get('v1/models/instances', { searchParams: { model_uid: modelUid } }));
-    if (response.statusCode !== 200) throw new EngineError('unavailable', detailOf(response));
-    const [instance] = response.body as Array<{ status: string; replica_statuses?: Array<{ error_message?: string | null }> }>;
+    const instance = await this.#instance(modelUid);
     if (!instance) return { state: 'missing' };
-    if (instance.status === 'READY') return { state: 'ready' };
+    const replicas = instance.replica_statuses ?? [];
+    const failed = replicas.find((replica) => replica.status === 'ERROR');
+    if (instance.status === 'ERROR' && failed) {
+      const message = failed.error_message || 'The engine could not load the model.';
+      return { state: 'error', message, capacity: CAPACITY_MESSAGE.test(message) };
+    }
+    // A worker recreating a dead model reports its replica TERMINATING ("stopping") and the
+    // instance TERMINATING, then ERROR, then READY again (auto-recovery).
+    const recreating = replicas.some((replica) => replica.status === 'TERMINATING' || replica.status === 'READY');
+    if (instance.status === 'TERMINATING' || (instance.status === 'ERROR' && recreating)) {
+      return { state: 'recovering', message: `The engine reports the model ${instance.status} and is recreating it.` };
+    }
     if (instance.status === 'ERROR') {
-      const message = instance.replica_statuses?.map((replica) => replica.error_message).find(Boolean) ?? 'The engine could not load the model.';
-      return { state: 'error', message };
+      // A launch that failed before its replicas were placed ("No available worker found") leaves no message.
+      return { state: 'error', message: 'The engine reports the launch failed (ERROR) without a message.', capacity: false };
     }
-    if (instance.status === 'TERMINATING' || instance.status === 'TERMINATED') return { state: 'missing' };
-    return { state: 'loading', progress: await this.#progress(modelUid) };
-  }
-
-  /** Stops a model and frees its GPUs; a model that is not there is already stopped. */
-  async terminate(modelUid: string): Promise<void> {
-    const uid = encodeURIComponent(modelUid);
-    let response = await this.#call(() => this.#http.delete(`v1/models/${uid}`));
-    if (response.statusCode === 400 && /rep\d+/.test(detailOf(response))) {
-      // Still launching: Xinference terminates a launch only after cancelling it.
-      await this.#call(() => this.#http.post(`v1/models/${uid}/cancel`));
-      response = await this.#call(() => this.#http.delete(`v1/models/${uid}`));
+    if (instance.status !== 'READY' || replicas.some((replica) => replica.status !== 'READY')) {
+      return { state: 'loading', progress: await this.#progress(modelUid) };
     }
-    if (response.statusCode === 200) return;
-    if (response.statusCode === 400 && /not found/i.test(detailOf(response))) return;
-    throw new EngineError('unavailable', detailOf(response));
+    const described = await this.#managed('GET', `v1/models/${encodeURIComponent(modelUid)}`);
+    if (described.status === 200) return { state: 'ready' };
+    if (described.status === 503) return { state: 'loading', progress: 1 };
+    if (described.status === 400) return { state: 'error', message: described.detail, capacity: false };
+    throw new EngineError('unavailable', described.detail);
   }
 
   /**
-   * The workers of the cluster with their GPUs, for an inventory sync. The cluster info route needs
-   * the credential, so a sync also proves it; GPU model names come from the status route.
+   * Stops a model, and says whether the engine confirms it is gone. `pending` while a launch is in
+   * progress: Xinference answers a DELETE during a launch with 400, and a `/cancel` after the
+   * worker's `load()` has returned is a no-op that still forgets the uid, leaving an engine that
+   * holds its GPUs and can no longer be deleted. So a launch is waited out (READY or ERROR), then
+   * deleted; the caller asks again later. `stopped` once the engine no longer knows the model.
    */
+  async stop(modelUid: string): Promise<'stopped' | 'pending'> {
+    const instance = await this.#instance(modelUid);
+    if (!instance) return 'stopped';
+    const replicas = instance.replica_statuses ?? [];
+    const launching =
+      instance.status === 'CREATING' ||
+      instance.status === 'UPDATING' ||
+      (instance.status === 'READY' && replicas.some((replica) => replica.status === 'CREATING' || replica.status === 'LOADING'));
+    if (launching) return 'pending';
+    const response = await this.#managed('DELETE', `v1/models/${encodeURIComponent(modelUid)}`);
+    if (response.status === 400 && /-rep\d+\s*$/.test(response.detail)) return 'pending';
+    if (response.status === 400 && /not found/i.test(response.detail)) return 'stopped';
+    if (response.status !== 200) throw new EngineError('unavailable', response.detail);
+    return (await this.#instance(modelUid)) ? 'pending' : 'stopped';
+  }
+
+  /** The workers of the cluster with their GPUs, from the unauthenticated status route. */
   async workers(): Promise<EngineWorker[]> {
-    const info = await this.#call(() => this.#http.get('v1/cluster/info', { searchParams: { detailed: 'false' } }));
-    if (info.statusCode === 401 || info.statusCode === 403) throw new EngineError('rejected', `The engine refused the cluster's credential: ${detailOf(info)}`);
-    if (info.statusCode !== 200) throw new EngineError('unavailable', detailOf(info));
-    const response = await this.#call(() => this.#http.get('status'));
-    if (response.statusCode !== 200) throw new EngineError('unavailable', detailOf(response));
+    const response = await this.#send('GET', 'status', {});
+    if (response.status !== 200) throw new EngineError('unavailable', response.detail);
     const { workers } = response.body as { workers: Record<string, { status: Record<string, { name?: string; mem_total?: number }> }> };
     return Object.entries(workers).flatMap(([address, worker]) => {
-      const gpus = Object.entries(worker.status).filter(([key]) => key.startsWith('gpu-')).map(([, gpu]) => gpu);
+      const gpus = Object.entries(worker.status)
+        .filter(([key]) => key.startsWith('gpu-'))
+        .map(([, gpu]) => gpu);
       const first = gpus[0];
       if (!first) return [];
-      return [
-        {
-          address,
-          gpuType: (first.name ?? 'unknown').replace(/^NVIDIA\s+/i, '').trim(),
-          gpuCount: gpus.length,
-          gpuMemoryGb: Math.round((first.mem_total ?? 0) / GIB),
-        },
-      ];
+      return [{ address, gpuName: (first.name ?? 'unknown').trim(), gpuCount: gpus.length, gpuMemoryGb: Math.round((first.mem_total ?? 0) / GIB) }];
     });
   }
 
-  async #progress(modelUid: string): Promise<number> {
-    const response = await this.#call(() => this.#http.get(`v1/models/${encodeURIComponent(modelUid)}/progress`));
-    return response.statusCode === 200 ? Number((response.body as { progress?: number }).progress ?? 0) : 0;
+  /** The engine's version (`GET /v1/cluster/version`, an admin route: it also proves the credential). */
+  async version(): Promise<string> {
+    const response = await this.#managed('GET', 'v1/cluster/version');
+    if (response.status !== 200) throw new EngineError('unavailable', response.detail);
+    return String((response.body as { version?: unknown }).version ?? 'unknown');
   }
 
-  async #call(request: () => Promise<Response<unknown>>): Promise<Response<unknown>> {
-    try {
-      return await request();
-    } catch (error) {
-      throw new EngineError('unavailable', `The engine did not answer: ${error instanceof Error ? error.message : String(error)}`);
+  /** Whether the engine runs with authentication (`GET /v1/cluster/auth`, unauthenticated). */
+  async authEnabled(): Promise<boolean> {
+    const response = await this.#send('GET', 'v1/cluster/auth', {});
+    if (response.status !== 200) throw new EngineError('unavailable', `GET /v1/cluster/auth answered ${response.status}: ${response.detail}`);
+    return (response.body as { auth?: unknown }).auth === true;
+  }
+
+  /**
+   * Checks the management user: it can sign in, and holds every scope the platform's calls need.
+   * Each scope is probed with a harmless call (an unknown model uid); a 403 names the scope missing.
+   * Throws EngineError(`credentials`) with a message for the operator; never reports a rejection.
+   */
+  async checkManagementAccess(): Promise<void> {
+    if (!this.#management) throw new EngineError('credentials', 'no management user was given');
+    const token = await this.#login(false);
+    const probe = `platform-scope-check-${randomBytes(4).toString('hex')}`;
+    const probes: Array<[scope: string, method: Method, path: string]> = [
+      ['models:list', 'GET', 'v1/models/instances'],
+      ['models:read', 'GET', `v1/models/${probe}/progress`],
+      ['models:write', 'DELETE', `v1/models/${probe}`],
+      ['admin', 'GET', 'v1/cluster/version'],
+    ];
+    const missing: string[] = [];
+    for (const [scope, method, path] of probes) {
+      const response = await this.#send(method, path, { headers: { authorization: `Bearer ${token}` } });
+      if (response.status === 401) throw new EngineError('credentials', `the engine refused the access token of ${this.#management.username}: ${response.detail}`);
+      if (response.status === 403) missing.push(scope);
+      else if (response.status === 429) throw new EngineError('credentials', `the engine refuses this address for now (429: ${response.detail})`);
+    }
+    if (missing.length) {
+      throw new EngineError(
+        'credentials',
+        `the management user ${this.#management.username} lacks the scope${missing.length > 1 ? 's' : ''} ${missing.join(', ')} ` +
+          `(Xinference answered 403); give it the admin permission, or at least ${MANAGEMENT_SCOPES.join(', ')}`,
+      );
     }
   }
+
+  /**
+   * Checks the inference API key: the engine accepts it for `models:list` and `models:read` (what
+   * the relay's routes need). An access token is refused here: it expires within the hour.
+   */
+  async checkInferenceKey(apiKey: string): Promise<void> {
+    if (/^eyJ[\w-]*\.[\w-]+\.[\w-]+$/.test(apiKey)) {
+      throw new EngineError('credentials', 'the inference credential is an access token (a JWT), which expires; create an API key in Xinference (xf-…) instead');
+    }
+    const headers = { authorization: `Bearer ${apiKey}` };
+    const listed = await this.#send('GET', 'v1/models', { headers });
+    if (listed.status === 401) throw new EngineError('credentials', `the engine refused the API key (401: ${listed.detail})`);
+    if (listed.status === 403) throw new EngineError('credentials', `the API key lacks the scope models:list (403: ${listed.detail})`);
+    if (listed.status === 429) throw new EngineError('credentials', `the engine refuses this address for now (429: ${listed.detail})`);
+    if (listed.status !== 200) throw new EngineError('unavailable', `GET /v1/models answered ${listed.status}: ${listed.detail}`);
+    const read = await this.#send('GET', `v1/models/platform-scope-check-${randomBytes(4).toString('hex')}/progress`, { headers });
+    if (read.status === 403) throw new EngineError('credentials', `the API key lacks the scope models:read (403: ${read.detail})`);
+  }
+
+  async #instance(modelUid: string): Promise<InstanceInfo | undefined> {
+    const response = await this.#managed('GET', 'v1/models/instances', { searchParams: { model_uid: modelUid } });
+    if (response.status !== 200) throw new EngineError('unavailable', response.detail);
+    return (response.body as InstanceInfo[])[0];
+  }
+
+  async #progress(modelUid: string): Promise<number> {
+    const response = await this.#managed('GET', `v1/models/${encodeURIComponent(modelUid)}/progress`);
+    return response.status === 200 ? Number((response.body as { progress?: number }).progress ?? 0) : 0;
+  }
+
+  /** A management call as the admin user (or without credentials on a cluster with auth off). */
+  async #managed(method: Method, path: string, options: { searchParams?: Record<string, string>; json?: unknown } = {}): Promise<EngineResponse> {
+    if (this.#rejected) throw new EngineError('credentials', this.#rejected);
+    if (!this.#management) {
+      const response = await this.#send(method, path, options);
+      if (response.status === 401 || response.status === 403) {
+        return this.#reject(`the engine requires credentials (${response.status}: ${response.detail}), but the cluster is registered with --auth none`);
+      }
+      return this.#checkBan(response);
+    }
+    let token = await this.#token();
+    let response = await this.#send(method, path, { ...options, headers: { authorization: `Bearer ${token}` } });
+    if (response.status === 401) {
+      // The token was revoked (a password reset, a new server secret): sign in again, once.
+      if (this.#session?.accessToken === token) this.#session = undefined;
+      token = await this.#token();
+      response = await this.#send(method, path, { ...options, headers: { authorization: `Bearer ${token}` } });
+      if (response.status === 401) return this.#reject(`the engine refused a fresh access token of ${this.#management.username} (401: ${response.detail})`);
+    }
+    if (response.status === 403) {
+      return this.#reject(`the engine refused ${method} /${path} to ${this.#management.username} (403: ${response.detail}); it needs the scopes ${MANAGEMENT_SCOPES.join(', ')}`);
+    }
+    return this.#checkBan(response);
+  }
+
+  #checkBan(response: EngineResponse): EngineResponse {
+    if (response.status === 429) throw new EngineError('unavailable', `the engine refuses this address for now (429: ${response.detail})`);
+    return response;
+  }
+
+  /** A current access token: the one held, refreshed before it expires, or a new sign-in. */
+  async #token(): Promise<string> {
+    if (this.#rejected) throw new EngineError('credentials', this.#rejected);
+    if (this.#session && Date.now() < this.#session.refreshAt) return this.#session.accessToken;
+    this.#signingIn ??= this.#renew().finally(() => {
+      this.#signingIn = undefined;
+    });
+    return this.#signingIn;
+  }
+
+  async #renew(): Promise<string> {
+    const refreshToken = this.#session?.refreshToken;
+    this.#session = undefined;
+    if (refreshToken) {
+      const response = await this.#send('POST', 'v1/auth/refresh', { json: { refresh_token: refreshToken } });
+      if (response.status === 200) return this.#hold(response.body);
+      if (response.status >= 500) throw new EngineError('unavailable', `POST /v1/auth/refresh answered ${response.status}: ${response.detail}`);
+      // An expired or revoked refresh token: sign in again.
+    }
+    return this.#login(true);
+  }
+
+  async #login(reportRejection: boolean): Promise<string> {
+    const management = this.#management as ManagementCredentials;
+    const response = await this.#send('POST', 'token', { json: { username: management.username, password: management.password } });
+    if (response.status === 200) {
+      if ((response.body as { must_change_password?: unknown }).must_change_password === true) {
+        const reason = `the engine requires ${management.username} to change its password before it may be used`;
+        if (reportRejection) return this.#reject(reason);
+        throw new EngineError('credentials', reason);
+      }
+      return this.#hold(response.body);
+    }
+    if (response.status === 401 || response.status === 403) {
+      const reason = `the engine refused the username or password of ${management.username} (${response.status}: ${response.detail})`;
+      if (reportRejection) return this.#reject(reason);
+      throw new EngineError('credentials', reason);
+    }
+    throw new EngineError('unavailable', `POST /token answered ${response.status}: ${response.detail}`);
+  }
+
+  #hold(body: unknown): string {
+    const { access_token: accessToken, refresh_token: refreshToken } = body as { access_token?: unknown; refresh_token?: unknown };
+    if (typeof accessToken !== 'string' || typeof refreshToken !== 'string') throw new EngineError('unavailable', 'the engine answered a sign-in without tokens');
+    const now = Date.now();
+    const expiresAt = tokenExpiry(accessToken) ?? now + DEFAULT_TOKEN_LIFETIME_MS;
+    const lifetime = Math.max(0, expiresAt - now);
+    // Refresh once three quarters of the lifetime have passed, and at most 5 minutes before expiry.
+    this.#session = { accessToken, refreshToken, refreshAt: expiresAt - Math.min(5 * 60_000, lifetime / 4) };
+    return accessToken;
+  }
+
+  async #reject(reason: string): Promise<never> {
+    if (!this.#rejected) {
+      this.#rejected = reason;
+      this.#session = undefined;
+      try {
+        await this.#onRejected?.(reason);
+      } catch {
+        // Reporting is best effort; the caller still learns of the rejection below.
+      }
+    }
+    throw new EngineError('credentials', reason);
+  }
+
+  async #send(
+    method: Method,
+    path: string,
+    options: { searchParams?: Record<string, string>; json?: unknown; headers?: Record<string, string> },
+  ): Promise<EngineResponse> {
+    let response;
+    try {
+      response = await this.#http(path, { method, searchParams: options.searchParams, json: options.json, headers: options.headers });
+    } catch (error) {
+      throw new EngineError('unavailable', `The engine did not answer ${method} /${path}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    const text = response.body;
+    let body: unknown = text;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      // Xinference answers an unhandled error as plain text ("Internal Server Error: …").
+    }
+    return { status: response.statusCode, headers: response.headers, body, detail: detailOf(response.statusCode, body) };
+  }
+}
+
+interface InstanceInfo {
+  status: string;
+  replica_statuses?: Array<{ status: string; error_message?: string | null }>;
 }
 
 /** Xinference writes fractional sizes with an underscore: 1.5 → "1_5". */
@@ -155,8 +430,46 @@ export function engineSize(sizeInBillions: number): number | string {
   return Number.isInteger(sizeInBillions) ? sizeInBillions : String(sizeInBillions).replace('.', '_');
 }
 
-function detailOf(response: Response<unknown>): string {
-  const body = response.body as { detail?: unknown } | string | null;
-  if (body && typeof body === 'object' && 'detail' in body) return String(body.detail);
-  return typeof body === 'string' && body ? body : `HTTP ${response.statusCode}`;
+/**
+ * How a launch names its worker. From Xinference 3.2.0 a full `host:port` picks exactly that
+ * worker; before, only the host was understood, and it stands for every worker on that host
+ * (`core/supervisor.py`, `_resolve_worker_addresses`). A bracketed IPv6 address keeps its brackets
+ * as a full address and loses them as a bare host, as Xinference's `_get_worker_host` does.
+ */
+export function workerIpFor(address: string, engineVersion: string | null | undefined): string {
+  if (versionAtLeast(engineVersion, 3, 2)) return address;
+  if (address.startsWith('[')) {
+    const end = address.indexOf(']');
+    if (end !== -1) return address.slice(1, end);
+  }
+  const colon = address.lastIndexOf(':');
+  return colon !== -1 && /^\d+$/.test(address.slice(colon + 1)) ? address.slice(0, colon) : address;
+}
+
+/** Whether a version string ("3.2.0", "3.2.1.dev61+g7ecec16b6") is at least major.minor. */
+export function versionAtLeast(version: string | null | undefined, major: number, minor: number): boolean {
+  const match = /^v?(\d+)\.(\d+)/.exec(version ?? '');
+  if (!match) return false;
+  const [actualMajor, actualMinor] = [Number(match[1]), Number(match[2])];
+  return actualMajor > major || (actualMajor === major && actualMinor >= minor);
+}
+
+/** The `exp` of a JWT, in milliseconds; undefined when the token is not a readable JWT. */
+function tokenExpiry(token: string): number | undefined {
+  const payload = token.split('.')[1];
+  if (!payload) return undefined;
+  try {
+    const { exp } = JSON.parse(Buffer.from(payload, 'base64url').toString('utf8')) as { exp?: unknown };
+    return typeof exp === 'number' && Number.isFinite(exp) ? exp * 1000 : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function detailOf(status: number, body: unknown): string {
+  if (body && typeof body === 'object' && 'detail' in body) {
+    const detail = (body as { detail: unknown }).detail;
+    return typeof detail === 'string' ? detail : JSON.stringify(detail);
+  }
+  return typeof body === 'string' && body ? body.slice(0, 2000) : `HTTP ${status}`;
 }

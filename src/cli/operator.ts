@@ -1,18 +1,24 @@
 /**
  * Operator commands (`npm run cli -- <command>`), against DATABASE_URL or the embedded Postgres:
  *
- *   cluster register --name N --endpoint URL [--provider P] [--region R] [--api-key-env VAR] [--hosted]
+ *   cluster register --name N --endpoint URL [--provider P] [--region R] [--hosted] [--insecure-http]
+ *       --admin-user U --admin-password-env VAR --api-key-env VAR   Xinference's own auth (the default)
+ *       --auth none                                                  a cluster run with auth off, network-isolated
+ *   cluster check --name N         check the stored credentials again; a cluster that passes is active again
  *   cluster sync --name N          read the engine's workers and record them as instances
- *   cluster list
+ *   cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
  *   model enable|disable --name M  make a catalog model deployable or not
  *   model restrict --name M --organizations 1,2   offer it only to these organizations ("all" lifts it)
  *
- * The API key of a cluster is read from the environment variable named by --api-key-env, never from
- * the command line (which shells and process lists keep), and is sealed at rest.
+ * Registration checks the credentials against the engine before storing anything: the admin user
+ * signs in and holds the scopes the platform needs (models:list, models:read, models:write, admin),
+ * and the API key (for inference) may list and read models. Secrets are read from the environment
+ * variables named by the flags, never from the command line (which shells and process lists keep),
+ * and are sealed at rest. Plain http to a host that is not loopback needs --insecure-http.
  */
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
-import { ClustersService } from '../clusters/clusters.service.ts';
+import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../clusters/clusters.service.ts';
 import { loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
 import { createDatabase, migrateToLatest } from '../db/database.ts';
@@ -30,7 +36,11 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       endpoint: { type: 'string' },
       provider: { type: 'string', default: 'self-hosted' },
       region: { type: 'string', default: 'default' },
+      auth: { type: 'string', default: 'advanced' },
+      'admin-user': { type: 'string' },
+      'admin-password-env': { type: 'string' },
       'api-key-env': { type: 'string' },
+      'insecure-http': { type: 'boolean', default: false },
       hosted: { type: 'boolean', default: false },
       organizations: { type: 'string' },
     },
@@ -43,32 +53,41 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
   switch (`${area} ${action}`) {
     case 'cluster register': {
       if (!values.endpoint) throw new UsageError('--endpoint is required');
-      const keyVariable = values['api-key-env'];
-      const apiKey = keyVariable ? (deps.env ?? process.env)[keyVariable] : undefined;
-      if (keyVariable && !apiKey) throw new UsageError(`the environment variable ${keyVariable} is empty`);
+      const auth = clusterAuth(values, deps.env ?? process.env);
       const cluster = await deps.clusters.register({
         name: name(),
         endpoint: values.endpoint,
         provider: values.provider,
         region: values.region,
-        apiKey,
+        auth,
+        insecureHttp: values['insecure-http'],
         hosted: values.hosted,
       });
-      return `registered cluster ${cluster.name} (${cluster.id}) at ${cluster.endpoint}${apiKey ? ' with its API key sealed' : ''}`;
+      const how = auth.mode === 'none' ? 'with authentication off (--auth none)' : `as ${auth.username}, its credentials checked and sealed`;
+      return `registered cluster ${cluster.name} (${cluster.id}) at ${cluster.endpoint} ${how}`;
+    }
+    case 'cluster check': {
+      const cluster = await deps.clusters.check(name());
+      return `cluster ${cluster.name}: the engine accepts its credentials; status ${cluster.status}`;
     }
     case 'cluster sync': {
       const cluster = await deps.clusters.byName(name());
       if (!cluster) throw new UsageError(`no cluster is named ${name()}`);
       const result = await deps.clusters.sync(cluster.id);
       return [
+        `engine version ${result.engineVersion}`,
         ...result.instances.map((i) => `instance ${i.worker}: ${i.instanceType} (${i.gpus} GPUs)`),
         ...result.unmatched.map((u) => `skipped ${u.worker}: ${u.reason}`),
         ...result.unavailable.map((worker) => `unavailable ${worker}: no longer reported by the engine`),
       ].join('\n');
     }
     case 'cluster list': {
-      const rows = await deps.db('clusters').orderBy('name').select('name', 'provider', 'region', 'endpoint', 'status', 'hosted');
-      return rows.map((c) => `${c.name}\t${c.provider}/${c.region}\t${c.endpoint}\t${c.status}${c.hosted ? '\thosted' : ''}`).join('\n');
+      const rows = await deps.db('clusters').orderBy('name').select('name', 'provider', 'region', 'endpoint', 'auth_mode', 'status', 'status_reason', 'engine_version', 'hosted');
+      return rows
+        .map((c) =>
+          [c.name, `${c.provider}/${c.region}`, c.endpoint, `auth ${c.auth_mode}`, c.status_reason ? `${c.status}: ${c.status_reason}` : c.status, c.engine_version ?? 'version unknown', ...(c.hosted ? ['hosted'] : [])].join('\t'),
+        )
+        .join('\n');
     }
     case 'model enable':
     case 'model disable': {
@@ -86,8 +105,31 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       return ids ? `${name()} is offered only to organizations ${ids.join(', ')}` : `${name()} is offered to every organization`;
     }
     default:
-      throw new UsageError('usage: cluster register|sync|list, model enable|disable|restrict (see src/cli/operator.ts)');
+      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict (see src/cli/operator.ts)');
   }
+}
+
+/** The auth mode and credentials of `cluster register`, secrets read from the variables the flags name. */
+function clusterAuth(values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): ClusterAuth {
+  const secret = (flag: string): string => {
+    const variable = values[flag];
+    if (typeof variable !== 'string' || !variable) throw new UsageError(`--${flag} is required: the name of the environment variable that holds it`);
+    const value = env[variable];
+    if (!value) throw new UsageError(`the environment variable ${variable} (--${flag}) is empty`);
+    return value;
+  };
+  if (values.auth === 'none') {
+    for (const flag of ['admin-user', 'admin-password-env', 'api-key-env']) {
+      if (values[flag]) throw new UsageError(`--${flag} makes no sense with --auth none`);
+    }
+    return { mode: 'none' };
+  }
+  if (values.auth !== 'advanced') throw new UsageError('--auth is "advanced" (Xinference\'s own authentication, the default) or "none"');
+  const username = values['admin-user'];
+  if (typeof username !== 'string' || !username) {
+    throw new UsageError('--admin-user is required: Xinference 3.x lets only a user with models:write and admin launch and stop models (or pass --auth none for a cluster run with authentication off)');
+  }
+  return { mode: 'advanced', username, password: secret('admin-password-env'), apiKey: secret('api-key-env') };
 }
 
 if (import.meta.main) {
@@ -97,9 +139,10 @@ if (import.meta.main) {
   const db = createDatabase({ url: database.url, poolMax: 2, log });
   try {
     await migrateToLatest(db);
-    process.stdout.write(`${await runOperatorCommand(process.argv.slice(2), { db, clusters: new ClustersService({ db, keyring: new Keyring(config.appSecret) }) })}\n`);
+    const clusters = new ClustersService({ db, keyring: new Keyring(config.appSecret), log, engineTimeoutSeconds: config.engineTimeoutSeconds });
+    process.stdout.write(`${await runOperatorCommand(process.argv.slice(2), { db, clusters })}\n`);
   } catch (error) {
-    process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`${error instanceof ClusterRegistrationError ? 'refused: ' : ''}${error instanceof Error ? error.message : String(error)}\n`);
     process.exitCode = error instanceof UsageError ? 2 : 1;
   } finally {
     await db.destroy();

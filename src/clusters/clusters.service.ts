@@ -1,8 +1,21 @@
 import type { Knex } from 'knex';
-import { XinferenceClient } from '../adapters/xinference.ts';
+import type { Logger } from 'pino';
+import { EngineError, XinferenceClient, type ManagementCredentials } from '../adapters/xinference.ts';
+import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
+import { gpuTypeOf } from './gpu-names.ts';
 
+/** Seal purposes: the inference API key (what the relay sends), and the management user. */
 const SEAL = 'cluster-credential';
+const MANAGEMENT_SEAL = 'cluster-management-credential';
+
+/**
+ * How the platform authenticates to a cluster's engine. `advanced` is Xinference's own auth (on by
+ * default since 3.0): management calls as an admin user, inference with an API key, which may only
+ * read and list models. `none` is a cluster run with `XINFERENCE_AUTH_ADVANCED=0`, acceptable only
+ * behind network isolation, and registered so on purpose.
+ */
+export type ClusterAuth = { mode: 'none' } | { mode: 'advanced'; username: string; password: string; apiKey: string };
 
 export interface ClusterRegistration {
   name: string;
@@ -10,8 +23,9 @@ export interface ClusterRegistration {
   region: string;
   /** The serving-engine supervisor's base URL. */
   endpoint: string;
-  /** The supervisor's API key; sealed at rest, never shown again. */
-  apiKey?: string;
+  auth: ClusterAuth;
+  /** Allows plain `http://` to a host that is not loopback (credentials then cross the network in clear). */
+  insecureHttp?: boolean;
   /** The platform's shared cluster for hosted models. */
   hosted?: boolean;
 }
@@ -22,48 +36,90 @@ export interface ClusterRow {
   provider: string;
   region: string;
   endpoint: string;
+  auth_mode: 'advanced' | 'none';
   sealed_credential: string | null;
-  status: string;
+  sealed_management_credential: string | null;
+  status: 'active' | 'disabled' | 'credentials_invalid';
+  status_reason: string | null;
+  engine_version: string | null;
   hosted: boolean;
 }
 
 export interface SyncResult {
+  engineVersion: string;
   instances: Array<{ worker: string; instanceType: string; gpus: number }>;
   unmatched: Array<{ worker: string; reason: string }>;
   unavailable: string[];
 }
 
+/** A registration the engine or the rules refuse; the message is for the operator. */
+export class ClusterRegistrationError extends Error {}
+
+const CLIENT_COLUMNS = ['id', 'name', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'status', 'status_reason', 'engine_version'] as const;
+type ClientRow = Pick<ClusterRow, (typeof CLIENT_COLUMNS)[number]>;
+
 /**
- * The registry of GPU clusters: registering one (its supervisor credential sealed with the server
- * key), syncing its instances from the engine's inventory, and the engine client of each.
+ * The registry of GPU clusters: registering one (its credentials checked against the engine and
+ * sealed with the server key), syncing its instances from the engine's inventory, and the engine
+ * client of each. A credential the engine refuses stops the cluster's calls: the cluster is marked
+ * `credentials_invalid` and the operator alerted, so the platform's address is never banned.
  */
 export class ClustersService {
   readonly #db: Knex;
   readonly #keyring: Keyring;
-  readonly #clients = new Map<string, { endpoint: string; sealed: string | null; client: XinferenceClient }>();
+  readonly #log: Logger;
+  readonly #timeoutMs: number;
+  readonly #clients = new Map<string, { key: string; client: XinferenceClient }>();
   readonly #headers = new Map<string, string>();
 
-  constructor(deps: { db: Knex; keyring: Keyring }) {
+  constructor(deps: { db: Knex; keyring: Keyring; log: Logger; engineTimeoutSeconds?: number }) {
     this.#db = deps.db;
     this.#keyring = deps.keyring;
+    this.#log = deps.log;
+    this.#timeoutMs = (deps.engineTimeoutSeconds ?? 60) * 1000;
   }
 
-  /** Adds a cluster, or updates the one of that name. */
+  /**
+   * Adds a cluster, or updates the one of that name, once its engine accepted the credentials:
+   * the admin user signs in and holds every scope the platform needs, and the API key may read and
+   * list models. Plain http to a non-loopback host needs `insecureHttp`.
+   */
   async register(input: ClusterRegistration): Promise<ClusterRow> {
+    const endpoint = checkedEndpoint(input.endpoint, input.insecureHttp ?? false);
+    await this.#verify(input.name, endpoint, input.auth);
+    const { auth } = input;
     const [row] = await this.#db('clusters')
       .insert({
         name: input.name,
         provider: input.provider,
         region: input.region,
-        endpoint: input.endpoint.replace(/\/+$/, ''),
-        sealed_credential: input.apiKey ? this.#keyring.encrypt(SEAL, input.apiKey) : null,
+        endpoint,
+        auth_mode: auth.mode,
+        sealed_credential: auth.mode === 'advanced' ? this.#keyring.encrypt(SEAL, auth.apiKey) : null,
+        sealed_management_credential:
+          auth.mode === 'advanced' ? this.#keyring.encrypt(MANAGEMENT_SEAL, JSON.stringify({ username: auth.username, password: auth.password })) : null,
         hosted: input.hosted ?? false,
         status: 'active',
+        status_reason: null,
+        status_changed_at: this.#db.fn.now(),
       })
       .onConflict('name')
-      .merge(['provider', 'region', 'endpoint', 'sealed_credential', 'hosted', 'status'])
+      .merge(['provider', 'region', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'hosted', 'status', 'status_reason', 'status_changed_at'])
       .returning('*');
     return row as ClusterRow;
+  }
+
+  /** Checks a registered cluster's stored credentials again; a cluster that passes is active again. */
+  async check(name: string): Promise<ClusterRow> {
+    const cluster = await this.byName(name);
+    if (!cluster) throw new ClusterRegistrationError(`no cluster is named ${name}`);
+    await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
+    const [row] = await this.#db('clusters')
+      .where({ id: cluster.id })
+      .whereIn('status', ['active', 'credentials_invalid'])
+      .update({ status: 'active', status_reason: null, status_changed_at: this.#db.fn.now() })
+      .returning('*');
+    return (row as ClusterRow | undefined) ?? cluster;
   }
 
   async byName(name: string): Promise<ClusterRow | undefined> {
@@ -71,21 +127,47 @@ export class ClustersService {
   }
 
   /**
-   * Reads the engine's workers and records each as an instance of the cheapest instance type with
-   * the same GPU model and count; instances the engine no longer reports become unavailable.
+   * Stops a cluster's calls after its engine refused a credential: marks it `credentials_invalid`
+   * and alerts the operator (an error-level log line; `cluster list` shows the status and reason).
+   * Also for the relay to call when the engine refuses the inference key.
+   */
+  async markCredentialsInvalid(clusterId: string, reason: string): Promise<void> {
+    const [updated] = await this.#db('clusters')
+      .where({ id: clusterId })
+      .whereNot({ status: 'credentials_invalid' })
+      .update({ status: 'credentials_invalid', status_reason: reason.slice(0, 1000), status_changed_at: this.#db.fn.now() })
+      .returning(['name']);
+    if (updated) {
+      this.#log.error(
+        { cluster: (updated as { name: string }).name, cluster_id: clusterId, reason, alert: 'cluster_credentials_invalid' },
+        'the engine refused the cluster credentials: its calls are stopped until an operator runs `cluster register` or `cluster check`',
+      );
+    }
+  }
+
+  /**
+   * Reads the engine's workers and records each as an instance of the instance type with the same
+   * GPU type (from the raw NVML name) and count, the closest memory, then the lowest price;
+   * instances the engine no longer reports become unavailable. Records the engine version.
    */
   async sync(clusterId: string): Promise<SyncResult> {
-    const cluster: ClusterRow = await this.#db('clusters').where({ id: clusterId }).first();
-    const workers = await this.client(cluster).workers();
+    const client = await this.clientOf(clusterId);
+    const engineVersion = await client.version();
+    const workers = await client.workers();
     const types = await this.#db('instance_types').select('id', 'name', 'gpu_type', 'gpu_count', 'gpu_memory_gb', 'price_per_second');
-    const result: SyncResult = { instances: [], unmatched: [], unavailable: [] };
+    const result: SyncResult = { engineVersion, instances: [], unmatched: [], unavailable: [] };
     await this.#db.transaction(async (trx) => {
       for (const worker of workers) {
+        const gpuType = gpuTypeOf(worker.gpuName);
+        if (!gpuType) {
+          result.unmatched.push({ worker: worker.address, reason: `the GPU name "${worker.gpuName}" is not in the GPU name table (src/clusters/gpu-names.ts)` });
+          continue;
+        }
         const type = types
-          .filter((t) => t.gpu_type.toLowerCase() === worker.gpuType.toLowerCase() && t.gpu_count === worker.gpuCount)
+          .filter((t) => t.gpu_type.toLowerCase() === gpuType.toLowerCase() && t.gpu_count === worker.gpuCount)
           .sort((a, b) => Math.abs(a.gpu_memory_gb - worker.gpuMemoryGb) - Math.abs(b.gpu_memory_gb - worker.gpuMemoryGb) || Number(a.price_per_second) - Number(b.price_per_second))[0];
         if (!type) {
-          result.unmatched.push({ worker: worker.address, reason: `no instance type has ${worker.gpuCount} x ${worker.gpuType}` });
+          result.unmatched.push({ worker: worker.address, reason: `no instance type has ${worker.gpuCount} x ${gpuType} ("${worker.gpuName}")` });
           continue;
         }
         await trx('instances')
@@ -101,22 +183,39 @@ export class ClustersService {
         .update({ status: 'unavailable' })
         .returning('engine_worker');
       result.unavailable = gone.map((row: { engine_worker: string }) => row.engine_worker);
-      await trx('clusters').where({ id: clusterId }).update({ last_synced_at: trx.fn.now() });
+      await trx('clusters').where({ id: clusterId }).update({ last_synced_at: trx.fn.now(), engine_version: engineVersion });
     });
     return result;
   }
 
-  /** The engine client of a cluster, reused while its endpoint and credential stay the same. */
-  client(cluster: Pick<ClusterRow, 'id' | 'endpoint' | 'sealed_credential'>): XinferenceClient {
+  /**
+   * The engine client of a cluster, reused while its endpoint, credentials and version stay the
+   * same. A cluster whose credentials were refused gets no client: its calls stay stopped.
+   */
+  client(cluster: ClientRow): XinferenceClient {
+    if (cluster.status === 'credentials_invalid') {
+      throw new EngineError(
+        'credentials',
+        `the engine of cluster ${cluster.name} refused its credentials (${cluster.status_reason ?? 'no reason recorded'}); ` +
+          'its calls are stopped until an operator runs `cluster register` or `cluster check`',
+      );
+    }
+    const key = [cluster.endpoint, cluster.auth_mode, cluster.sealed_management_credential, cluster.engine_version].join('\n');
     const cached = this.#clients.get(cluster.id);
-    if (cached && cached.endpoint === cluster.endpoint && cached.sealed === cluster.sealed_credential) return cached.client;
-    const apiKey = cluster.sealed_credential ? this.#keyring.decrypt(SEAL, cluster.sealed_credential) : undefined;
-    const client = new XinferenceClient(cluster.endpoint, { apiKey });
-    this.#clients.set(cluster.id, { endpoint: cluster.endpoint, sealed: cluster.sealed_credential, client });
+    // A latched rejection is kept unless an operator made the cluster active again.
+    if (cached && cached.key === key && !cached.client.rejected) return cached.client;
+    const auth = this.#authOf(cluster);
+    const client = new XinferenceClient(cluster.endpoint, {
+      management: auth.mode === 'advanced' ? { username: auth.username, password: auth.password } : undefined,
+      timeoutMs: this.#timeoutMs,
+      engineVersion: cluster.engine_version,
+      onCredentialsRejected: (reason) => this.markCredentialsInvalid(cluster.id, reason),
+    });
+    this.#clients.set(cluster.id, { key, client });
     return client;
   }
 
-  /** The `Authorization` header value for a cluster's engine, from its sealed credential. */
+  /** The `Authorization` header value for inference calls to a cluster's engine, from its sealed API key. */
   authorizationHeader(sealedCredential: string | null): string | undefined {
     if (!sealedCredential) return undefined;
     let header = this.#headers.get(sealedCredential);
@@ -128,8 +227,65 @@ export class ClustersService {
   }
 
   async clientOf(clusterId: string): Promise<XinferenceClient> {
-    const cluster = await this.#db('clusters').where({ id: clusterId }).first('id', 'endpoint', 'sealed_credential');
+    const cluster: ClientRow | undefined = await this.#db('clusters').where({ id: clusterId }).first(...CLIENT_COLUMNS);
     if (!cluster) throw new Error(`cluster ${clusterId} does not exist`);
     return this.client(cluster);
   }
+
+  #authOf(cluster: Pick<ClusterRow, 'auth_mode' | 'sealed_credential' | 'sealed_management_credential'>): ClusterAuth {
+    if (cluster.auth_mode === 'none') return { mode: 'none' };
+    if (!cluster.sealed_management_credential || !cluster.sealed_credential) {
+      throw new EngineError('credentials', 'the cluster has no management user: register it again with --admin-user and --admin-password-env');
+    }
+    const management = JSON.parse(this.#keyring.decrypt(MANAGEMENT_SEAL, cluster.sealed_management_credential)) as ManagementCredentials;
+    return { mode: 'advanced', ...management, apiKey: this.#keyring.decrypt(SEAL, cluster.sealed_credential) };
+  }
+
+  /** The engine runs in the auth mode given, and accepts the credentials with the scopes needed. */
+  async #verify(name: string, endpoint: string, auth: ClusterAuth): Promise<void> {
+    const client = new XinferenceClient(endpoint, {
+      management: auth.mode === 'advanced' ? { username: auth.username, password: auth.password } : undefined,
+      timeoutMs: this.#timeoutMs,
+    });
+    try {
+      const authEnabled = await client.authEnabled();
+      if (auth.mode === 'none' && authEnabled) {
+        throw new ClusterRegistrationError(
+          `${name}: the engine at ${endpoint} runs with authentication on; register it with --admin-user, --admin-password-env and --api-key-env`,
+        );
+      }
+      if (auth.mode === 'advanced' && !authEnabled) {
+        throw new ClusterRegistrationError(
+          `${name}: the engine at ${endpoint} runs with authentication off (XINFERENCE_AUTH_ADVANCED=0); ` +
+            'register it with --auth none, and only if its network is isolated',
+        );
+      }
+      if (auth.mode === 'advanced') {
+        await client.checkManagementAccess();
+        await client.checkInferenceKey(auth.apiKey);
+      }
+    } catch (error) {
+      if (error instanceof EngineError) throw new ClusterRegistrationError(`${name}: ${error.message}`);
+      throw error;
+    }
+  }
+}
+
+/** The endpoint without a trailing slash; http only to a loopback host unless allowed explicitly. */
+function checkedEndpoint(endpoint: string, insecureHttp: boolean): string {
+  let url: URL;
+  try {
+    url = new URL(endpoint);
+  } catch {
+    throw new ClusterRegistrationError(`the endpoint "${endpoint}" is not a URL`);
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:') throw new ClusterRegistrationError(`the endpoint must be an https URL, not ${url.protocol}`);
+  if (url.username || url.password) throw new ClusterRegistrationError('the endpoint must not carry credentials; pass them with the credential flags');
+  if (url.protocol === 'http:' && !isLoopbackHost(url.hostname) && !insecureHttp) {
+    throw new ClusterRegistrationError(
+      `the endpoint ${url.origin} is plain http to a host that is not loopback: the engine's credentials would cross the network in clear. ` +
+        'Use https, or pass --insecure-http if the network between the platform and the cluster is private and trusted',
+    );
+  }
+  return endpoint.replace(/\/+$/, '');
 }

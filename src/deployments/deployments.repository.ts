@@ -23,6 +23,8 @@ export interface DeploymentRow {
   failure_stage: Deployment['failure_stage'];
   failure_reason: string | null;
   status_changed_at: Date;
+  /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
+  engine_unhealthy_since: Date | null;
   created_at: Date;
   updated_at: Date;
   terminated_at: Date | null;

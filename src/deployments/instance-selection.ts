@@ -10,9 +10,11 @@ const BYTES_PER_PARAMETER: Record<string, number> = {
   Int8: 1,
   Q8_0: 1,
   Q5_K_M: 0.625,
+  Q5_K: 0.625,
   '4-bit': 0.5,
   Int4: 0.5,
   Q4_K_M: 0.5,
+  Q4_K: 0.5,
 };
 
 /** Memory the weights need beyond their size: activations and fragmentation. */

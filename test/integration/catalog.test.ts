@@ -67,16 +67,16 @@ describe('the catalog', () => {
   });
 
   it('hides a disabled model unless enabled_only is false', async () => {
-    await app.db('deployable_models').where({ model_name: 'codestral-v0.1' }).update({ enabled: false });
+    await app.db('deployable_models').where({ model_name: 'QwQ-32B' }).update({ enabled: false });
     try {
-      expect((await list()).map((m) => m.model_name)).not.toContain('codestral-v0.1');
+      expect((await list()).map((m) => m.model_name)).not.toContain('QwQ-32B');
       const everything = await list('?enabled_only=false');
-      expect(everything.find((m) => m.model_name === 'codestral-v0.1')).toMatchObject({ enabled: false });
-      const id = everything.find((m) => m.model_name === 'codestral-v0.1')?.id;
+      expect(everything.find((m) => m.model_name === 'QwQ-32B')).toMatchObject({ enabled: false });
+      const id = everything.find((m) => m.model_name === 'QwQ-32B')?.id;
       expect((await browser.get(`/api/v1/deployable-models/${id}`)).status).toBe(404);
       expect((await browser.get(`/api/v1/deployable-models/${id}?enabled_only=false`)).status).toBe(200);
     } finally {
-      await app.db('deployable_models').where({ model_name: 'codestral-v0.1' }).update({ enabled: true });
+      await app.db('deployable_models').where({ model_name: 'QwQ-32B' }).update({ enabled: true });
     }
   });
 

@@ -5,17 +5,29 @@ import { waitUntil } from '../helpers/net.ts';
 type Json = Record<string, unknown>;
 type Instance = { status: string; model_ability: string[]; replica_statuses: { status: string; error_message: string | null; worker_address: string }[] };
 
+/** An admin access token from the simulator's `/token`, for every route. */
+async function signIn(sim: ClusterSimulator): Promise<string> {
+  const response = await fetch(`${sim.url}/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: sim.credentials?.adminUser, password: sim.credentials?.adminPassword }),
+  });
+  return ((await response.json()) as { access_token: string }).access_token;
+}
+
 const LLM = { model_name: 'qwen2.5-instruct', model_type: 'LLM', model_engine: 'vllm', model_format: 'pytorch', model_size_in_billions: 7, quantization: 'none', replica: 1 };
 
 describe('local GPU cluster simulator (Xinference REST subset)', () => {
   let sim: ClusterSimulator;
+  let token: string;
 
-  const call = (path: string, init: RequestInit = {}) => fetch(`${sim.url}${path}`, init);
+  const call = (path: string, init: RequestInit = {}) => fetch(`${sim.url}${path}`, { ...init, headers: { authorization: `Bearer ${token}`, ...(init.headers as Record<string, string>) } });
   const post = (path: string, body: unknown) => call(path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   const launch = (body: Json, waitReady = false) => post(`/v1/models${waitReady ? '' : '?wait_ready=false'}`, { ...LLM, ...body });
   const instance = async (uid: string) => ((await (await call(`/v1/models/instances?model_uid=${uid}`)).json()) as Instance[])[0];
   const untilStatus = (uid: string, status: string) => waitUntil(async () => (await instance(uid))?.status === status, `${uid} to be ${status}`, 10_000);
-  const held = (uid: string) => sim.gpus().filter((gpu) => gpu.heldBy === `${uid}-rep0`);
+  const untilServing = (uid: string) => waitUntil(async () => sim.running().includes(uid), `${uid} to serve`, 10_000);
+  const held = (uid: string) => sim.gpus().filter((gpu) => gpu.holders.includes(`${uid}-rep0`));
   const chat = (body: Json) => post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Tell me about the sea' }], ...body });
 
   async function readSse(response: Response): Promise<string[]> {
@@ -26,27 +38,28 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
   async function launchReady(uid: string, body: Json = {}): Promise<void> {
     const response = await launch({ model_uid: uid, ...body });
     expect(response.status).toBe(200);
-    await untilStatus(uid, 'READY');
+    await untilServing(uid);
   }
 
   beforeAll(async () => {
     sim = await startClusterSimulator({
       workers: [
-        { name: 'sim-a10g', gpuType: 'A10G', gpuCount: 2, gpuMemoryGb: 24 },
-        { name: 'sim-a100', gpuType: 'A100', gpuCount: 1, gpuMemoryGb: 80 },
+        { name: 'sim-a10g', gpuName: 'NVIDIA A10G', gpuCount: 2, gpuMemoryGb: 24 },
+        { name: 'sim-a100', gpuName: 'NVIDIA A100-SXM4-80GB', gpuCount: 1, gpuMemoryGb: 80 },
       ],
       modelLoadMs: 200,
       tokenLatencyMs: 2,
       completionTokens: 8,
     });
+    token = await signIn(sim);
   });
   afterAll(() => sim.stop());
   afterEach(async () => {
     for (const uid of sim.running()) await call(`/v1/models/${uid}`, { method: 'DELETE' });
   });
 
-  it('launches in the background, reports progress, becomes ready, serves and lists the model, and frees its GPUs on termination', async () => {
-    sim.setModelLoadMs(1500); // long enough to observe the launching state on a busy machine
+  it('launches in the background, reports progress, is READY before it serves, then serves and lists the model, and frees its GPUs on termination', async () => {
+    sim.setModelLoadMs(4000); // long enough to observe the launching states on a busy machine
     const launched = await launch({ model_uid: 'chat-1', n_gpu: 2 });
     sim.setModelLoadMs(200);
     expect(launched.status).toBe(200);
@@ -65,8 +78,15 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect(early.status).toBe(503);
     expect(held('chat-1')).toHaveLength(2);
 
+    // The worker reports the instance READY once the engine's load() returned, before it serves.
     await untilStatus('chat-1', 'READY');
-    expect((await instance('chat-1'))?.model_ability).toEqual(['generate', 'chat']);
+    const loaded = await instance('chat-1');
+    expect(loaded?.replica_statuses[0]?.status).toBe('CREATING');
+    expect((await call('/v1/models/chat-1')).status).toBe(503);
+    expect((await chat({ model: 'chat-1' })).status).toBe(503);
+    await untilServing('chat-1');
+    expect((await instance('chat-1'))?.replica_statuses[0]?.status).toBe('READY');
+    expect((await instance('chat-1'))?.model_ability).toEqual(['chat', 'tools']);
     expect(((await (await call('/v1/models/chat-1/progress')).json()) as Json).progress).toBe(1);
     expect(sim.running()).toEqual(['chat-1']);
     const described = (await (await call('/v1/models/chat-1')).json()) as Json;
@@ -82,6 +102,8 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
       expect.objectContaining({ node_type: 'Worker', ip_address: 'sim-a100:30001', gpu_count: 1, gpu_vram_total: 80 * 1024 ** 3 }),
     ]);
     expect(info[1]?.gpu_vram_available).toBeLessThan(2 * 24 * 1024 ** 3);
+    const status = (await (await fetch(`${sim.url}/status`)).json()) as { workers: Record<string, { status: Record<string, { name?: string }> }> };
+    expect(status.workers['sim-a100:30001']?.status['gpu-0']?.name).toBe('NVIDIA A100-SXM4-80GB');
 
     const terminated = await call('/v1/models/chat-1', { method: 'DELETE' });
     expect(terminated.status).toBe(200);
@@ -191,28 +213,13 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect((await call('/v1/models/dup-1', { method: 'DELETE' })).status).toBe(200);
   });
 
-  it('fails a launch that needs more GPUs than are idle, and one asking for more than a machine has', async () => {
-    await launchReady('big-1', { n_gpu: 2 });
-    await launchReady('big-2', { n_gpu: 1 });
-    expect(sim.gpus().every((gpu) => gpu.heldBy !== null)).toBe(true);
-
-    const waited = await launch({ model_uid: 'big-3', n_gpu: 1 }, true);
-    expect(waited.status).toBe(503);
-    expect(await waited.json()).toEqual({ detail: 'No available slot found for the model' });
-
-    const background = await launch({ model_uid: 'big-4', n_gpu: 1 });
-    expect(background.status).toBe(200);
-    const failed = await instance('big-4');
-    expect(failed?.status).toBe('ERROR');
-    expect(failed?.replica_statuses[0]?.error_message).toBe('No available slot found for the model');
-
-    const tooMany = await launch({ model_uid: 'big-5', n_gpu: 3 }, true);
-    expect(tooMany.status).toBe(400);
-    expect(((await tooMany.json()) as Json).detail).toBe('The parameter `n_gpu` must be greater than 0 and not greater than the number of GPUs: 2 on the machine.');
-
-    for (const uid of ['big-1', 'big-2']) expect((await call(`/v1/models/${uid}`, { method: 'DELETE' })).status).toBe(200);
-    await launchReady('big-4', { n_gpu: 1 });
-    expect((await call('/v1/models/big-4', { method: 'DELETE' })).status).toBe(200);
+  it('shares GPUs by default: a second vLLM model on a full GPU fails to load for lack of memory', async () => {
+    await launchReady('share-1', { worker_ip: 'sim-a100:30001' });
+    expect((await launch({ model_uid: 'share-2', worker_ip: 'sim-a100:30001' })).status).toBe(200);
+    await untilStatus('share-2', 'ERROR');
+    expect((await instance('share-2'))?.replica_statuses[0]?.error_message).toMatch(/less than desired GPU memory utilization/);
+    expect(sim.gpus().find((gpu) => gpu.worker === 'sim-a100')?.holders).toEqual(['share-1-rep0']);
+    expect((await call('/v1/models/share-1', { method: 'DELETE' })).status).toBe(200);
   });
 
   it('rejects wait_ready in the body as Xinference does (it is a query parameter)', async () => {
@@ -222,13 +229,14 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect(await instance('body-wait')).toBeUndefined();
   });
 
-  it('makes an injected launch error and an injected OOM fail the load after it started, visible in the instance status', async () => {
+  it('makes an injected launch error and an injected OOM fail the load after it started (after the instance was READY), visible in the instance status', async () => {
     sim.failNextLaunch('error');
     sim.setModelLoadMs(1500);
     expect((await launch({ model_uid: 'fail-1' })).status).toBe(200);
     sim.setModelLoadMs(200);
     expect((await instance('fail-1'))?.status).toBe('CREATING');
     expect(held('fail-1')).toHaveLength(1);
+    await untilStatus('fail-1', 'READY');
     await untilStatus('fail-1', 'ERROR');
     const failed = await instance('fail-1');
     expect(failed?.replica_statuses[0]).toMatchObject({ status: 'ERROR', error_message: expect.stringMatching(/Engine core initialization failed/) });
@@ -249,14 +257,14 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect((await call('/v1/models/other-1', { method: 'DELETE' })).status).toBe(200);
   });
 
-  it('crashes a running model: its stream ends with an error event, it disappears and its GPUs are freed', async () => {
+  it('crashes a running model: its stream ends with an error event, then the worker recovers it through ERROR back to READY', async () => {
     await launchReady('crash-1');
     const response = await chat({ model: 'crash-1', stream: true, max_tokens: 5000, ignore_eos: true });
     if (!response.body) throw new Error('no body');
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     let text = decoder.decode((await reader.read()).value);
-    const crashed = await call('/_simulator/crash/crash-1', { method: 'POST' });
+    const crashed = await post('/_simulator/crash/crash-1', {});
     expect(await crashed.json()).toEqual({ crashed: 'crash-1' });
     for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) text += decoder.decode(chunk.value);
     const events = text.split('\r\n\r\n').filter(Boolean);
@@ -264,11 +272,33 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect(text).not.toContain('[DONE]');
 
     expect(sim.running()).not.toContain('crash-1');
-    expect(await instance('crash-1')).toBeUndefined();
-    expect(held('crash-1')).toHaveLength(0);
-    const after = await chat({ model: 'crash-1' });
-    expect(after.status).toBe(404);
+    await untilStatus('crash-1', 'ERROR');
+    expect((await chat({ model: 'crash-1' })).status).toBe(503);
+    expect(held('crash-1')).toHaveLength(1);
+    await untilServing('crash-1');
+    expect((await chat({ model: 'crash-1' })).status).toBe(200);
+
+    expect(sim.crash('crash-1', { recover: false })).toBe(true);
+    await waitUntil(async () => held('crash-1').length === 0, 'the evicted model to free its GPU');
+    expect((await instance('crash-1'))?.status).toBe('ERROR');
+    expect((await chat({ model: 'crash-1' })).status).toBe(404);
+    expect((await call('/v1/models/crash-1', { method: 'DELETE' })).status).toBe(200);
     expect(sim.crash('crash-1')).toBe(false);
+  });
+
+  it('refuses launches of what Xinference does not have, and chat on a generate-only family', async () => {
+    expect((await launch({ model_uid: 'gone-1', model_name: 'gemma-2-it', model_size_in_billions: 9 })).status).toBe(200);
+    await untilStatus('gone-1', 'ERROR');
+    expect((await instance('gone-1'))?.replica_statuses[0]?.error_message).toBe('Model not found, name: gemma-2-it, format: pytorch, size: 9, quantization: none');
+    expect((await launch({ model_uid: 'gone-2', model_size_in_billions: 8 })).status).toBe(200);
+    await untilStatus('gone-2', 'ERROR');
+
+    await launchReady('code-1', { model_name: 'codestral-v0.1', model_size_in_billions: 22 });
+    expect((await instance('code-1'))?.model_ability).toEqual(['generate']);
+    const refused = await chat({ model: 'code-1' });
+    expect(refused.status).toBe(500);
+    expect(await refused.json()).toEqual({ detail: 'Model codestral-v0.1 is not for chat.' });
+    expect((await call('/v1/models/code-1', { method: 'DELETE' })).status).toBe(200);
   });
 
   it('counts a client that leaves mid-stream and stops generating for it', async () => {
@@ -278,7 +308,7 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     const controller = new AbortController();
     const streaming = await fetch(`${sim.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${sim.credentials?.apiKey}` },
       body: JSON.stringify({ model: 'leave-1', messages: [{ role: 'user', content: 'long story' }], stream: true, max_tokens: 5000, ignore_eos: true }),
       signal: controller.signal,
     });
@@ -318,25 +348,97 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
   });
 });
 
-describe('cluster simulator with an API key', () => {
+describe('cluster simulator with exclusive GPUs (XINFERENCE_ALLOW_MULTI_REPLICA_PER_GPU=0)', () => {
   let sim: ClusterSimulator;
+  let token: string;
   beforeAll(async () => {
-    sim = await startClusterSimulator({ apiKey: 'sim-secret', modelLoadMs: 10, tokenLatencyMs: 0 });
+    sim = await startClusterSimulator({
+      workers: [
+        { name: 'sim-a10g', gpuName: 'NVIDIA A10G', gpuCount: 2, gpuMemoryGb: 24 },
+        { name: 'sim-a100', gpuName: 'NVIDIA A100-SXM4-80GB', gpuCount: 1, gpuMemoryGb: 80 },
+      ],
+      allowMultiReplicaPerGpu: false,
+      modelLoadMs: 50,
+    });
+    token = await signIn(sim);
   });
   afterAll(() => sim.stop());
 
-  it('requires the bearer key on every route but the unauthenticated status routes', async () => {
+  const launch = (body: Json, waitReady = false) =>
+    fetch(`${sim.url}/v1/models${waitReady ? '' : '?wait_ready=false'}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ ...LLM, ...body }),
+    });
+  const remove = (uid: string) => fetch(`${sim.url}/v1/models/${uid}`, { method: 'DELETE', headers: { authorization: `Bearer ${token}` } });
+
+  it('fails a launch that needs more GPUs than are idle, and one asking for more than a machine has', async () => {
+    expect((await launch({ model_uid: 'big-1', n_gpu: 2 }, true)).status).toBe(200);
+    expect((await launch({ model_uid: 'big-2', n_gpu: 1 }, true)).status).toBe(200);
+    expect(sim.gpus().every((gpu) => gpu.heldBy !== null)).toBe(true);
+
+    const waited = await launch({ model_uid: 'big-3', n_gpu: 1 }, true);
+    expect(waited.status).toBe(503);
+    expect(await waited.json()).toEqual({ detail: 'No available slot found for the model' });
+
+    const background = await launch({ model_uid: 'big-4', n_gpu: 1 });
+    expect(background.status).toBe(200);
+    const [failed] = (await (await fetch(`${sim.url}/v1/models/instances?model_uid=big-4`, { headers: { authorization: `Bearer ${token}` } })).json()) as Instance[];
+    expect(failed?.status).toBe('ERROR');
+    expect(failed?.replica_statuses[0]?.error_message).toBe('No available slot found for the model');
+
+    const tooMany = await launch({ model_uid: 'big-5', n_gpu: 3 }, true);
+    expect(tooMany.status).toBe(400);
+    expect(((await tooMany.json()) as Json).detail).toBe('The parameter `n_gpu` must be greater than 0 and not greater than the number of GPUs: 2 on the machine.');
+
+    for (const uid of ['big-1', 'big-2']) expect((await remove(uid)).status).toBe(200);
+    expect((await launch({ model_uid: 'big-4', n_gpu: 1 }, true)).status).toBe(200);
+    expect((await remove('big-4')).status).toBe(200);
+  });
+});
+
+describe('cluster simulator authentication', () => {
+  let sim: ClusterSimulator;
+  beforeAll(async () => {
+    sim = await startClusterSimulator({ adminPassword: 'admin-password', apiKey: 'xf-simulator-key', modelLoadMs: 10, tokenLatencyMs: 0 });
+  });
+  afterAll(() => sim.stop());
+
+  it('requires a bearer on every route but the open ones, and keeps its own controls to the admin', async () => {
     const missing = await fetch(`${sim.url}/v1/models`);
     expect(missing.status).toBe(401);
-    expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    expect(missing.headers.get('www-authenticate')).toBe('Bearer scope="models:list"');
     expect(await missing.json()).toEqual({ detail: 'Could not validate credentials' });
-    const wrong = await fetch(`${sim.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: 'Bearer nope' }, body: '{}' });
-    expect(wrong.status).toBe(401);
     expect((await fetch(`${sim.url}/_simulator/state`)).status).toBe(401);
-
-    const ok = await fetch(`${sim.url}/v1/models`, { headers: { authorization: 'Bearer sim-secret' } });
-    expect(ok.status).toBe(200);
+    expect((await fetch(`${sim.url}/_simulator/state`, { headers: { authorization: 'Bearer xf-simulator-key' } })).status).toBe(403);
+    expect((await fetch(`${sim.url}/_simulator/state`, { headers: { authorization: `Bearer ${await signIn(sim)}` } })).status).toBe(200);
+    expect((await fetch(`${sim.url}/v1/models`, { headers: { authorization: 'Bearer xf-simulator-key' } })).status).toBe(200);
     expect((await fetch(`${sim.url}/status`)).status).toBe(200);
     expect(await (await fetch(`${sim.url}/v1/cluster/auth`)).json()).toEqual({ auth: true });
+    expect((await fetch(`${sim.url}/no/such/route`)).status).toBe(404);
+  });
+
+  it('refuses every token issued before a password reset, refresh tokens included', async () => {
+    const signedIn = (await (await fetch(`${sim.url}/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ username: 'admin', password: 'admin-password' }) })).json()) as {
+      access_token: string;
+      refresh_token: string;
+    };
+    expect((await fetch(`${sim.url}/v1/cluster/version`, { headers: { authorization: `Bearer ${signedIn.access_token}` } })).status).toBe(200);
+    sim.auth?.resetPassword('admin', 'another-password');
+    expect((await fetch(`${sim.url}/v1/cluster/version`, { headers: { authorization: `Bearer ${signedIn.access_token}` } })).status).toBe(401);
+    const refreshed = await fetch(`${sim.url}/v1/auth/refresh`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ refresh_token: signedIn.refresh_token }) });
+    expect(refreshed.status).toBe(401);
+  });
+
+  it('runs without authentication when asked, as XINFERENCE_AUTH_ADVANCED=0', async () => {
+    const open = await startClusterSimulator({ auth: false, modelLoadMs: 10 });
+    try {
+      expect(open.credentials).toBeUndefined();
+      expect((await fetch(`${open.url}/v1/cluster/info`)).status).toBe(200);
+      expect(await (await fetch(`${open.url}/v1/cluster/auth`)).json()).toEqual({ auth: false });
+      expect((await fetch(`${open.url}/token`, { method: 'POST', body: '{}' })).status).toBe(404);
+    } finally {
+      await open.stop();
+    }
   });
 });

@@ -59,11 +59,11 @@ describe('creating a deployment', () => {
 
   it('refuses a disabled model', async () => {
     const { browser } = await registeredUser(app);
-    await app.db('deployable_models').where({ model_name: 'gemma-2-it' }).update({ enabled: false });
+    await app.db('deployable_models').where({ model_name: 'gemma-3-it' }).update({ enabled: false });
     try {
-      expect(await codeOf(await create(browser, { model_name: 'gemma-2-it' }))).toBe('MODEL_NOT_DEPLOYABLE');
+      expect(await codeOf(await create(browser, { model_name: 'gemma-3-it' }))).toBe('MODEL_NOT_DEPLOYABLE');
     } finally {
-      await app.db('deployable_models').where({ model_name: 'gemma-2-it' }).update({ enabled: true });
+      await app.db('deployable_models').where({ model_name: 'gemma-3-it' }).update({ enabled: true });
     }
   });
 

@@ -155,7 +155,7 @@ describe('refusals', () => {
 
   it('answers 503 with Retry-After while the deployment is not running yet', async () => {
     app.simulator?.setModelLoadMs(60_000);
-    const { id } = await jsonOf<{ id: string }>(await owner.browser.post('/api/v1/model-deployments', { model_name: 'gemma-2-it' }));
+    const { id } = await jsonOf<{ id: string }>(await owner.browser.post('/api/v1/model-deployments', { model_name: 'gemma-3-it' }));
     const loading = (await newKey([id])).key;
     const response = await fetch(`${app.url}/v1/chat/completions`, {
       method: 'POST',

@@ -1,5 +1,10 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { networkInterfaces } from 'node:os';
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runOperatorCommand, UsageError } from '../../src/cli/operator.ts';
+import { ClusterRegistrationError, ClustersService } from '../../src/clusters/clusters.service.ts';
 import { startClusterSimulator, type ClusterSimulator } from '../../src/local/cluster-simulator.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 
@@ -8,11 +13,14 @@ let simulator: ClusterSimulator;
 beforeAll(async () => {
   app = await startTestApp();
   simulator = await startClusterSimulator({
-    apiKey: 'cluster-secret-key',
+    adminPassword: 'admin-password-1',
+    apiKey: 'xf-cluster-inference-key',
+    auth: { users: [{ username: 'reader', password: 'reader-password', permissions: ['models:list', 'models:read'] }] },
     workers: [
-      { name: 'w0', gpuType: 'A10G', gpuCount: 1, gpuMemoryGb: 24 },
-      { name: 'w1', gpuType: 'T4', gpuCount: 4, gpuMemoryGb: 16 },
-      { name: 'w2', gpuType: 'MI300X', gpuCount: 8, gpuMemoryGb: 192 },
+      { name: 'w0', gpuName: 'NVIDIA A10G', gpuCount: 1, gpuMemoryGb: 24 },
+      { name: 'w1', gpuName: 'Tesla T4', gpuCount: 4, gpuMemoryGb: 16 },
+      { name: 'w2', gpuName: 'AMD Instinct MI250X', gpuCount: 8, gpuMemoryGb: 64 },
+      { name: 'w3', gpuName: 'NVIDIA A100-SXM4-80GB', gpuCount: 8, gpuMemoryGb: 80 },
     ],
   });
 });
@@ -21,30 +29,139 @@ afterAll(async () => {
   await app.close();
 });
 
-const run = (...argv: string[]) => runOperatorCommand(argv, { db: app.db, clusters: app.container.clusters, env: { CLUSTER_KEY: 'cluster-secret-key' } });
+const ENV = {
+  ADMIN_PASSWORD: 'admin-password-1',
+  READER_PASSWORD: 'reader-password',
+  WRONG_PASSWORD: 'not-the-password',
+  CLUSTER_KEY: 'xf-cluster-inference-key',
+  WRONG_KEY: 'xf-not-a-key-of-this-cluster',
+  JWT_KEY: 'eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhZG1pbiJ9.c2lnbmF0dXJl',
+};
+const run = (...argv: string[]) => runOperatorCommand(argv, { db: app.db, clusters: app.container.clusters, env: ENV });
+const register = (name: string, ...flags: string[]) => run('cluster', 'register', '--name', name, '--endpoint', simulator.url, ...flags);
+const credentials = (user = 'admin', passwordEnv = 'ADMIN_PASSWORD', keyEnv = 'CLUSTER_KEY') => ['--admin-user', user, '--admin-password-env', passwordEnv, '--api-key-env', keyEnv];
 
-describe('operator commands', () => {
-  it('registers a cluster with its API key sealed, and syncs its inventory into instances', async () => {
-    expect(await run('cluster', 'register', '--name', 'gpu-east', '--endpoint', simulator.url, '--provider', 'aws', '--region', 'us-east-1', '--api-key-env', 'CLUSTER_KEY')).toMatch(
-      /registered cluster gpu-east .* with its API key sealed/,
+describe('cluster register', () => {
+  it('checks the admin user and the API key against the engine, seals both, and syncs the inventory by NVML GPU names', async () => {
+    expect(await register('gpu-east', '--provider', 'aws', '--region', 'us-east-1', ...credentials())).toMatch(
+      /registered cluster gpu-east .* as admin, its credentials checked and sealed/,
     );
     const cluster = await app.db('clusters').where({ name: 'gpu-east' }).first();
-    expect(cluster.sealed_credential).not.toContain('cluster-secret-key');
-    expect(app.container.keyring.decrypt('cluster-credential', cluster.sealed_credential)).toBe('cluster-secret-key');
+    expect(cluster).toMatchObject({ auth_mode: 'advanced', status: 'active' });
+    expect(cluster.sealed_credential).not.toContain('xf-cluster-inference-key');
+    expect(cluster.sealed_management_credential).not.toContain('admin-password-1');
+    expect(app.container.keyring.decrypt('cluster-credential', cluster.sealed_credential)).toBe('xf-cluster-inference-key');
+    expect(app.container.clusters.authorizationHeader(cluster.sealed_credential)).toBe('Bearer xf-cluster-inference-key');
 
     const output = await run('cluster', 'sync', '--name', 'gpu-east');
+    expect(output).toContain('engine version 3.2.0');
     expect(output).toContain('instance w0:30001: g5.xlarge (1 GPUs)');
     expect(output).toContain('instance w1:30001: g4dn.12xlarge (4 GPUs)');
-    expect(output).toContain('skipped w2:30001: no instance type has 8 x MI300X');
-    expect(await app.db('instances').where({ cluster_id: cluster.id, status: 'available' })).toHaveLength(2);
-    expect(await run('cluster', 'list')).toContain(`gpu-east\taws/us-east-1\t${simulator.url}\tactive`);
+    expect(output).toContain('instance w3:30001: p4de.24xlarge (8 GPUs)');
+    expect(output).toContain('skipped w2:30001: the GPU name "AMD Instinct MI250X" is not in the GPU name table');
+    expect(await app.db('instances').where({ cluster_id: cluster.id, status: 'available' })).toHaveLength(3);
+    expect(await run('cluster', 'list')).toContain(`gpu-east\taws/us-east-1\t${simulator.url}\tauth advanced\tactive\t3.2.0`);
   });
 
-  it('refuses a cluster whose key is wrong: the engine answers 401', async () => {
-    await run('cluster', 'register', '--name', 'gpu-west', '--endpoint', simulator.url);
-    await expect(run('cluster', 'sync', '--name', 'gpu-west')).rejects.toThrow();
+  it.each([
+    ['a wrong password', credentials('admin', 'WRONG_PASSWORD'), /refused the username or password of admin \(401: Incorrect username or password\)/],
+    ['a user without models:write and admin', credentials('reader', 'READER_PASSWORD'), /the management user reader lacks the scopes models:write, admin/],
+    ['an API key the engine does not know', credentials('admin', 'ADMIN_PASSWORD', 'WRONG_KEY'), /refused the API key \(401: Could not validate credentials\)/],
+    ['an access token given as the API key', credentials('admin', 'ADMIN_PASSWORD', 'JWT_KEY'), /is an access token \(a JWT\), which expires/],
+    ['--auth none on an engine with authentication on', ['--auth', 'none'], /runs with authentication on/],
+  ])('refuses %s with a clear error, and stores nothing', async (_what, flags, message) => {
+    await expect(register('gpu-refused', ...flags)).rejects.toThrow(message);
+    await expect(register('gpu-refused', ...flags)).rejects.toBeInstanceOf(ClusterRegistrationError);
+    expect(await app.db('clusters').where({ name: 'gpu-refused' }).first()).toBeUndefined();
   });
 
+  it('needs the credential flags, reading secrets only from the environment', async () => {
+    await expect(register('gpu-x')).rejects.toThrow(/--admin-user is required/);
+    await expect(register('gpu-x', '--admin-user', 'admin', '--api-key-env', 'CLUSTER_KEY')).rejects.toThrow(/--admin-password-env is required/);
+    await expect(register('gpu-x', ...credentials('admin', 'NOT_SET'))).rejects.toThrow(new UsageError('the environment variable NOT_SET (--admin-password-env) is empty'));
+    await expect(register('gpu-x', '--auth', 'none', '--admin-user', 'admin')).rejects.toThrow(/makes no sense with --auth none/);
+  });
+
+  it('registers a cluster run with authentication off only as --auth none', async () => {
+    const open = await startClusterSimulator({ auth: false, workers: [{ name: 'o0', gpuName: 'NVIDIA L4', gpuCount: 1, gpuMemoryGb: 24 }] });
+    try {
+      await expect(run('cluster', 'register', '--name', 'gpu-open', '--endpoint', open.url, ...credentials())).rejects.toThrow(/runs with authentication off .* register it with --auth none/);
+      expect(await run('cluster', 'register', '--name', 'gpu-open', '--endpoint', open.url, '--auth', 'none')).toMatch(/with authentication off \(--auth none\)/);
+      expect(await run('cluster', 'sync', '--name', 'gpu-open')).toContain('instance o0:30001: g2-standard-4 (1 GPUs)');
+      expect(await app.db('clusters').where({ name: 'gpu-open' }).first()).toMatchObject({ auth_mode: 'none', sealed_credential: null, sealed_management_credential: null });
+    } finally {
+      await open.stop();
+    }
+  });
+});
+
+describe('cluster register over plain http', () => {
+  const lanAddress = Object.values(networkInterfaces())
+    .flat()
+    .find((address) => address && address.family === 'IPv4' && !address.internal)?.address;
+
+  it('refuses http:// to a host that is not loopback, through the CLI process, before contacting it', async () => {
+    const child = spawn(process.execPath, ['src/cli/operator.ts', 'cluster', 'register', '--name', 'gpu-lan', '--endpoint', 'http://xinference.internal:9997', ...credentials()], {
+      env: { ...process.env, ...ENV, NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET, DATABASE_URL: app.databaseUrl, LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/^refused: the endpoint http:\/\/xinference\.internal:9997 is plain http to a host that is not loopback: .* pass --insecure-http/);
+    expect(await app.db('clusters').where({ name: 'gpu-lan' }).first()).toBeUndefined();
+  });
+
+  it.skipIf(!lanAddress)('accepts http:// to a non-loopback address with --insecure-http', async () => {
+    const lan = await startClusterSimulator({ host: lanAddress, adminPassword: 'admin-password-1', apiKey: 'xf-cluster-inference-key' });
+    try {
+      const endpoint = lan.url;
+      await expect(run('cluster', 'register', '--name', 'gpu-lan', '--endpoint', endpoint, ...credentials())).rejects.toThrow(/plain http to a host that is not loopback/);
+      expect(await run('cluster', 'register', '--name', 'gpu-lan', '--endpoint', endpoint, ...credentials(), '--insecure-http')).toMatch(/registered cluster gpu-lan/);
+    } finally {
+      await lan.stop();
+    }
+  });
+});
+
+describe('cluster credentials at run time', () => {
+  it('stops a cluster whose engine refuses its credentials, alerts the operator, shows why in cluster list, and makes it active again once fixed', async () => {
+    const own = await startClusterSimulator({ adminPassword: 'admin-password-1', apiKey: 'xf-cluster-inference-key', workers: [{ name: 'r0', gpuName: 'NVIDIA L4', gpuCount: 1, gpuMemoryGb: 24 }] });
+    const lines: string[] = [];
+    const clusters = new ClustersService({ db: app.db, keyring: app.container.keyring, log: pino({ level: 'error' }, { write: (line: string) => void lines.push(line) }) });
+    const run = (...argv: string[]) => runOperatorCommand(argv, { db: app.db, clusters, env: ENV });
+    try {
+      const registerOwn = (...flags: string[]) => run('cluster', 'register', '--name', 'gpu-rotated', '--endpoint', own.url, ...flags);
+      await registerOwn(...credentials());
+      const cluster = await app.db('clusters').where({ name: 'gpu-rotated' }).first();
+      expect(await run('cluster', 'sync', '--name', 'gpu-rotated')).toContain('engine version');
+      expect(await run('cluster', 'sync', '--name', 'gpu-rotated')).toContain('instance r0:30001');
+
+      own.auth?.resetPassword('admin', 'rotated-by-someone');
+      const before = own.auth?.invalidBearers ?? 0;
+      await expect(run('cluster', 'sync', '--name', 'gpu-rotated')).rejects.toThrow(/refused the username or password of admin/);
+      await expect(run('cluster', 'sync', '--name', 'gpu-rotated')).rejects.toThrow(/its calls are stopped until an operator runs `cluster register` or `cluster check`/);
+      // The held access token is refused once; the sign-in that follows is refused; nothing more.
+      expect((own.auth?.invalidBearers ?? 0) - before).toBe(1);
+      expect(await app.db('clusters').where({ id: cluster.id }).first()).toMatchObject({ status: 'credentials_invalid', status_reason: expect.stringMatching(/Incorrect username or password/) });
+      expect(await run('cluster', 'list')).toMatch(/gpu-rotated\t.*\tcredentials_invalid: the engine refused the username or password of admin/);
+      expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([
+        expect.objectContaining({ level: 50, alert: 'cluster_credentials_invalid', cluster: 'gpu-rotated', reason: expect.stringMatching(/Incorrect username or password/) }),
+      ]);
+      expect(lines.join('')).not.toMatch(/admin-password-1|rotated-by-someone/);
+      await expect(run('cluster', 'check', '--name', 'gpu-rotated')).rejects.toThrow(/refused the username or password/);
+
+      own.auth?.resetPassword('admin', 'admin-password-1');
+      expect(await run('cluster', 'check', '--name', 'gpu-rotated')).toBe('cluster gpu-rotated: the engine accepts its credentials; status active');
+      expect(await run('cluster', 'sync', '--name', 'gpu-rotated')).toContain('instance r0:30001');
+    } finally {
+      await own.stop();
+    }
+  });
+});
+
+describe('catalog commands', () => {
   it('enables, disables and restricts catalog models', async () => {
     expect(await run('model', 'disable', '--name', 'qwen3')).toBe('qwen3 is disabled');
     expect((await app.db('deployable_models').where({ model_name: 'qwen3' }).first()).enabled).toBe(false);

@@ -45,6 +45,11 @@ async function until(id: string, status: string): Promise<Deployment> {
 
 const activeAllocations = (deploymentId: string) => app.db('gpu_allocations').where({ deployment_id: deploymentId, status: 'active' });
 
+type EngineModel = { model_uid: string; status: string; orphan: boolean; replicas: Array<{ routed: boolean }> };
+const completedJob = (queue: string, deploymentId: string) =>
+  app.db.withSchema('pgboss').from('job').where({ name: queue, state: 'completed' }).whereRaw("data->>'deploymentId' = ?", [deploymentId]).first('id');
+const engineModelOf = (uid: string, sim = simulator()) => (sim.state().models as EngineModel[]).find((m) => m.model_uid === uid);
+
 describe('provisioning on the cluster', () => {
   it('takes a deployment to running, with cluster, instance, allocation, engine uid and selection reason', async () => {
     const created = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
@@ -115,21 +120,129 @@ describe('provisioning on the cluster', () => {
   });
 
   it.each([
-    ['error', /Engine core initialization failed/],
-    ['oom', /CUDA out of memory/],
-  ] as const)('fails at the model_launch stage when the engine fails to load (%s), releasing the GPUs', async (kind, reason) => {
+    ['error', 'model_launch', /Engine core initialization failed/],
+    ['oom', 'capacity', /CUDA out of memory/],
+  ] as const)('fails when the engine fails to load (%s): at %s, with the engine message, releasing the GPUs', async (kind, stage, reason) => {
     simulator().failNextLaunch(kind);
-    const failed = await until((await deploy({ model_name: 'gemma-2-it', model_size_in_billions: 9 })).id, 'failed');
-    expect(failed.failure_stage).toBe('model_launch');
+    const failed = await until((await deploy({ model_name: 'glm4-chat' })).id, 'failed');
+    expect(failed.failure_stage).toBe(stage);
     expect(failed.failure_reason).toMatch(reason);
     expect(await activeAllocations(failed.id)).toHaveLength(0);
   });
 
-  it('notices an engine that lost a running model: failed at health_check', async () => {
+  it('fails at model_launch a model the engine does not have, though it accepted the launch', async () => {
+    await app.db('model_specs').insert({
+      deployable_model_id: app.db('deployable_models').where({ model_name: 'phi-3-mini-128k-instruct' }).select('id'),
+      model_format: 'ggufv2',
+      model_size_in_billions: 4,
+      quantizations: ['Q4_K_M'],
+      model_engine: 'llama.cpp',
+    });
+    const failed = await until((await deploy({ model_name: 'phi-3-mini-128k-instruct', model_format: 'ggufv2' })).id, 'failed');
+    expect(failed).toMatchObject({ failure_stage: 'model_launch', failure_reason: expect.stringMatching(/^Model not found, name: phi-3-mini-128k-instruct, format: ggufv2/) });
+    expect(await activeAllocations(failed.id)).toHaveLength(0);
+  });
+
+  it('runs a deployment only once its model answers, not when the engine reports the instance READY', async () => {
+    simulator().setModelLoadMs(6000);
+    const created = await deploy({ model_name: 'mistral-instruct-v0.3' });
+    await until(created.id, 'starting');
+    simulator().setModelLoadMs(300);
+    const engineModel = () => engineModelOf(`dep-${created.id.replaceAll('-', '')}`);
+    await waitUntil(async () => engineModel()?.status === 'READY', 'the engine to report the instance READY', 10_000);
+    const seen = await read(created.id);
+    // Read while the engine still loads: READY on the instance, its replica not routed yet.
+    expect(engineModel()?.replicas[0]?.routed).toBe(false);
+    expect(seen.status).toBe('starting');
+    await until(created.id, 'running');
+    expect(engineModel()?.replicas[0]?.routed).toBe(true);
+    await browser.delete(`/api/v1/model-deployments/${created.id}`);
+    await until(created.id, 'terminated');
+  });
+
+  it('waits out a launch in progress before deleting it, and frees the GPUs only once the engine confirms the model gone', async () => {
+    simulator().setModelLoadMs(6000);
+    const created = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 3 });
+    const starting = await until(created.id, 'starting');
+    simulator().setModelLoadMs(300);
+    const uid = starting.engine_model_uid as string;
+    const cancels = simulator().requests['POST /v1/models/{model_uid}/cancel'] ?? 0;
+    expect((await browser.delete(`/api/v1/model-deployments/${created.id}`)).status).toBe(200);
+    // The cleanup step has looked at the engine at least once (and found the model loading).
+    await waitUntil(async () => Boolean(await completedJob(TERMINATE_QUEUE, created.id)), 'a terminate step to complete');
+    const allocations = await activeAllocations(created.id);
+    const status = (await read(created.id)).status;
+    // Read while the engine still loads the model: the GPUs stay ours, the deployment terminating.
+    expect(engineModelOf(uid)?.replicas[0]?.routed).toBe(false);
+    expect(allocations).toHaveLength(1);
+    expect(status).toBe('terminating');
+    await until(created.id, 'terminated');
+    expect(await activeAllocations(created.id)).toHaveLength(0);
+    expect(simulator().terminations.map((t) => t.modelUid)).toContain(uid);
+    expect(simulator().gpus().flatMap((gpu) => gpu.holders).filter((holder) => holder.startsWith(uid))).toEqual([]);
+    expect((simulator().state().models as Array<{ model_uid: string }>).map((m) => m.model_uid)).not.toContain(uid);
+    expect(simulator().requests['POST /v1/models/{model_uid}/cancel'] ?? 0).toBe(cancels);
+  });
+
+  it('keeps running a deployment whose model the engine recovers after a crash, without deleting it', async () => {
+    const running = await until((await deploy({ model_name: 'Yi-1.5-chat' })).id, 'running');
+    const uid = running.engine_model_uid as string;
+    const launches = simulator().launches.filter((l) => l.modelUid === uid).length;
+    // Recovery takes 1.5 s: long enough for the reconciler (every 0.5 s) to see it, within the 3 s grace.
+    simulator().setModelLoadMs(1500);
+    expect(simulator().crash(uid)).toBe(true);
+    simulator().setModelLoadMs(300);
+    await waitUntil(async () => Boolean((await app.db('deployments').where({ id: running.id }).first()).engine_unhealthy_since), 'the reconciler to see the model not ready');
+    await waitUntil(async () => (await app.db('deployments').where({ id: running.id }).first()).engine_unhealthy_since === null, 'the reconciler to see it recovered');
+    expect((await read(running.id)).status).toBe('running');
+    expect(simulator().terminations.map((t) => t.modelUid)).not.toContain(uid);
+    expect(simulator().launches.filter((l) => l.modelUid === uid)).toHaveLength(launches);
+    expect(simulator().running()).toContain(uid);
+  });
+
+  it('fails at health_check a running model that does not come back within the grace period, releasing its GPUs', async () => {
     const running = await until((await deploy({ model_name: 'phi-3-mini-128k-instruct' })).id, 'running');
-    expect(simulator().crash(running.engine_model_uid as string)).toBe(true);
+    expect(simulator().crash(running.engine_model_uid as string, { recover: false })).toBe(true);
     const failed = await until(running.id, 'failed');
-    expect(failed.failure_stage).toBe('health_check');
+    expect(failed).toMatchObject({ failure_stage: 'health_check', failure_reason: expect.stringMatching(/did not recover on its engine within \d+ seconds/) });
+    await waitUntil(async () => (await activeAllocations(running.id)).length === 0, 'the GPUs to be released');
+  });
+
+  it('fails at once a running model the engine no longer knows', async () => {
+    const running = await until((await deploy({ model_name: 'mistral-nemo-instruct' })).id, 'running');
+    const signedIn = await fetch(`${simulator().url}/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ username: simulator().credentials?.adminUser, password: simulator().credentials?.adminPassword }),
+    });
+    const { access_token: token } = (await signedIn.json()) as { access_token: string };
+    expect((await fetch(`${simulator().url}/v1/models/${running.engine_model_uid}`, { method: 'DELETE', headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
+    const failed = await until(running.id, 'failed');
+    expect(failed).toMatchObject({ failure_stage: 'health_check', failure_reason: 'The engine no longer serves the model.' });
     expect(await activeAllocations(running.id)).toHaveLength(0);
+  });
+});
+
+describe('a deployment failed while its model loads', () => {
+  let slow: TestApp;
+  beforeAll(async () => {
+    slow = await startTestApp({ ...FAST_PROVISIONING, DEPLOYMENT_START_TIMEOUT_SECONDS: '1' }, { cluster: { modelLoadMs: 4000 } });
+  });
+  afterAll(() => slow.close());
+
+  it('keeps its GPUs until the engine confirms the model gone, then releases them', async () => {
+    const owner = (await registeredUser(slow)).browser;
+    const { id } = await jsonOf<Deployment>(await owner.post('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 0.5 }));
+    let failed: Deployment | undefined;
+    await waitUntil(async () => (failed = await jsonOf<Deployment>(await owner.get(`/api/v1/model-deployments/${id}`))).status === 'failed', 'the start timeout');
+    expect(failed).toMatchObject({ failure_stage: 'health_check' });
+    const uid = failed?.engine_model_uid as string;
+    const held = await slow.db('gpu_allocations').where({ deployment_id: id, status: 'active' });
+    // Read while the engine still loads the model: the failed deployment keeps its GPUs.
+    expect(engineModelOf(uid, slow.simulator)?.replicas[0]?.routed).toBe(false);
+    expect(held).toHaveLength(1);
+    await waitUntil(async () => (await slow.db('gpu_allocations').where({ deployment_id: id, status: 'active' })).length === 0, 'the cleanup to release the GPUs', 20_000);
+    expect(slow.simulator?.gpus().flatMap((gpu) => gpu.holders).filter((holder) => holder.startsWith(uid))).toEqual([]);
+    expect(slow.simulator?.terminations.map((t) => t.modelUid)).toContain(uid);
   });
 });

@@ -76,7 +76,7 @@ describe('worker processes', () => {
 
   it('two workers never provision the same deployment twice', async () => {
     await Promise.all([startWorker(), startWorker()]);
-    const models = ['qwen2.5-instruct', 'mistral-instruct-v0.3', 'gemma-2-it', 'phi-3-mini-128k-instruct', 'glm4-chat', 'Yi-1.5-chat'];
+    const models = ['qwen2.5-instruct', 'mistral-instruct-v0.3', 'gemma-3-it', 'phi-3-mini-128k-instruct', 'glm4-chat', 'Yi-1.5-chat'];
     const created = await Promise.all(models.map((model_name) => deploy({ model_name })));
     for (const { id } of created) await waitUntil(async () => (await statusOf(id)).status === 'running', `deployment ${id} to run`);
 

@@ -1,0 +1,491 @@
+import { createHash, randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { crc32, deflateSync } from 'node:zlib';
+import type { Model, SimulatedCluster } from './cluster.ts';
+import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valueError } from './http.ts';
+
+/**
+ * The OpenAI-compatible inference routes of the simulator (`xinference/api/restful_api.py`,
+ * `create_chat_completion`, `create_embedding`, `rerank`, `create_images`,
+ * `create_transcriptions`): the request and answer shapes, SSE framing and usage of Xinference.
+ * Outputs are derived deterministically from the request (a hash-seeded word list, hash-seeded
+ * unit vectors, a one-colour PNG).
+ *
+ * Still as before, not yet as Xinference 3.x (the relay's tests expect today's answers; see
+ * README): an image `url` is a data URL (Xinference answers a path on the worker's disk),
+ * transcription `text` answers text/plain (Whisper raises for text, srt and vtt), and
+ * `logit_bias` is ignored (Xinference answers 501).
+ */
+
+export interface GenerationSettings {
+  /** Delay between generated tokens (streamed, and in total for non-streaming answers). */
+  tokenLatencyMs: number;
+  /** Length in tokens (= words) of a generated answer unless `max_tokens` cuts it short. */
+  completionTokens: number;
+  /** Dimension of the simulated embedding vectors. */
+  embeddingDimensions: number;
+}
+
+interface Generation {
+  model: Model;
+  res: ServerResponse;
+  done: boolean;
+  timer: NodeJS.Timeout | undefined;
+  fail(message: string): void;
+  stop(): void;
+}
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-store',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+/** sse-starlette (Xinference's SSE writer) ends lines with CRLF. */
+const SSE_END = '\r\n\r\n';
+const DONE_EVENT = `data: [DONE]${SSE_END}`;
+
+const WORDS = [
+  'the', 'model', 'answers', 'with', 'simulated', 'words', 'drawn', 'from', 'a', 'seeded', 'list',
+  'cluster', 'token', 'stream', 'quietly', 'returns', 'every', 'request', 'same', 'text', 'again',
+  'gpu', 'memory', 'holds', 'weights', 'while', 'layers', 'compute', 'bright', 'answers', 'for',
+  'you', 'and', 'them', 'under', 'clear', 'skies', 'river', 'stone', 'light', 'signal', 'north',
+  'garden', 'paper', 'window', 'orbit', 'harbor', 'meadow', 'silver', 'copper', 'lantern', 'echo',
+  'forest', 'summit', 'ember', 'tide', 'cedar', 'prism', 'falcon', 'canyon', 'willow', 'ridge', 'delta', 'nova',
+];
+
+export type InferenceRoutes = ReturnType<typeof inferenceRoutes>;
+
+export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationSettings) {
+  const activeGenerations = new Set<Generation>();
+  const counters = { abortedRequests: 0, generatedTokens: 0 };
+
+  function requireAbility(model: Model, type: string, what: string): void {
+    if (model.type !== type) throw new SimulatorError(500, `Model ${model.name} is not for ${what}.`);
+  }
+
+  function track(model: Model, res: ServerResponse, onStop: () => void, onFail: (message: string) => void): Generation {
+    const generation: Generation = {
+      model,
+      res,
+      done: false,
+      timer: undefined,
+      stop() {
+        if (generation.done) return;
+        generation.done = true;
+        if (generation.timer) clearTimeout(generation.timer);
+        generation.timer = undefined;
+        activeGenerations.delete(generation);
+        model.generations.delete(generation);
+        onStop();
+      },
+      fail(message: string) {
+        if (generation.done) return;
+        generation.stop();
+        onFail(message);
+      },
+    };
+    activeGenerations.add(generation);
+    model.generations.add(generation);
+    res.once('close', () => {
+      if (!generation.done) {
+        counters.abortedRequests++;
+        generation.stop();
+      }
+    });
+    return generation;
+  }
+
+  async function chatCompletions(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonObject(req, res);
+    if (!body) return;
+    if (typeof body.model !== 'string') return pydanticError(res, 'CreateChatCompletion', 'model');
+    const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
+    if (messages.length === 0) throw valueError('Invalid input. Please specify the prompt.');
+    const model = cluster.serving(body.model);
+    requireAbility(model, 'LLM', 'chat');
+    // core/model.py, chat: a family with only `generate` (codestral-v0.1) has no chat on vLLM.
+    if (!model.abilities.includes('chat')) throw new SimulatorError(500, `Model ${model.name} is not for chat.`);
+
+    let promptTokens = 0;
+    let lastUser = '';
+    for (const message of messages) {
+      const text = messageText(message);
+      promptTokens += countWords(text);
+      if (isRecord(message) && message.role === 'user') lastUser = text;
+    }
+    const maxTokensRaw = typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : body.max_tokens;
+    const maxTokens = typeof maxTokensRaw === 'number' && maxTokensRaw >= 0 ? Math.floor(maxTokensRaw) : undefined;
+    // vLLM's ignore_eos generates exactly max_tokens.
+    let count = body.ignore_eos === true && maxTokens !== undefined ? maxTokens : settings.completionTokens;
+    let finishReason = 'stop';
+    if (maxTokens !== undefined && maxTokens < count) {
+      count = maxTokens;
+      finishReason = 'length';
+    }
+    const words = answerWords(`${lastUser}\u0000${typeof body.seed === 'number' ? body.seed : ''}`, count);
+    const id = `chatcmpl-${randomUUID()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const usage = { prompt_tokens: promptTokens, completion_tokens: count, total_tokens: promptTokens + count };
+    const latency = settings.tokenLatencyMs;
+
+    if (body.stream !== true) {
+      const answer = () =>
+        sendJson(res, 200, {
+          id,
+          object: 'chat.completion',
+          created,
+          model: model.uid,
+          choices: [{ index: 0, message: { role: 'assistant', content: words.join(' ') }, finish_reason: finishReason }],
+          usage,
+        });
+      if (latency === 0 || count === 0) {
+        counters.generatedTokens += count;
+        return answer();
+      }
+      const generation = track(
+        model,
+        res,
+        () => undefined,
+        (message) => sendJson(res, 500, { detail: message }),
+      );
+      generation.timer = setTimeout(() => {
+        counters.generatedTokens += count;
+        generation.stop();
+        answer();
+      }, latency * count);
+      return;
+    }
+
+    const includeUsage = isRecord(body.stream_options) && body.stream_options.include_usage === true;
+    const head = `data: {"id":${JSON.stringify(id)},"model":${JSON.stringify(model.uid)},"object":"chat.completion.chunk","created":${created},"choices":`;
+    res.writeHead(200, SSE_HEADERS);
+    let index = 0;
+    const onDrain = () => schedule();
+    const generation = track(
+      model,
+      res,
+      () => res.off('drain', onDrain),
+      (message) => res.end(`data: ${JSON.stringify({ error: message })}${SSE_END}`),
+    );
+    const finish = () => {
+      let tail = `${head}[{"index":0,"delta":{"content":""},"finish_reason":${JSON.stringify(finishReason)}}]}${SSE_END}`;
+      if (includeUsage) tail += `${head}[],"usage":${JSON.stringify(usage)}}${SSE_END}`;
+      generation.stop();
+      res.end(tail + DONE_EVENT);
+    };
+    const step = () => {
+      generation.timer = undefined;
+      if (generation.done) return;
+      while (index < count) {
+        const word = index === 0 ? words[0] : ` ${words[index]}`;
+        index++;
+        counters.generatedTokens++;
+        const writable = res.write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(word)}},"finish_reason":null}]}${SSE_END}`);
+        if (!writable) {
+          res.once('drain', onDrain);
+          return;
+        }
+        if (latency > 0 && index < count) {
+          generation.timer = setTimeout(step, latency);
+          return;
+        }
+      }
+      finish();
+    };
+    function schedule() {
+      if (generation.done) return;
+      if (latency > 0) generation.timer = setTimeout(step, latency);
+      else step();
+    }
+    res.write(`${head}[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}${SSE_END}`);
+    schedule();
+  }
+
+  async function embeddings(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonObject(req, res);
+    if (!body) return;
+    if (typeof body.model !== 'string') return pydanticError(res, 'CreateEmbeddingRequest', 'model');
+    if (body.input === undefined) return pydanticError(res, 'CreateEmbeddingRequest', 'input');
+    const model = cluster.serving(body.model);
+    requireAbility(model, 'embedding', 'creating embedding');
+    const inputs: unknown[] =
+      typeof body.input === 'string' || (Array.isArray(body.input) && body.input.every((item) => typeof item === 'number'))
+        ? [body.input]
+        : Array.isArray(body.input)
+          ? body.input
+          : [body.input];
+    let tokens = 0;
+    const data = inputs.map((input, index) => {
+      const text = typeof input === 'string' ? input : JSON.stringify(input);
+      tokens += typeof input === 'string' ? countWords(input) : Array.isArray(input) ? input.length : 1;
+      return { index, object: 'embedding', embedding: unitVector(text, settings.embeddingDimensions) };
+    });
+    sendJson(res, 200, {
+      object: 'list',
+      model: model.uid,
+      model_replica: model.replicas[0]?.uid ?? model.uid,
+      data,
+      usage: { prompt_tokens: tokens, total_tokens: tokens },
+    });
+  }
+
+  async function rerank(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonObject(req, res);
+    if (!body) return;
+    if (typeof body.model !== 'string') return pydanticError(res, 'RerankRequest', 'model');
+    if (typeof body.query !== 'string') return pydanticError(res, 'RerankRequest', 'query');
+    if (!Array.isArray(body.documents) || !body.documents.every((d) => typeof d === 'string')) return pydanticError(res, 'RerankRequest', 'documents');
+    const model = cluster.serving(body.model);
+    requireAbility(model, 'rerank', 'reranking');
+    const query = body.query;
+    const documents = body.documents as string[];
+    const queryWords = new Set(words(query));
+    const scored = documents.map((document, index) => {
+      const docWords = words(document);
+      const overlap = docWords.length === 0 ? 0 : docWords.filter((w) => queryWords.has(w)).length / docWords.length;
+      const jitter = hashSeed(`${query}\u0000${document}`) / 0xffffffff;
+      return { index, relevance_score: Number((0.7 * overlap + 0.3 * jitter).toFixed(6)), document };
+    });
+    scored.sort((a, b) => b.relevance_score - a.relevance_score || a.index - b.index);
+    const topN = typeof body.top_n === 'number' ? Math.max(0, Math.floor(body.top_n)) : undefined;
+    const picked = topN === undefined ? scored : scored.slice(0, topN);
+    const inputTokens = countWords(query) + documents.reduce((sum, d) => sum + countWords(d), 0);
+    sendJson(res, 200, {
+      id: randomUUID(),
+      results: picked.map((r) => ({ index: r.index, relevance_score: r.relevance_score, document: body.return_documents === true ? { text: r.document } : null })),
+      meta: {
+        api_version: null,
+        billed_units: null,
+        tokens: body.return_len === true ? { input_tokens: inputTokens, output_tokens: inputTokens } : null,
+        warnings: null,
+      },
+    });
+  }
+
+  async function images(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonObject(req, res);
+    if (!body) return;
+    if (typeof body.model !== 'string') return pydanticError(res, 'TextToImageRequest', 'model');
+    const model = cluster.serving(body.model);
+    requireAbility(model, 'image', 'txt2img');
+    const prompt = typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.prompt ?? '');
+    const n = typeof body.n === 'number' && body.n > 0 ? Math.min(Math.floor(body.n), 10) : 1;
+    const format = typeof body.response_format === 'string' ? body.response_format : 'url';
+    const data = Array.from({ length: n }, (_, i) => {
+      const b64 = tinyPng(`${prompt}\u0000${i}`).toString('base64');
+      return format === 'b64_json' ? { url: null, b64_json: b64 } : { url: `data:image/png;base64,${b64}`, b64_json: null };
+    });
+    sendJson(res, 200, { created: Math.floor(Date.now() / 1000), data });
+  }
+
+  async function transcriptions(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(req.headers['content-type'] ?? '');
+    const boundaryValue = boundary?.[1] ?? boundary?.[2];
+    if (!boundaryValue) {
+      req.resume();
+      return sendJson(res, 422, { detail: [{ type: 'missing', loc: ['body', 'model'], msg: 'Field required', input: null }] });
+    }
+    const form = await readMultipart(req, boundaryValue);
+    const missing = ['model', 'file'].filter((field) => (field === 'file' ? form.fileBytes === undefined : !form.fields.has(field)));
+    if (missing.length > 0) {
+      return sendJson(res, 422, { detail: missing.map((field) => ({ type: 'missing', loc: ['body', field], msg: 'Field required', input: null })) });
+    }
+    const model = cluster.serving(form.fields.get('model'));
+    requireAbility(model, 'audio', 'creating transcriptions');
+    const text = `Simulated transcription of ${form.fileBytes} bytes of audio.`;
+    if (form.fields.get('response_format') === 'text') {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+      res.end(text);
+      return;
+    }
+    sendJson(res, 200, { text });
+  }
+
+  return {
+    chatCompletions,
+    embeddings,
+    rerank,
+    images,
+    transcriptions,
+    counters,
+    active: () => activeGenerations.size,
+    stopAll() {
+      for (const generation of [...activeGenerations]) generation.stop();
+    },
+  };
+}
+
+function messageText(message: unknown): string {
+  if (!isRecord(message)) return '';
+  const content = message.content;
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part) => (isRecord(part) && typeof part.text === 'string' ? part.text : ''))
+      .filter(Boolean)
+      .join(' ');
+  }
+  return '';
+}
+
+function words(text: string): string[] {
+  return text.toLowerCase().split(/[^\p{L}\p{N}]+/u).filter(Boolean);
+}
+
+function countWords(text: string): number {
+  let n = 0;
+  for (const part of text.split(/\s+/)) if (part) n++;
+  return n;
+}
+
+function hashSeed(text: string): number {
+  return createHash('sha256').update(text).digest().readUInt32LE(0);
+}
+
+/** mulberry32: a small, fast, seedable PRNG. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function answerWords(seedText: string, count: number): string[] {
+  const random = prng(hashSeed(seedText));
+  const out: string[] = [];
+  for (let i = 0; i < count; i++) out.push(WORDS[Math.floor(random() * WORDS.length)] as string);
+  return out;
+}
+
+function unitVector(text: string, dimensions: number): number[] {
+  const random = prng(hashSeed(text));
+  const vector = new Array<number>(dimensions);
+  let norm = 0;
+  for (let i = 0; i < dimensions; i++) {
+    const value = random() * 2 - 1;
+    vector[i] = value;
+    norm += value * value;
+  }
+  norm = Math.sqrt(norm) || 1;
+  for (let i = 0; i < dimensions; i++) vector[i] = (vector[i] as number) / norm;
+  return vector;
+}
+
+/** A valid 8x8 single-colour PNG whose colour derives from the seed. */
+function tinyPng(seed: string): Buffer {
+  const size = 8;
+  const colour = hashSeed(seed);
+  const row = Buffer.alloc(1 + size * 3);
+  for (let x = 0; x < size; x++) {
+    row[1 + x * 3] = colour & 0xff;
+    row[2 + x * 3] = (colour >>> 8) & 0xff;
+    row[3 + x * 3] = (colour >>> 16) & 0xff;
+  }
+  const raw = Buffer.concat(Array.from({ length: size }, () => row));
+  const header = Buffer.alloc(13);
+  header.writeUInt32BE(size, 0);
+  header.writeUInt32BE(size, 4);
+  header[8] = 8; // bit depth
+  header[9] = 2; // truecolour
+  const chunk = (type: string, data: Buffer) => {
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(data.length);
+    const typed = Buffer.concat([Buffer.from(type, 'ascii'), data]);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(crc32(typed) >>> 0);
+    return Buffer.concat([length, typed, crc]);
+  };
+  return Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk('IHDR', header),
+    chunk('IDAT', deflateSync(raw)),
+    chunk('IEND', Buffer.alloc(0)),
+  ]);
+}
+
+interface MultipartForm {
+  fields: Map<string, string>;
+  /** Bytes of the `file` part, counted as they stream past; undefined when there is none. */
+  fileBytes: number | undefined;
+}
+
+/**
+ * Reads a multipart/form-data body as a stream: small fields are kept, the file part is only
+ * counted, never held in memory beyond the current chunk.
+ */
+async function readMultipart(req: IncomingMessage, boundary: string): Promise<MultipartForm> {
+  const delimiter = Buffer.from(`\r\n--${boundary}`);
+  const headerEnd = Buffer.from('\r\n\r\n');
+  const form: MultipartForm = { fields: new Map(), fileBytes: undefined };
+  // The first delimiter has no leading CRLF; prepending one lets one search find them all.
+  let buffer: Buffer = Buffer.from('\r\n');
+  let phase: 'preamble' | 'after-delimiter' | 'headers' | 'body' | 'done' = 'preamble';
+  let part: { name: string; isFile: boolean; value: Buffer[]; size: number } | undefined;
+
+  const consume = (data: Buffer) => {
+    if (!part || data.length === 0) return;
+    if (part.isFile) {
+      form.fileBytes = (form.fileBytes ?? 0) + data.length;
+    } else if (part.size < 1024 * 1024) {
+      part.value.push(data);
+      part.size += data.length;
+    }
+  };
+  const closePart = () => {
+    if (part && !part.isFile) form.fields.set(part.name, Buffer.concat(part.value).toString('utf8'));
+    if (part?.isFile && form.fileBytes === undefined) form.fileBytes = 0;
+    part = undefined;
+  };
+
+  for await (const chunk of req) {
+    if (phase === 'done') continue;
+    buffer = buffer.length === 0 ? (chunk as Buffer) : Buffer.concat([buffer, chunk as Buffer]);
+    for (;;) {
+      if (phase === 'preamble' || phase === 'body') {
+        const at = buffer.indexOf(delimiter);
+        if (at === -1) {
+          const keep = Math.min(buffer.length, delimiter.length - 1);
+          if (phase === 'body') consume(buffer.subarray(0, buffer.length - keep));
+          buffer = Buffer.from(buffer.subarray(buffer.length - keep));
+          break;
+        }
+        if (phase === 'body') {
+          consume(buffer.subarray(0, at));
+          closePart();
+        }
+        buffer = buffer.subarray(at + delimiter.length);
+        phase = 'after-delimiter';
+      } else if (phase === 'after-delimiter') {
+        if (buffer.length < 2) break;
+        if (buffer[0] === 0x2d && buffer[1] === 0x2d) {
+          phase = 'done';
+          break;
+        }
+        const lineEnd = buffer.indexOf('\r\n');
+        if (lineEnd === -1) break;
+        buffer = buffer.subarray(lineEnd + 2);
+        phase = 'headers';
+      } else if (phase === 'headers') {
+        const at = buffer.indexOf(headerEnd);
+        if (at === -1) {
+          if (buffer.length > 16 * 1024) throw new Error('multipart part headers too large');
+          break;
+        }
+        const headers = buffer.subarray(0, at).toString('utf8');
+        buffer = buffer.subarray(at + headerEnd.length);
+        const disposition = /content-disposition:[^\r\n]*/i.exec(headers)?.[0] ?? '';
+        const name = /\bname="([^"]*)"/i.exec(disposition)?.[1] ?? '';
+        part = { name, isFile: /\bfilename="/i.test(disposition) || name === 'file', value: [], size: 0 };
+        phase = 'body';
+      } else {
+        break;
+      }
+    }
+  }
+  return form;
+}

@@ -1,0 +1,400 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EngineError, workerIpFor, XinferenceClient, type ModelState } from '../../src/adapters/xinference.ts';
+import { gpuTypeOf } from '../../src/clusters/gpu-names.ts';
+import { startClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { engineUnderTest, poll, REAL_ENGINE, type EngineUnderTest } from './engine-under-test.ts';
+
+/**
+ * The engine conformance suite: what our engine client relies on in Xinference 3.x, checked
+ * against the cluster simulator in `make test` and against a real cluster with
+ * `XINFERENCE_URL=… make test-engine` (see engine-under-test.ts). M numbers are those of
+ * ../shared/reviews/xinference-fidelity-d37b28c.md. Tests marked `simulator only` need failure
+ * injection (crashes, out-of-memory loads, revoked credentials, the address ban) or would leave
+ * the real cluster in a bad state; they are skipped against the real thing.
+ */
+
+type Json = Record<string, unknown>;
+const simulatorOnly = it.skipIf(REAL_ENGINE);
+
+let engine: EngineUnderTest;
+let client: XinferenceClient;
+
+beforeAll(async () => {
+  engine = await engineUnderTest();
+  client = engine.client();
+});
+afterAll(() => engine?.stop());
+
+async function raw(path: string, init: RequestInit & { bearer?: string } = {}): Promise<{ status: number; body: Json; headers: Headers }> {
+  const headers = new Headers(init.headers);
+  if (init.bearer) headers.set('authorization', `Bearer ${init.bearer}`);
+  if (init.body) headers.set('content-type', 'application/json');
+  const response = await fetch(`${engine.url}${path}`, { ...init, headers });
+  const text = await response.text();
+  let body: Json;
+  try {
+    body = JSON.parse(text) as Json;
+  } catch {
+    body = { text };
+  }
+  return { status: response.status, body, headers: response.headers };
+}
+
+async function signIn(): Promise<{ access_token: string; refresh_token: string }> {
+  const response = await raw('/token', { method: 'POST', body: JSON.stringify(engine.admin) });
+  expect(response.status).toBe(200);
+  return response.body as { access_token: string; refresh_token: string };
+}
+
+async function stopped(uid: string, target: XinferenceClient = client): Promise<void> {
+  await poll(async () => ((await target.stop(uid)) === 'stopped' ? true : undefined), `${uid} to be gone`, engine.loadTimeoutMs, engine.pollMs);
+}
+
+async function ready(uid: string, target: XinferenceClient = client): Promise<void> {
+  await poll(
+    async () => {
+      const state = await target.state(uid);
+      if (state.state === 'error' || state.state === 'missing') throw new Error(`${uid} did not load: ${JSON.stringify(state)}`);
+      return state.state === 'ready' ? true : undefined;
+    },
+    `${uid} to be ready`,
+    engine.loadTimeoutMs,
+    engine.pollMs,
+  );
+}
+
+describe('M1: credentials and scopes', () => {
+  it('refuses an API key on launch, delete, cancel and cluster info with 403, in Xinference words, and lets it list and read', async () => {
+    const key = engine.apiKey;
+    expect((await raw('/v1/models', { bearer: key })).status).toBe(200);
+    expect((await raw('/v1/models/instances', { bearer: key })).status).toBe(200);
+    expect((await raw('/v1/models/no-such-model/progress', { bearer: key })).status).toBe(200);
+    const refused = [
+      await raw('/v1/models', { method: 'POST', bearer: key, body: JSON.stringify({ model_name: 'qwen2.5-instruct', model_engine: 'vLLM' }) }),
+      await raw('/v1/models/no-such-model', { method: 'DELETE', bearer: key }),
+      await raw('/v1/models/no-such-model/cancel', { method: 'POST', bearer: key }),
+      await raw('/v1/cluster/info', { bearer: key }),
+    ];
+    for (const response of refused) {
+      expect(response.status).toBe(403);
+      expect(response.body.detail).toBe('API keys can only access model query and inference endpoints');
+    }
+  });
+
+  it('lets the admin user sign in at /token and manage models; the client checks every scope it needs', async () => {
+    const { access_token: token } = await signIn();
+    expect((await raw('/v1/models/no-such-model', { method: 'DELETE', bearer: token })).body.detail).toBe('Model not found in the model list, uid: no-such-model');
+    expect((await raw('/v1/cluster/info', { bearer: token })).status).toBe(200);
+    await client.checkManagementAccess();
+    await client.checkInferenceKey(engine.apiKey);
+    expect(await client.version()).toMatch(/^3\.\d+/);
+  });
+
+  it('answers 401 without a bearer, and leaves /status and /v1/cluster/auth open', async () => {
+    const missing = await raw('/v1/models');
+    expect(missing.status).toBe(401);
+    expect(missing.body.detail).toBe('Could not validate credentials');
+    expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    expect((await raw('/status')).status).toBe(200);
+    expect((await raw('/v1/cluster/auth')).body).toEqual({ auth: true });
+  });
+
+  simulatorOnly('names the scope a management user lacks (simulator only)', async () => {
+    engine.simulator?.auth?.addUser({ username: 'reader', password: 'reader-password', permissions: ['models:list', 'models:read'] });
+    const reader = new XinferenceClient(engine.url, { management: { username: 'reader', password: 'reader-password' } });
+    await expect(reader.checkManagementAccess()).rejects.toThrow(/lacks the scopes models:write, admin/);
+    const wrong = new XinferenceClient(engine.url, { management: { username: 'reader', password: 'not-it' } });
+    await expect(wrong.checkManagementAccess()).rejects.toThrow(/refused the username or password of reader \(401: Incorrect username or password\)/);
+    await expect(client.checkInferenceKey('xf-not-a-key-of-this-cluster')).rejects.toThrow(/refused the API key/);
+  });
+});
+
+describe('M2: expiring tokens and the address ban', () => {
+  it('gives access tokens an expiry, and rotates the refresh token: a used one is refused', async () => {
+    const { access_token: access, refresh_token: refresh } = await signIn();
+    const { exp } = JSON.parse(Buffer.from(access.split('.')[1] ?? '', 'base64url').toString()) as { exp: number };
+    expect(exp * 1000).toBeGreaterThan(Date.now());
+    const renewed = await raw('/v1/auth/refresh', { method: 'POST', body: JSON.stringify({ refresh_token: refresh }) });
+    expect(renewed.status).toBe(200);
+    expect(renewed.body).toMatchObject({ access_token: expect.any(String), refresh_token: expect.any(String), token_type: 'bearer' });
+    expect(renewed.body.refresh_token).not.toBe(refresh);
+    const reused = await raw('/v1/auth/refresh', { method: 'POST', body: JSON.stringify({ refresh_token: refresh }) });
+    expect(reused.status).toBe(401);
+    expect(reused.body.detail).toBe('Invalid or expired refresh token');
+  });
+
+  simulatorOnly('refreshes the access token before it expires: no call is ever refused across several lifetimes (simulator only)', async () => {
+    const short = await engineUnderTest({ auth: { accessTokenExpireSeconds: 2 } });
+    try {
+      const shortClient = short.client();
+      const auth = short.simulator?.auth;
+      const started = Date.now();
+      while (Date.now() - started < 5_000) {
+        expect(await shortClient.state('no-such-model')).toEqual({ state: 'missing' });
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(auth?.refusals[401]).toBe(0);
+      expect(short.simulator?.requests['POST /v1/auth/refresh']).toBeGreaterThanOrEqual(2);
+      expect(short.simulator?.requests['POST /token']).toBe(1);
+    } finally {
+      await short.stop();
+    }
+  });
+
+  simulatorOnly('bans an address after 10 invalid bearers in 300 s: 429 on every authenticated route, valid credentials included (simulator only)', async () => {
+    const banned = await startClusterSimulator({ modelLoadMs: 10 });
+    try {
+      const call = (bearer: string) => fetch(`${banned.url}/v1/models`, { headers: { authorization: `Bearer ${bearer}` } });
+      for (let i = 0; i < 9; i++) expect((await call(`xf-invalid-${i}`)).status).toBe(401);
+      expect((await call(banned.credentials?.apiKey as string)).status).toBe(200);
+      expect((await call('xf-invalid-9')).status).toBe(401);
+      const refused = await call(banned.credentials?.apiKey as string);
+      expect(refused.status).toBe(429);
+      expect(await refused.json()).toEqual({ detail: 'Too many failed attempts. IP temporarily banned.' });
+      expect((await fetch(`${banned.url}/status`)).status).toBe(200);
+    } finally {
+      await banned.stop();
+    }
+  });
+
+  simulatorOnly('stops at a refused credential: one rejected bearer, one refused sign-in, then no call at all (simulator only)', async () => {
+    const isolated = await engineUnderTest();
+    try {
+      const reasons: string[] = [];
+      const watched = isolated.client({ onCredentialsRejected: (reason) => void reasons.push(reason) });
+      const sim = isolated.simulator;
+      const auth = sim?.auth;
+      if (!sim || !auth) throw new Error('no simulator');
+      expect(await watched.state('no-such-model')).toEqual({ state: 'missing' });
+      auth.resetPassword(isolated.admin.username, 'a-new-password-the-platform-does-not-know');
+      const total = () => Object.values(sim.requests).reduce((sum, n) => sum + n, 0);
+      const before = { invalid: auth.invalidBearers, signIns: sim.requests['POST /token'] ?? 0, requests: total() };
+
+      await expect(watched.state('no-such-model')).rejects.toMatchObject({ kind: 'credentials' });
+      const afterRejection = total();
+      for (let i = 0; i < 5; i++) await expect(watched.launch(isolated.launchSpec())).rejects.toBeInstanceOf(EngineError);
+      expect(total()).toBe(afterRejection);
+      expect(auth.invalidBearers - before.invalid).toBe(1);
+      expect((sim.requests['POST /token'] ?? 0) - before.signIns).toBe(1);
+      expect(reasons).toEqual([expect.stringMatching(/refused the username or password of admin \(401: Incorrect username or password\)/)]);
+      expect(auth.bannedAddresses()).toEqual([]);
+    } finally {
+      await isolated.stop();
+    }
+  });
+});
+
+describe('M3: readiness', () => {
+  it('says ready only once every replica is READY and the model answers: then describe and chat succeed', async () => {
+    const spec = engine.launchSpec();
+    expect(await client.launch(spec)).toBe('launched');
+    let sawReadyInstanceLoading = false;
+    let sawLoadingAnswer = false;
+    try {
+      await poll(
+        async () => {
+          const state = await client.state(spec.modelUid);
+          if (state.state === 'error' || state.state === 'missing') throw new Error(`the model did not load: ${JSON.stringify(state)}`);
+          if (state.state === 'ready') return true;
+          const [instance] = (await raw(`/v1/models/instances?model_uid=${spec.modelUid}`, { bearer: engine.apiKey })).body as unknown as Array<{
+            status: string;
+            replica_statuses: Array<{ status: string }>;
+          }>;
+          // One snapshot: the instance READY while its replica still loads.
+          if (instance?.status === 'READY' && instance.replica_statuses[0]?.status === 'CREATING') sawReadyInstanceLoading = true;
+          const described = await raw(`/v1/models/${spec.modelUid}`, { bearer: engine.apiKey });
+          if (described.status === 503) {
+            expect(described.headers.get('retry-after')).toBe('30');
+            expect(described.body.detail).toMatch(/^Model is loading, please retry later/);
+            sawLoadingAnswer = true;
+          }
+          return undefined;
+        },
+        'the model to be ready',
+        engine.loadTimeoutMs,
+        engine.pollMs,
+      );
+      expect((await raw(`/v1/models/${spec.modelUid}`, { bearer: engine.apiKey })).status).toBe(200);
+      const chat = await raw('/v1/chat/completions', {
+        method: 'POST',
+        bearer: engine.apiKey,
+        body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 8 }),
+      });
+      expect(chat.status).toBe(200);
+      expect(chat.body.object).toBe('chat.completion');
+      // The instance is READY before the engine has loaded (vLLM), and the model answers 503 until
+      // routed; the simulator always shows both (a real cluster, when the load is slow enough).
+      if (!REAL_ENGINE) expect({ sawReadyInstanceLoading, sawLoadingAnswer }).toEqual({ sawReadyInstanceLoading: true, sawLoadingAnswer: true });
+    } finally {
+      await stopped(spec.modelUid);
+    }
+  });
+});
+
+describe('M5: termination', () => {
+  it('answers a DELETE during a launch with 400 naming the replica; the client waits the launch out, deletes, and confirms the uid gone', async () => {
+    const spec = engine.launchSpec();
+    const cancels = engine.simulator?.requests['POST /v1/models/{model_uid}/cancel'] ?? 0;
+    await client.launch(spec);
+    const early = await raw(`/v1/models/${spec.modelUid}`, { method: 'DELETE', bearer: (await signIn()).access_token });
+    expect(early.status).toBe(400);
+    expect(early.body.detail).toBe(`Model not found in the model list, uid: ${spec.modelUid}-rep0`);
+    expect(await client.stop(spec.modelUid)).toBe('pending');
+    await stopped(spec.modelUid);
+    expect((await raw(`/v1/models/instances?model_uid=${spec.modelUid}`, { bearer: engine.apiKey })).body).toEqual([]);
+    if (engine.simulator) {
+      expect(engine.simulator.requests['POST /v1/models/{model_uid}/cancel'] ?? 0).toBe(cancels);
+      expect(engine.simulator.gpus().flatMap((gpu) => gpu.holders).filter((uid) => uid.startsWith(spec.modelUid))).toEqual([]);
+    }
+  });
+
+  simulatorOnly('makes a cancel after the engine load() a no-op that forgets the uid: the model loads on, unreachable, holding its GPU (simulator only)', async () => {
+    const isolated = await engineUnderTest();
+    try {
+      const sim = isolated.simulator;
+      if (!sim) throw new Error('no simulator');
+      const spec = isolated.launchSpec();
+      await isolated.client().launch(spec);
+      const signedIn = await fetch(`${isolated.url}/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(isolated.admin) });
+      const { access_token: token } = (await signedIn.json()) as { access_token: string };
+      const call = async (path: string, method = 'GET') => {
+        const response = await fetch(`${isolated.url}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+        return { status: response.status, body: (await response.json()) as Json & Array<{ status: string; replica_statuses: Array<{ status: string }> }> };
+      };
+      await poll(async () => ((await call(`/v1/models/instances?model_uid=${spec.modelUid}`)).body[0]?.status === 'READY' ? true : undefined), 'the instance to be READY', isolated.loadTimeoutMs, isolated.pollMs);
+      expect((await call(`/v1/models/${spec.modelUid}/cancel`, 'POST')).status).toBe(200);
+      expect((await call(`/v1/models/${spec.modelUid}`)).status).toBe(400);
+      expect((await call(`/v1/models/${spec.modelUid}`, 'DELETE')).body.detail).toBe(`Model not found in the model list, uid: ${spec.modelUid}`);
+      await poll(
+        async () => ((await call(`/v1/models/instances?model_uid=${spec.modelUid}`)).body[0]?.replica_statuses[0]?.status === 'READY' ? true : undefined),
+        'the orphan to finish loading',
+        isolated.loadTimeoutMs,
+        isolated.pollMs,
+      );
+      expect(sim.gpus().some((gpu) => gpu.holders.includes(`${spec.modelUid}-rep0`))).toBe(true);
+      expect(sim.running()).not.toContain(spec.modelUid);
+    } finally {
+      await isolated.stop();
+    }
+  });
+});
+
+describe('M9: auto-recovery', () => {
+  simulatorOnly('reports a dead model recovering (TERMINATING, ERROR) until it is READY again, never missing (simulator only)', async () => {
+    const sim = engine.simulator;
+    if (!sim) throw new Error('no simulator');
+    const spec = engine.launchSpec();
+    await client.launch(spec);
+    await ready(spec.modelUid);
+    expect(sim.crash(spec.modelUid)).toBe(true);
+    const seen: ModelState['state'][] = [];
+    await poll(
+      async () => {
+        const state = await client.state(spec.modelUid);
+        seen.push(state.state);
+        return state.state === 'ready' ? true : undefined;
+      },
+      'the model to recover',
+      engine.loadTimeoutMs,
+      engine.pollMs,
+    );
+    expect(seen).toContain('recovering');
+    expect(seen).not.toContain('missing');
+    expect(seen).not.toContain('error');
+    expect(sim.terminations.map((t) => t.modelUid)).not.toContain(spec.modelUid);
+    await stopped(spec.modelUid);
+  });
+
+  simulatorOnly('past its recover budget the model is evicted: it stays ERROR, stops serving, frees its GPU, and a DELETE confirms it gone (simulator only)', async () => {
+    const sim = engine.simulator;
+    if (!sim) throw new Error('no simulator');
+    const spec = engine.launchSpec();
+    await client.launch(spec);
+    await ready(spec.modelUid);
+    sim.crash(spec.modelUid, { recover: false });
+    await poll(async () => (sim.gpus().some((gpu) => gpu.holders.includes(`${spec.modelUid}-rep0`)) ? undefined : true), 'the GPU to be freed', 5_000, 20);
+    expect(await client.state(spec.modelUid)).toMatchObject({ state: 'recovering' });
+    const chat = await raw('/v1/chat/completions', { method: 'POST', bearer: engine.apiKey, body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'hi' }] }) });
+    expect(chat.status).toBe(404);
+    await stopped(spec.modelUid);
+  });
+});
+
+describe('M7, M11: launches the engine refuses after accepting them', () => {
+  it('accepts a launch of a model Xinference does not have, then fails it on the instance', async () => {
+    const spec = { ...engine.launchSpec(), modelName: 'gemma-2-it', modelSizeInBillions: 9 };
+    expect(await client.launch(spec)).toBe('launched');
+    const state = await poll(
+      async () => {
+        const current = await client.state(spec.modelUid);
+        return current.state === 'error' ? current : undefined;
+      },
+      'the launch to fail',
+      engine.loadTimeoutMs,
+      engine.pollMs,
+    );
+    expect(state).toMatchObject({ capacity: false, message: expect.stringMatching(/Model not found, name: gemma-2-it/) });
+    expect(await client.stop(spec.modelUid)).toBe('stopped');
+  });
+
+  simulatorOnly('classifies an out-of-memory load, and a second vLLM model on a shared GPU, as capacity failures (simulator only)', async () => {
+    const sim = engine.simulator;
+    if (!sim) throw new Error('no simulator');
+    const oom = engine.launchSpec();
+    sim.failNextLaunch('oom', oom.modelUid);
+    await client.launch(oom);
+    const failed = await poll(async () => {
+      const state = await client.state(oom.modelUid);
+      return state.state === 'error' ? state : undefined;
+    }, 'the load to fail', engine.loadTimeoutMs, engine.pollMs);
+    expect(failed).toMatchObject({ capacity: true, message: expect.stringMatching(/^CUDA out of memory/) });
+
+    // GPUs are shared by default: the only H100 takes a second vLLM model, which cannot start.
+    const first = { ...engine.launchSpec(), workerAddress: 'sim-h100:30001' };
+    const second = { ...engine.launchSpec(), workerAddress: 'sim-h100:30001' };
+    await client.launch(first);
+    await ready(first.modelUid);
+    await client.launch(second);
+    const crowded = await poll(async () => {
+      const state = await client.state(second.modelUid);
+      return state.state === 'error' ? state : undefined;
+    }, 'the second load to fail', engine.loadTimeoutMs, engine.pollMs);
+    expect(crowded).toMatchObject({ capacity: true, message: expect.stringMatching(/less than desired GPU memory utilization/) });
+    await stopped(first.modelUid);
+  });
+});
+
+describe('M15, M16: workers', () => {
+  it('reports each worker GPU by its raw NVML name, which the GPU name table knows', async () => {
+    const workers = await client.workers();
+    expect(workers.length).toBeGreaterThan(0);
+    for (const worker of workers) expect(gpuTypeOf(worker.gpuName), `GPU name "${worker.gpuName}" of ${worker.address}`).toBeDefined();
+    if (!REAL_ENGINE) expect(workers.map((w) => w.gpuName)).toEqual(['NVIDIA A10G', 'NVIDIA H100 80GB HBM3']);
+  });
+
+  simulatorOnly('places a launch on the exact worker of a host:port on 3.2, among workers sharing a host, IPv6 included (simulator only)', async () => {
+    const shared = await engineUnderTest({
+      workers: [
+        { name: 'a', address: '10.0.0.5:30001', gpuName: 'NVIDIA L4', gpuCount: 1, gpuMemoryGb: 24 },
+        { name: 'b', address: '10.0.0.5:30002', gpuName: 'NVIDIA L4', gpuCount: 1, gpuMemoryGb: 24 },
+        { name: 'c', address: '[fd00::7]:30001', gpuName: 'NVIDIA L4', gpuCount: 1, gpuMemoryGb: 24 },
+      ],
+    });
+    try {
+      const placed = shared.client({ engineVersion: '3.2.0' });
+      for (const address of ['10.0.0.5:30002', '[fd00::7]:30001']) {
+        const spec = { ...shared.launchSpec(), workerAddress: address };
+        await placed.launch(spec);
+        const [instance] = (await (await fetch(`${shared.url}/v1/models/instances?model_uid=${spec.modelUid}`, { headers: { authorization: `Bearer ${shared.apiKey}` } })).json()) as Array<{
+          replica_statuses: Array<{ worker_address: string }>;
+        }>;
+        expect(instance?.replica_statuses[0]?.worker_address).toBe(address);
+      }
+      expect(workerIpFor('[fd00::7]:30001', '3.1.0')).toBe('fd00::7');
+      expect(workerIpFor('10.0.0.5:30002', '3.1.2')).toBe('10.0.0.5');
+      expect(workerIpFor('10.0.0.5:30002', '3.2.1')).toBe('10.0.0.5:30002');
+    } finally {
+      await shared.stop();
+    }
+  });
+});

@@ -1,0 +1,210 @@
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { Knex } from 'knex';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDatabase } from '../../src/db/database.ts';
+import { createTestDatabase } from '../helpers/database.ts';
+
+/**
+ * Every catalog entry checked against Xinference's own builtin model specifications (data files
+ * of xorbitsai/inference at the commit the review read, in ../shared/xinference from the repo
+ * root; XINFERENCE_SPECS_DIR overrides): the name exists, each launch combination (format, size,
+ * quantization, case-insensitively, as `match_llm` compares) is offered on the Hugging Face hub,
+ * the engine runs that format, and an LLM, which the platform serves through the chat route, has
+ * the `chat` ability.
+ */
+
+const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
+const SPECS_DIR = path.resolve(REPO_ROOT, process.env.XINFERENCE_SPECS_DIR ?? '../shared/xinference');
+
+interface HubSource {
+  quantizations?: string[];
+}
+interface LlmFamily {
+  model_name: string;
+  model_ability: string[];
+  model_specs: Array<{ model_format: string; model_size_in_billions: number | string; model_src: Record<string, HubSource> }>;
+}
+interface OtherModel {
+  model_name: string;
+  model_format?: string;
+  engine?: string;
+  model_specs?: Array<{ model_format: string; model_src: Record<string, HubSource> }>;
+}
+interface CatalogRow {
+  model_name: string;
+  model_type: string;
+  enabled: boolean;
+  model_format: string;
+  model_size_in_billions: string;
+  quantizations: string[];
+  model_engine: string;
+}
+
+/**
+ * The formats each engine runs, with Xinference's quantization rules
+ * (`model/llm/vllm/core.py`, `VLLMChatModel.match_json`; `model/llm/llama_cpp/core.py`;
+ * `model/embedding/sentence_transformers/core.py`; `model/rerank/sentence_transformers/core.py`;
+ * `model/image/engine_family.py` for diffusers).
+ */
+const ENGINES: Record<string, { types: string[]; formats: string[]; quantization?: (format: string, quantization: string) => boolean }> = {
+  vLLM: {
+    types: ['LLM'],
+    formats: ['pytorch', 'gptq', 'awq', 'fp4', 'fp8', 'bnb', 'ggufv2'],
+    quantization: (format, q) =>
+      format === 'pytorch' ? q === 'none' : format === 'awq' ? /[48]/.test(q) : format === 'gptq' ? /[348]/.test(q) : true,
+  },
+  'llama.cpp': { types: ['LLM'], formats: ['ggufv2'] },
+  sentence_transformers: { types: ['embedding', 'rerank'], formats: ['pytorch'] },
+  transformers: { types: ['audio'], formats: ['pytorch'] },
+  diffusers: { types: ['image'], formats: ['diffusers'] },
+};
+
+function readSpecs<T>(file: string): T {
+  return JSON.parse(readFileSync(path.join(SPECS_DIR, file), 'utf8')) as T;
+}
+
+const sizeOf = (size: number | string) => Number(String(size).replace('_', '.'));
+const hasQuantization = (offered: string[] | undefined, quantization: string) => (offered ?? []).some((q) => q.toLowerCase() === quantization.toLowerCase());
+
+let db: Knex;
+let drop: () => Promise<void>;
+let llms: Map<string, LlmFamily>;
+let others: Record<string, Map<string, OtherModel[]>>;
+
+beforeAll(async () => {
+  if (!existsSync(path.join(SPECS_DIR, 'llm-llm_family.json'))) {
+    throw new Error(
+      `The catalog test reads Xinference's model specifications from ${SPECS_DIR} (../shared/xinference from the repo root ${REPO_ROOT}), ` +
+        'and they are not there. Put the spec files there, or set XINFERENCE_SPECS_DIR to their directory.',
+    );
+  }
+  llms = new Map(readSpecs<LlmFamily[]>('llm-llm_family.json').map((family) => [family.model_name, family]));
+  others = Object.fromEntries(
+    (['embedding', 'rerank', 'audio', 'image'] as const).map((type) => {
+      const byName = new Map<string, OtherModel[]>();
+      for (const model of readSpecs<OtherModel[]>(`${type}-model_spec.json`)) byName.set(model.model_name, [...(byName.get(model.model_name) ?? []), model]);
+      return [type, byName];
+    }),
+  );
+  const database = await createTestDatabase();
+  drop = database.drop;
+  db = createDatabase({ url: database.url, poolMax: 2 });
+});
+afterAll(async () => {
+  await db?.destroy();
+  await drop?.();
+});
+
+/** What is wrong with one catalog launch combination, as Xinference sees it. */
+function problemsOf(row: CatalogRow): string[] {
+  const label = `${row.model_name} ${row.model_format} ${Number(row.model_size_in_billions)}B [${row.quantizations.join(', ')}] on ${row.model_engine}`;
+  const problems: string[] = [];
+  const engine = ENGINES[row.model_engine];
+  if (!engine || !engine.types.includes(row.model_type)) problems.push(`${label}: ${row.model_engine} is not an engine of ${row.model_type} models`);
+  else if (!engine.formats.includes(row.model_format)) problems.push(`${label}: ${row.model_engine} does not run the ${row.model_format} format`);
+  else for (const q of row.quantizations) if (engine.quantization && !engine.quantization(row.model_format, q)) problems.push(`${label}: ${row.model_engine} does not run ${row.model_format} ${q}`);
+
+  if (row.model_type === 'LLM') {
+    const family = llms.get(row.model_name);
+    if (!family) return [...problems, `${label}: Xinference has no LLM family of that name`];
+    if (!family.model_ability.includes('chat')) problems.push(`${label}: the family's abilities are ${family.model_ability.join(', ')}, without chat`);
+    const specs = family.model_specs.filter((spec) => spec.model_format === row.model_format && sizeOf(spec.model_size_in_billions) === Number(row.model_size_in_billions));
+    if (specs.length === 0) return [...problems, `${label}: no ${row.model_format} spec of ${Number(row.model_size_in_billions)}B`];
+    for (const q of row.quantizations) {
+      if (!specs.some((spec) => hasQuantization(spec.model_src.huggingface?.quantizations, q))) problems.push(`${label}: quantization ${q} is not offered`);
+    }
+    return problems;
+  }
+  // A name may have one entry per engine (audio: transformers and MLX).
+  const entries = others[row.model_type]?.get(row.model_name);
+  if (!entries) return [...problems, `${label}: Xinference has no ${row.model_type} model of that name`];
+  if (row.model_type === 'audio') {
+    if (!entries.some((entry) => entry.model_format === row.model_format && entry.engine === row.model_engine)) {
+      problems.push(`${label}: Xinference runs it as ${entries.map((entry) => `${entry.model_format} on ${entry.engine}`).join(' or ')}`);
+    }
+  } else if (row.model_type === 'embedding' || row.model_type === 'rerank') {
+    // The size is not matched for these types (model/core.py); format and quantization are.
+    const spec = entries.flatMap((entry) => entry.model_specs ?? []).find((s) => s.model_format === row.model_format);
+    if (!spec) problems.push(`${label}: no ${row.model_format} spec`);
+    else for (const q of row.quantizations) if (!hasQuantization(spec.model_src.huggingface?.quantizations, q)) problems.push(`${label}: quantization ${q} is not offered`);
+  }
+  return problems;
+}
+
+describe('the catalog against Xinference 3.x model specifications', () => {
+  it('offers only launch combinations Xinference has, on engines that run them, and only chat-capable LLMs', async () => {
+    const rows: CatalogRow[] = await db('deployable_models as m')
+      .join('model_specs as s', 's.deployable_model_id', 'm.id')
+      .where('m.enabled', true)
+      .select('m.model_name', 'm.model_type', 'm.enabled', 's.model_format', 's.model_size_in_billions', 's.quantizations', 's.model_engine');
+    expect(rows.length).toBeGreaterThan(100);
+    expect(await db('deployable_models').where({ enabled: false })).toEqual([]);
+    expect(rows.flatMap(problemsOf)).toEqual([]);
+  });
+
+  it('has dropped what Xinference no longer has, and offers the current families instead', async () => {
+    const names = (await db('deployable_models').select('model_name')).map((row: { model_name: string }) => row.model_name);
+    for (const gone of ['gemma-2-it', 'internlm2.5-chat', 'codestral-v0.1']) expect(names).not.toContain(gone);
+    expect(names).toEqual(expect.arrayContaining(['gemma-3-1b-it', 'internlm3-instruct']));
+  });
+
+  it('would catch a wrong entry: the rules refuse each mismatch the review found', () => {
+    const row = (over: Partial<CatalogRow>): CatalogRow => ({
+      model_name: 'qwen2.5-instruct',
+      model_type: 'LLM',
+      enabled: true,
+      model_format: 'pytorch',
+      model_size_in_billions: '7',
+      quantizations: ['none'],
+      model_engine: 'vLLM',
+      ...over,
+    });
+    expect(problemsOf(row({}))).toEqual([]);
+    expect(problemsOf(row({ model_format: 'ggufv2', quantizations: ['Q4_K_M'], model_engine: 'llama.cpp' }))).toEqual([]);
+    expect(problemsOf(row({ model_name: 'gemma-2-it', model_size_in_billions: '9' }))).toEqual([expect.stringMatching(/no LLM family of that name/)]);
+    expect(problemsOf(row({ model_name: 'codestral-v0.1', model_size_in_billions: '22' }))).toEqual([expect.stringMatching(/without chat/)]);
+    expect(problemsOf(row({ model_name: 'llama-3.3-instruct', model_format: 'ggufv2', model_size_in_billions: '70', quantizations: ['Q5_K_M'], model_engine: 'llama.cpp' }))).toEqual([
+      expect.stringMatching(/quantization Q5_K_M is not offered/),
+    ]);
+    expect(problemsOf(row({ model_name: 'gemma-3-it', model_size_in_billions: '1' }))).toEqual([expect.stringMatching(/no pytorch spec of 1B/)]);
+    expect(problemsOf(row({ model_format: 'ggufv2', quantizations: ['Q4_K_M'] }))).toEqual([]);
+    expect(problemsOf(row({ model_engine: 'llama.cpp' }))).toEqual([expect.stringMatching(/llama.cpp does not run the pytorch format/)]);
+    expect(problemsOf(row({ model_name: 'FLUX.1-schnell', model_type: 'image', model_format: 'pytorch', model_engine: 'diffusers' }))).toEqual([
+      expect.stringMatching(/diffusers does not run the pytorch format/),
+    ]);
+  });
+});
+
+describe('the catalog migration', () => {
+  it('keeps a dropped model that deployments reference, disabled, and leaves those deployments as they were', async () => {
+    await db.migrate.down({ name: '20261123000500_catalog_fidelity.ts' });
+    expect(await db('deployable_models').where({ model_name: 'gemma-2-it' }).first()).toMatchObject({ enabled: true });
+    const [organization] = await db('organizations').insert({ name: 'Migration', slug: `migration-${Date.now()}` }).returning('id');
+    const [user] = await db('users').insert({ email: `migration-${Date.now()}@example.com`, name: 'Migration' }).returning('id');
+    const insert = async (model: string, format: string, size: number, status: string) => {
+      const [row] = await db('deployments')
+        .insert({
+          user_id: (user as { id: number }).id,
+          organization_id: (organization as { id: number }).id,
+          deployable_model_id: db('deployable_models').where({ model_name: model }).select('id'),
+          model_name: model,
+          model_format: format,
+          model_size_in_billions: size,
+          quantization: 'none',
+          model_engine: model === 'FLUX.1-schnell' ? 'diffusers' : 'vLLM',
+          status,
+        })
+        .returning('*');
+      return row as { id: string; deployable_model_id: string };
+    };
+    const gemma = await insert('gemma-2-it', 'pytorch', 9, 'running');
+    const flux = await insert('FLUX.1-schnell', 'pytorch', 12, 'requested');
+
+    await db.migrate.latest();
+    expect(await db('deployable_models').where({ model_name: 'gemma-2-it' }).first()).toMatchObject({ id: gemma.deployable_model_id, enabled: false });
+    expect(await db('deployable_models').where({ model_name: 'internlm2.5-chat' }).first()).toBeUndefined();
+    expect(await db('deployments').where({ id: gemma.id }).first()).toMatchObject({ status: 'running', model_name: 'gemma-2-it', deployable_model_id: gemma.deployable_model_id });
+    expect(await db('deployments').where({ id: flux.id }).first()).toMatchObject({ model_format: 'diffusers' });
+  });
+});

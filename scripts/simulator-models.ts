@@ -2,7 +2,7 @@
  * Regenerates `src/local/simulator/xinference-models.json`, the builtin model families the cluster
  * simulator knows, from Xinference's own model specifications (data, Apache-2.0):
  *
- *   node scripts/simulator-models.ts ../shared/xinference
+ *   node scripts/simulator-models.ts ../shared/xinference [output directory]
  *
  * Kept per family: its abilities, and per launch spec the format, the size and the quantizations
  * offered on the Hugging Face hub (the hub Xinference downloads from by default). Run it when the
@@ -52,8 +52,14 @@ const withSpecs = (file: string) =>
       { specs: (model.model_specs ?? []).flatMap((spec) => (spec.model_src.huggingface ? [[spec.model_format, spec.model_src.huggingface.quantizations ?? []]] : [])) },
     ]),
   );
-const bare = (file: string) =>
-  Object.fromEntries(read<OtherModel[]>(file).map((model) => [model.model_name, { abilities: model.model_ability ?? [], engine: model.engine ?? null, format: model.model_format ?? null }]));
+/** Audio and image models: one entry per engine that runs the name (Whisper: transformers and MLX). */
+const byEngine = (file: string) => {
+  const entries: Record<string, Array<{ abilities: string[]; engine: string | null; format: string | null }>> = {};
+  for (const model of read<OtherModel[]>(file)) {
+    (entries[model.model_name] ??= []).push({ abilities: model.model_ability ?? [], engine: model.engine ?? null, format: model.model_format ?? null });
+  }
+  return entries;
+};
 
 const registry = {
   source: `xorbitsai/inference at ${commit}: xinference/model/{llm/llm_family.json,embedding,rerank,audio,image/model_spec.json}`,
@@ -61,10 +67,11 @@ const registry = {
   LLM: llm,
   embedding: withSpecs('embedding-model_spec.json'),
   rerank: withSpecs('rerank-model_spec.json'),
-  audio: bare('audio-model_spec.json'),
-  image: bare('image-model_spec.json'),
+  audio: byEngine('audio-model_spec.json'),
+  image: byEngine('image-model_spec.json'),
 };
-const target = path.join(import.meta.dirname, '../src/local/simulator/xinference-models.json');
+const output = process.argv[3] ?? path.join(import.meta.dirname, '../src/local/simulator');
+const target = path.join(output, 'xinference-models.json');
 writeFileSync(target, `${JSON.stringify(registry)}\n`);
-writeFileSync(path.join(import.meta.dirname, '../src/local/simulator/xinference-models.LICENSE'), readFileSync(path.join(directory, 'LICENSE')));
+writeFileSync(path.join(output, 'xinference-models.LICENSE'), readFileSync(path.join(directory, 'LICENSE')));
 process.stdout.write(`wrote ${target}: ${Object.keys(llm).length} LLM families\n`);

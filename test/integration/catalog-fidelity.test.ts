@@ -1,8 +1,11 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Knex } from 'knex';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
+import { load as loadRegistry } from '../../src/local/simulator/model-registry.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 
 /**
@@ -12,10 +15,16 @@ import { createTestDatabase } from '../helpers/database.ts';
  * quantization, case-insensitively, as `match_llm` compares) is offered on the Hugging Face hub,
  * the engine runs that format, and an LLM, which the platform serves through the chat route, has
  * the `chat` ability.
+ *
+ * Where those files are not beside the repository (a checkout of its own), the same data is read
+ * from `src/local/simulator/xinference-models.json`, which `scripts/simulator-models.ts` derives
+ * from them; wherever they are, a test checks that the derived file is exactly what the script
+ * makes of them, so the two sources cannot drift apart.
  */
 
 const REPO_ROOT = path.resolve(import.meta.dirname, '../..');
 const SPECS_DIR = path.resolve(REPO_ROOT, process.env.XINFERENCE_SPECS_DIR ?? '../shared/xinference');
+const HAVE_SPECS = existsSync(path.join(SPECS_DIR, 'llm-llm_family.json'));
 
 interface HubSource {
   quantizations?: string[];
@@ -73,20 +82,18 @@ let llms: Map<string, LlmFamily>;
 let others: Record<string, Map<string, OtherModel[]>>;
 
 beforeAll(async () => {
-  if (!existsSync(path.join(SPECS_DIR, 'llm-llm_family.json'))) {
-    throw new Error(
-      `The catalog test reads Xinference's model specifications from ${SPECS_DIR} (../shared/xinference from the repo root ${REPO_ROOT}), ` +
-        'and they are not there. Put the spec files there, or set XINFERENCE_SPECS_DIR to their directory.',
+  if (HAVE_SPECS) {
+    llms = new Map(readSpecs<LlmFamily[]>('llm-llm_family.json').map((family) => [family.model_name, family]));
+    others = Object.fromEntries(
+      (['embedding', 'rerank', 'audio', 'image'] as const).map((type) => {
+        const byName = new Map<string, OtherModel[]>();
+        for (const model of readSpecs<OtherModel[]>(`${type}-model_spec.json`)) byName.set(model.model_name, [...(byName.get(model.model_name) ?? []), model]);
+        return [type, byName];
+      }),
     );
+  } else {
+    ({ llms, others } = fromRegistry());
   }
-  llms = new Map(readSpecs<LlmFamily[]>('llm-llm_family.json').map((family) => [family.model_name, family]));
-  others = Object.fromEntries(
-    (['embedding', 'rerank', 'audio', 'image'] as const).map((type) => {
-      const byName = new Map<string, OtherModel[]>();
-      for (const model of readSpecs<OtherModel[]>(`${type}-model_spec.json`)) byName.set(model.model_name, [...(byName.get(model.model_name) ?? []), model]);
-      return [type, byName];
-    }),
-  );
   const database = await createTestDatabase();
   drop = database.drop;
   db = createDatabase({ url: database.url, poolMax: 2 });
@@ -95,6 +102,37 @@ afterAll(async () => {
   await db?.destroy();
   await drop?.();
 });
+
+/** The same families, read from the simulator's registry that `scripts/simulator-models.ts` derives from the spec files. */
+function fromRegistry(): { llms: Map<string, LlmFamily>; others: Record<string, Map<string, OtherModel[]>> } {
+  const registry = loadRegistry();
+  const hub = (quantizations: string[]) => ({ huggingface: { quantizations } });
+  const llms = new Map(
+    Object.entries(registry.LLM).map(([name, family]) => [
+      name,
+      {
+        model_name: name,
+        model_ability: family.abilities,
+        model_specs: family.specs.map(([format, size, quantizations]) => ({ model_format: format, model_size_in_billions: size, model_src: hub(quantizations) })),
+      },
+    ]),
+  );
+  const withSpecs = (type: 'embedding' | 'rerank') =>
+    new Map(
+      Object.entries(registry[type]).map(([name, model]) => [
+        name,
+        [{ model_name: name, model_specs: model.specs.map(([format, quantizations]) => ({ model_format: format, model_src: hub(quantizations) })) }],
+      ]),
+    );
+  const byEngine = (type: 'audio' | 'image') =>
+    new Map(
+      Object.entries(registry[type]).map(([name, entries]) => [
+        name,
+        entries.map((entry) => ({ model_name: name, ...(entry.format ? { model_format: entry.format } : {}), ...(entry.engine ? { engine: entry.engine } : {}) })),
+      ]),
+    );
+  return { llms, others: { embedding: withSpecs('embedding'), rerank: withSpecs('rerank'), audio: byEngine('audio'), image: byEngine('image') } };
+}
 
 /** What is wrong with one catalog launch combination, as Xinference sees it. */
 function problemsOf(row: CatalogRow): string[] {
@@ -131,6 +169,19 @@ function problemsOf(row: CatalogRow): string[] {
   }
   return problems;
 }
+
+describe('the simulator\'s copy of Xinference\'s model specifications', () => {
+  it.skipIf(!HAVE_SPECS)(`is exactly what scripts/simulator-models.ts derives from ${SPECS_DIR}`, () => {
+    const output = mkdtempSync(path.join(tmpdir(), 'xinference-models-'));
+    try {
+      execFileSync(process.execPath, [path.join(REPO_ROOT, 'scripts/simulator-models.ts'), SPECS_DIR, output]);
+      const committed = path.join(REPO_ROOT, 'src/local/simulator/xinference-models.json');
+      expect(readFileSync(path.join(output, 'xinference-models.json'), 'utf8')).toBe(readFileSync(committed, 'utf8'));
+    } finally {
+      rmSync(output, { recursive: true, force: true });
+    }
+  });
+});
 
 describe('the catalog against Xinference 3.x model specifications', () => {
   it('offers only launch combinations Xinference has, on engines that run them, and only chat-capable LLMs', async () => {

@@ -10,17 +10,19 @@ import { readFileSync } from 'node:fs';
 
 type LlmSpec = [format: string, size: string, quantizations: string[]];
 type OtherSpec = [format: string, quantizations: string[]];
+/** One entry per engine that runs the name. */
+type EngineEntry = { abilities: string[]; engine: string | null; format: string | null };
 
-interface Registry {
+export interface Registry {
   LLM: Record<string, { abilities: string[]; specs: LlmSpec[] }>;
   embedding: Record<string, { specs: OtherSpec[] }>;
   rerank: Record<string, { specs: OtherSpec[] }>;
-  audio: Record<string, { abilities: string[] }>;
-  image: Record<string, { abilities: string[] }>;
+  audio: Record<string, EngineEntry[]>;
+  image: Record<string, EngineEntry[]>;
 }
 
 let registry: Registry | undefined;
-function load(): Registry {
+export function load(): Registry {
   registry ??= JSON.parse(readFileSync(new URL('./xinference-models.json', import.meta.url), 'utf8')) as Registry;
   return registry;
 }
@@ -67,7 +69,7 @@ export function launchProblem(model: LaunchedModel): string | undefined {
 export function familyAbilities(type: string, name: string): string[] | undefined {
   const known = load();
   if (type === 'LLM') return known.LLM[name]?.abilities;
-  if (type === 'audio' || type === 'image') return known[type][name]?.abilities;
+  if (type === 'audio' || type === 'image') return known[type][name]?.flatMap((entry) => entry.abilities);
   return undefined;
 }
 

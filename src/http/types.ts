@@ -59,7 +59,7 @@ export interface HandlerContext<K extends OperationId> {
   /** The authenticated caller, typed from the operation's security requirement (AuthOf). */
   auth: AuthOf<K>;
   /** The operation's `x-body-limit` in bytes: a handler that reads its body as it streams (multipart) enforces it. */
-  bodyLimit: number | undefined;
+  bodyLimit: [NonNullable<Operation<K>['requestBody']>] extends [never] ? undefined : number;
   requestId: string;
   log: Logger;
   req: Request;

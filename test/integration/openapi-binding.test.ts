@@ -92,6 +92,34 @@ const document = {
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
     },
+    // Route rules read from the document alone: a small body limit, the hosted-inference error shape.
+    '/echo': {
+      post: {
+        operationId: 'echo',
+        'x-error-format': 'inference',
+        'x-body-limit': 64,
+        requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } },
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    // Verified by a signature, like the payment processor's webhook: exempt from the Origin check.
+    '/hook': {
+      post: {
+        operationId: 'hook',
+        'x-error-format': 'problem',
+        'x-body-limit': 1024,
+        'x-csrf-exempt': true,
+        requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } },
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    '/ping': {
+      post: {
+        operationId: 'ping',
+        'x-error-format': 'problem',
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
   },
   components: {
     securitySchemes: { SessionCookie: { type: 'apiKey', in: 'cookie', name: 'session' } },
@@ -106,6 +134,9 @@ const handlers = {
   getSession: () => ({ status: 200, body: {} }),
   search: ({ query }: { query: object }) => ({ status: 200, body: query }),
   go: ({ query }: { query: { with_body: boolean } }) => ({ status: 302, body: query.with_body ? { to: 'x' } : undefined, headers: { Location: 'https://example.com/' } }),
+  echo: ({ body }: { body: object }) => ({ status: 200, body }),
+  hook: ({ req }: { req: { rawBody?: Buffer } }) => ({ status: 200, body: { raw: req.rawBody?.toString() } }),
+  ping: ({ body }: { body: unknown }) => ({ status: 200, body: { read: body !== undefined } }),
 } as unknown as Handlers;
 
 describe('OpenAPI binding', () => {
@@ -160,6 +191,35 @@ describe('OpenAPI binding', () => {
     const response = await fetch(`${url}/private`);
     expect(response.status).toBe(401);
     expect(await jsonOf(response)).toMatchObject({ code: 'UNAUTHENTICATED' });
+  });
+
+  it('takes a route’s body limit and error format from the document', async () => {
+    const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+      fetch(`${url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+    expect(await jsonOf(await post('/echo', '{"a":1}'))).toEqual({ a: 1 });
+    const tooLarge = await post('/echo', JSON.stringify({ a: 'x'.repeat(100) }));
+    expect(tooLarge.status).toBe(413);
+    expect(await jsonOf(tooLarge)).toEqual({
+      error: { message: 'The request body is larger than 64 bytes.', type: 'invalid_request_error', code: 'request_too_large', param: null },
+    });
+    // A 405 on that path answers in its operations' format too.
+    expect(await jsonOf(await fetch(`${url}/echo`))).toMatchObject({ error: { code: 'method_not_allowed' } });
+    expect(await jsonOf(await fetch(`${url}/nowhere`))).toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  it('exempts only an x-csrf-exempt operation from the Origin check, and keeps its raw body for the signature', async () => {
+    const headers = { 'content-type': 'application/json', origin: 'https://evil.example' };
+    const hook = await fetch(`${url}/hook`, { method: 'POST', body: '{"id": 1}', headers });
+    expect(await jsonOf(hook)).toEqual({ raw: '{"id": 1}' });
+    const echo = await fetch(`${url}/echo`, { method: 'POST', body: '{}', headers });
+    expect(echo.status).toBe(403);
+    expect(await jsonOf(echo)).toMatchObject({ error: { code: 'csrf_failed' } });
+  });
+
+  it('reads no body on a route that documents none, nor on a path no route matches', async () => {
+    const malformed = { method: 'POST', body: '{"not json', headers: { 'content-type': 'application/json' } };
+    expect(await jsonOf(await fetch(`${url}/ping`, malformed))).toEqual({ read: false });
+    expect((await fetch(`${url}/nowhere`, malformed)).status).toBe(404);
   });
 
   it('answers 500 without details when a handler breaks the contract', async () => {

@@ -87,7 +87,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   for (const operationId of Object.keys(handlers) as OperationId[]) {
     const handler = handlers[operationId] as unknown as LooseHandler;
     const operationRules = rules.get(operationId) as OperationRules;
-    const needsCredential = !operationRules.security.some((requirement) => Object.keys(requirement).length === 0) && operationRules.security.length > 0;
+    const needsCredential = operationRules.security.length > 0 && operationRules.security.every((requirement) => Object.keys(requirement).length > 0);
     const dispatch = async (context: Context, req: Request, res: Response) => {
       const auth = authenticatedPrincipal(context) as Principal | undefined;
       // The handler's type promises a caller wherever the operation requires one (types.ts AuthOf).
@@ -152,7 +152,11 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       // (inference/transcription-form.ts), never held for the validator: its absence is expected.
       const streamed = !rulesOf(context.operation).jsonBody;
       const errors = (context.validation.errors ?? []).filter((error) => !(streamed && isMissingBody(error)));
-      if (!errors.length) return operationHandlers.get(context.operation.operationId ?? '')?.(context, req, res);
+      if (!errors.length) {
+        // As openapi-backend does after a validation that passes: the request with coerced types.
+        context.request = api.router.parseRequest(context.validation.coerced, context.operation);
+        return operationHandlers.get(context.operation.operationId ?? '')?.(context, req, res);
+      }
       throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: errors.map(toIssue) });
     },
   });

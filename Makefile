@@ -15,11 +15,12 @@ $(INSTALLED): package.json package-lock.json
 	npm ci --no-audit --no-fund
 	@touch $@
 
-## generate: compile spec/ to $(GENERATED)/openapi.json and $(GENERATED)/api.d.ts
+## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts
 generate: $(INSTALLED)
 	tsp compile spec --config spec/tspconfig.yaml --option "@typespec/openapi3.emitter-output-dir=$(abspath $(GENERATED))"
 	node src/cli/normalize-openapi.ts $(GENERATED)/openapi.json
 	openapi-typescript $(GENERATED)/openapi.json --default-non-nullable false -o $(GENERATED)/api.d.ts >/dev/null 2>&1
+	node src/cli/security-types.ts $(GENERATED)/openapi.json $(GENERATED)/security.d.ts
 
 ## check-generated: fail if regenerating would change a byte of generated/
 check-generated: $(INSTALLED)

@@ -3882,6 +3882,18 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -3973,6 +3985,18 @@ export interface operations {
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4089,6 +4113,18 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -4178,7 +4214,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4189,6 +4228,15 @@ export interface operations {
             };
             /** @description 409 on create: billing blocks it (`PAYMENT_SETUP_INCOMPLETE`, `ACTIVE_DEPLOYMENT_LIMIT_REACHED`, `SPENDING_LIMIT_REACHED`). */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4261,6 +4309,18 @@ export interface operations {
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4356,7 +4416,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -4753,6 +4816,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -4821,6 +4893,15 @@ export interface operations {
              *     the server setting `ALLOWED_ORIGINS` (default: the service's own origin).
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4968,7 +5049,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5051,8 +5135,20 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5121,6 +5217,18 @@ export interface operations {
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5207,7 +5315,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5285,7 +5396,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5379,7 +5493,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5390,6 +5507,15 @@ export interface operations {
             };
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5461,7 +5587,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5556,8 +5685,20 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5630,7 +5771,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5720,8 +5864,20 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5810,7 +5966,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -5830,6 +5989,15 @@ export interface operations {
             };
             /** @description 409: `PAYMENT_SETUP_INCOMPLETE`, the customer has no default payment method to charge automatically. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -5943,7 +6111,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7063,7 +7234,10 @@ export interface operations {
                     "application/json": components["schemas"]["SessionResponse"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7095,6 +7269,15 @@ export interface operations {
             };
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7168,7 +7351,10 @@ export interface operations {
                     "application/json": components["schemas"]["InvitationSsoStart"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7200,6 +7386,15 @@ export interface operations {
             };
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7281,7 +7476,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7394,7 +7592,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7607,6 +7808,18 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -7683,8 +7896,20 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7781,7 +8006,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7880,7 +8108,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -7965,7 +8196,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8050,7 +8284,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8155,7 +8392,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8278,7 +8518,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8369,7 +8612,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8383,6 +8629,15 @@ export interface operations {
              *     organization (resend that one instead); `ALREADY_A_MEMBER`, the email belongs to a member.
              */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8464,7 +8719,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8565,7 +8823,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8659,6 +8920,18 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -8716,7 +8989,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8822,7 +9098,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -8845,6 +9124,15 @@ export interface operations {
              *     organization without a super_admin (promote someone else to super_admin first).
              */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9338,6 +9626,15 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
@@ -9397,7 +9694,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9478,7 +9778,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9566,8 +9869,20 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9669,6 +9984,15 @@ export interface operations {
             };
             /** @description 409 on register: `EMAIL_TAKEN`, an account with this email already exists. */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9811,7 +10135,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9877,7 +10204,10 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 403: `FORBIDDEN` (role too low) or `CSRF_FAILED`. */
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
             403: {
                 headers: {
                     [name: string]: unknown;
@@ -9980,6 +10310,15 @@ export interface operations {
              *     the server setting `ALLOWED_ORIGINS` (default: the service's own origin).
              */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -2,16 +2,14 @@ import express, { type ErrorRequestHandler, type Express } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { AppError, isAppError } from './errors.ts';
-import { createOpenApiMiddleware, type SecurityHandlers } from './http/openapi.ts';
+import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
 import { requestLog, setRoute } from './http/request-log.ts';
-import { authenticateBeforeBody, INFERENCE_JSON_BODY_LIMIT, JSON_BODY_LIMIT, jsonBodies } from './http/request-body.ts';
+import { authenticateBeforeBody, bytesInWords, jsonBodies } from './http/request-body.ts';
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
 import { docsAssets } from './platform/docs.ts';
-
-export { INFERENCE_JSON_BODY_LIMIT, JSON_BODY_LIMIT } from './http/request-body.ts';
 
 export interface AppOptions {
   logger: Logger;
@@ -27,6 +25,12 @@ export interface AppOptions {
 
 /** Builds the Express application. No side effects: no listening, no connections opened. */
 export async function createApp(options: AppOptions): Promise<Express> {
+  const binding = await bindOpenApi({
+    document: options.document,
+    handlers: options.handlers,
+    security: options.security,
+    validateResponses: options.validateResponses,
+  });
   const app = express();
   app.disable('x-powered-by');
   app.set('etag', false);
@@ -39,18 +43,14 @@ export async function createApp(options: AppOptions): Promise<Express> {
     if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');
     next();
   }, docsAssets());
+  // Each request is matched to its operation once, before anything reads its body: the Origin
+  // check, early authentication, body parsing and error answers follow that operation's rules.
+  app.use(binding.route);
   app.use(originCheck(options.allowedOrigins));
-  // Inference callers are authenticated before their (up to 10 MiB) body is read.
-  app.use(authenticateBeforeBody(options.document, options.security));
+  // Callers of API-key routes (inference) are authenticated before their body is read.
+  app.use(authenticateBeforeBody(options.security));
   app.use(jsonBodies());
-  app.use(
-    await createOpenApiMiddleware({
-      document: options.document,
-      handlers: options.handlers,
-      security: options.security,
-      validateResponses: options.validateResponses,
-    }),
-  );
+  app.use(binding.dispatch);
   app.use(errorHandler);
   return app;
 }
@@ -62,9 +62,9 @@ const errorHandler: ErrorRequestHandler = (error, req, res, _next) => {
 
 function toAppError(error: unknown, req: express.Request): AppError {
   if (isAppError(error)) return error;
-  const bodyError = error as { type?: string; status?: number };
+  const bodyError = error as { type?: string; status?: number; limit?: number };
   if (bodyError.type === 'entity.too.large') {
-    const limit = req.principal ? INFERENCE_JSON_BODY_LIMIT : JSON_BODY_LIMIT;
+    const limit = bytesInWords(req.operation?.bodyLimit ?? bodyError.limit ?? 0);
     return new AppError('PAYLOAD_TOO_LARGE', `The request body is larger than ${limit}.`, { inference: { code: 'request_too_large' } });
   }
   if (bodyError.type === 'entity.parse.failed') {

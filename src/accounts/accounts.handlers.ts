@@ -1,11 +1,9 @@
-import type { Request } from 'express';
-import { AppError } from '../errors.ts';
-import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
+import { clientAddress } from '../http/client-address.ts';
+import type { Handlers } from '../http/types.ts';
 import { toSessionResponse, type AccountsService } from './accounts.service.ts';
 import type { SessionCookies } from './cookies.ts';
 import type { EmailVerificationService } from './email-verification.service.ts';
 import type { PasswordResetService } from './password-reset.service.ts';
-import type { SessionPrincipal } from './principal.ts';
 
 type AccountHandlers = Pick<
   Handlers,
@@ -19,17 +17,6 @@ type AccountHandlers = Pick<
   | 'confirmEmailVerification'
   | 'resendEmailVerification'
 >;
-
-/** The signed-in caller of a session route (the security handler has already checked it). */
-export function sessionOf(context: HandlerContext<OperationId>): SessionPrincipal {
-  if (context.auth?.kind !== 'session') throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
-  return context.auth;
-}
-
-/** The client's address for per-address limits (behind a proxy, as `TRUST_PROXY` allows). */
-export function clientAddress(req: Request): string {
-  return req.ip ?? req.socket.remoteAddress ?? 'unknown';
-}
 
 export function accountHandlers(deps: {
   accounts: AccountsService;
@@ -49,13 +36,13 @@ export function accountHandlers(deps: {
       cookies.set(res, token, principal.sessionId, principal.expiresAt);
       return { status: 200, body: toSessionResponse(principal) };
     },
-    getSession: (context) => ({ status: 200, body: toSessionResponse(sessionOf(context)) }),
+    getSession: (context) => ({ status: 200, body: toSessionResponse(context.auth) }),
     updateProfile: async (context) => {
-      const principal = await accounts.updateProfile(sessionOf(context), context.body);
+      const principal = await accounts.updateProfile(context.auth, context.body);
       return { status: 200, body: toSessionResponse(principal) };
     },
     logOut: async (context) => {
-      await accounts.logOut(sessionOf(context));
+      await accounts.logOut(context.auth);
       cookies.clear(context.res);
       return { status: 200, body: { authenticated: false } };
     },
@@ -72,7 +59,7 @@ export function accountHandlers(deps: {
       return { status: 200, body: { verified: true, email } };
     },
     resendEmailVerification: async (context) => {
-      await emailVerification.resend(sessionOf(context), clientAddress(context.req));
+      await emailVerification.resend(context.auth, clientAddress(context.req));
       return { status: 200, body: { queued: true } };
     },
   };

@@ -1,6 +1,5 @@
 import { AppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
-import { sessionOf } from './accounts.handlers.ts';
 import type { SessionCookies } from './cookies.ts';
 import type { SessionStore } from './sessions.ts';
 
@@ -11,7 +10,7 @@ export function sessionHandlers(deps: { sessions: SessionStore; cookies: Session
   const { sessions, cookies } = deps;
   return {
     listSessions: async (context) => {
-      const principal = sessionOf(context);
+      const principal = context.auth;
       const list = await sessions.listOfUser(principal.user.id, principal.sessionId);
       return {
         status: 200,
@@ -25,14 +24,14 @@ export function sessionHandlers(deps: { sessions: SessionStore; cookies: Session
       };
     },
     revokeSession: async (context) => {
-      const principal = sessionOf(context);
+      const principal = context.auth;
       const ended = await sessions.invalidateOfUser(principal.user.id, context.params.session_id);
       if (!ended) throw new AppError('NOT_FOUND', `You have no session ${context.params.session_id}.`);
       if (ended === principal.sessionId) cookies.clear(context.res);
       return { status: 204, body: undefined };
     },
     revokeOtherSessions: async (context) => {
-      const principal = sessionOf(context);
+      const principal = context.auth;
       return { status: 200, body: { revoked: await sessions.invalidateOthersOfUser(principal.user.id, principal.sessionId) } };
     },
   };

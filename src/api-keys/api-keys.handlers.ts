@@ -1,4 +1,3 @@
-import { sessionOf } from '../accounts/accounts.handlers.ts';
 import type { Handlers } from '../http/types.ts';
 import type { ApiKeysService } from './api-keys.service.ts';
 
@@ -7,10 +6,10 @@ type ApiKeyHandlers = Pick<Handlers, 'listApiKeys' | 'createApiKey' | 'listApiKe
 export function apiKeyHandlers(deps: { apiKeys: ApiKeysService }): ApiKeyHandlers {
   const { apiKeys } = deps;
   return {
-    listApiKeys: async (context) => ({ status: 200, body: await apiKeys.list(sessionOf(context)) }),
-    createApiKey: async (context) => ({ status: 201, body: await apiKeys.create(sessionOf(context), context.body) }),
-    listApiKeyDeploymentOptions: async (context) => ({ status: 200, body: await apiKeys.deploymentOptions(sessionOf(context)) }),
-    updateApiKey: async (context) => ({ status: 200, body: await apiKeys.update(sessionOf(context), context.params.api_key_id, context.body) }),
-    revokeApiKey: async (context) => ({ status: 200, body: await apiKeys.revoke(sessionOf(context), context.params.api_key_id) }),
+    listApiKeys: async (context) => ({ status: 200, body: await apiKeys.list(context.auth) }),
+    createApiKey: async (context) => ({ status: 201, body: await apiKeys.create(context.auth, context.body) }),
+    listApiKeyDeploymentOptions: async (context) => ({ status: 200, body: await apiKeys.deploymentOptions(context.auth) }),
+    updateApiKey: async (context) => ({ status: 200, body: await apiKeys.update(context.auth, context.params.api_key_id, context.body) }),
+    revokeApiKey: async (context) => ({ status: 200, body: await apiKeys.revoke(context.auth, context.params.api_key_id) }),
   };
 }

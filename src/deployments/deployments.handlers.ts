@@ -1,4 +1,3 @@
-import { sessionOf } from '../accounts/accounts.handlers.ts';
 import type { Handlers } from '../http/types.ts';
 import type { DeploymentsService } from './deployments.service.ts';
 
@@ -7,9 +6,9 @@ type DeploymentHandlers = Pick<Handlers, 'listDeployments' | 'getDeployment' | '
 export function deploymentHandlers(deps: { deployments: DeploymentsService }): DeploymentHandlers {
   const { deployments } = deps;
   return {
-    listDeployments: async (context) => ({ status: 200, body: await deployments.list(sessionOf(context), context.query) }),
-    getDeployment: async (context) => ({ status: 200, body: await deployments.get(sessionOf(context), context.params.deployment_id) }),
-    createDeployment: async (context) => ({ status: 201, body: await deployments.create(sessionOf(context), context.body) }),
-    deleteDeployment: async (context) => ({ status: 200, body: await deployments.delete(sessionOf(context), context.params.deployment_id) }),
+    listDeployments: async (context) => ({ status: 200, body: await deployments.list(context.auth, context.query) }),
+    getDeployment: async (context) => ({ status: 200, body: await deployments.get(context.auth, context.params.deployment_id) }),
+    createDeployment: async (context) => ({ status: 201, body: await deployments.create(context.auth, context.body) }),
+    deleteDeployment: async (context) => ({ status: 200, body: await deployments.delete(context.auth, context.params.deployment_id) }),
   };
 }

@@ -1,10 +1,11 @@
-import type { NextFunction, Request, Response } from 'express';
-import { OpenAPIBackend, type Context, type Document } from 'openapi-backend';
+import type { NextFunction, Request, RequestHandler, Response } from 'express';
+import { OpenAPIBackend, type Context, type Document, type Operation } from 'openapi-backend';
 import type { ErrorObject } from 'ajv';
 import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
-import { assertEverySessionOperationHasARole, authorize } from './authorization.ts';
+import { authorize } from './authorization.ts';
+import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
 import { setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
 
@@ -33,17 +34,33 @@ export interface OpenApiOptions {
   validateResponses: boolean;
 }
 
+/** The OpenAPI binding, in two middlewares: one before anything reads the body, one after. */
+export interface OpenApiBinding {
+  /**
+   * Matches the request to its operation, once: `req.operation` (its rules, see operations.ts) and
+   * `req.errorFormat` (the operation's, or on a 405 that of the path's operations; `problem` when
+   * nothing matches), so body parsing, the Origin check, early authentication and error answers
+   * read the spec's rules instead of lists of paths.
+   */
+  route: RequestHandler;
+  /** Security handlers, request validation, the role, the handler, response validation, 404 and 405. */
+  dispatch: RequestHandler;
+}
+
 /**
- * Binds the OpenAPI document to the handlers: routing, security, request validation (with query
- * coercion and formats), 404/405, and response validation. Returns the Express middleware.
+ * Binds the OpenAPI document, as it is, to the handlers: routing, security, request validation
+ * (with query coercion and formats), roles, 404/405, and response validation. The document's
+ * route rules (`x-required-role`, `x-error-format`, `x-body-limit`, `x-csrf-exempt`) are read here,
+ * once; an operation without a handler or without its rules stops the start.
  */
-export async function createOpenApiMiddleware(options: OpenApiOptions) {
+export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBinding> {
   const { document, handlers, validateResponses } = options;
   assertEveryOperationHasAHandler(document, handlers);
-  assertEverySessionOperationHasARole(document);
+  const rules = readOperationRules(document);
+  const rulesOf = (operation: Operation): OperationRules => rules.get(operation.operationId ?? '') as OperationRules;
 
   const api = new OpenAPIBackend({
-    definition: withMultipartBodiesUnchecked(withoutScalarExplode(structuredClone(document))),
+    definition: document,
     strict: true,
     // Validators are compiled on first use: compiling the request and response validators of every
     // operation up front costs over 100 MB, most of it for routes a process never serves.
@@ -66,32 +83,16 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
     );
   }
 
-  api.register({
-    postRoutingHandler: (context: Context, req: Request, res: Response) => {
-      if (context.operation) setRoute(res, `${req.method} ${context.operation.path}`);
-    },
-    notFound: () => {
-      throw new AppError('NOT_FOUND', 'No route matches this path.');
-    },
-    methodNotAllowed: (context: Context, req: Request) => {
-      const allowed = allowedMethods(api, req);
-      throw new AppError('METHOD_NOT_ALLOWED', `${req.method} is not allowed here; use ${allowed.join(', ')}.`, {
-        headers: { Allow: allowed.join(', ') },
-      });
-    },
-    unauthorizedHandler: (context: Context, req: Request) => {
-      throw securityFailure(context, Boolean(req.get('authorization')));
-    },
-    validationFail: (context: Context) => {
-      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
-        errors: (context.validation.errors ?? []).map(toIssue),
-      });
-    },
-  });
-
+  const operationHandlers = new Map<string, (context: Context, req: Request, res: Response) => Promise<void>>();
   for (const operationId of Object.keys(handlers) as OperationId[]) {
     const handler = handlers[operationId] as unknown as LooseHandler;
-    api.register(operationId, async (context: Context, req: Request, res: Response) => {
+    const operationRules = rules.get(operationId) as OperationRules;
+    const needsCredential = operationRules.security.length > 0 && operationRules.security.every((requirement) => Object.keys(requirement).length > 0);
+    const dispatch = async (context: Context, req: Request, res: Response) => {
+      const auth = authenticatedPrincipal(context) as Principal | undefined;
+      // The handler's type promises a caller wherever the operation requires one (types.ts AuthOf).
+      if (needsCredential && !auth) throw new Error(`The operation ${operationId} requires a credential but no security handler resolved a caller`);
+      authorize(operationRules, auth);
       const handlerContext = {
         operationId,
         body: context.request.requestBody,
@@ -100,13 +101,13 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
         query: context.request.query,
         headers: req.headers,
         cookies: context.request.cookies,
-        auth: authenticatedPrincipal(context) as Principal | undefined,
+        auth,
+        bodyLimit: operationRules.bodyLimit,
         requestId: req.id,
         log: req.log,
         req,
         res,
       };
-      authorize(operationId, handlerContext.auth);
       const reply = await handler(handlerContext);
       if (res.headersSent) return;
       if (validateResponses) {
@@ -128,22 +129,62 @@ export async function createOpenApiMiddleware(options: OpenApiOptions) {
       } else {
         res.json(reply.body);
       }
-    });
+    };
+    operationHandlers.set(operationId, dispatch);
+    api.register(operationId, dispatch);
   }
 
-  await api.init();
-  fastRouting(api);
+  api.register({
+    notFound: () => {
+      throw new AppError('NOT_FOUND', 'No route matches this path.');
+    },
+    methodNotAllowed: (context: Context, req: Request) => {
+      const allowed = allowedMethods(router, req);
+      throw new AppError('METHOD_NOT_ALLOWED', `${req.method} is not allowed here; use ${allowed.join(', ')}.`, {
+        headers: { Allow: allowed.join(', ') },
+      });
+    },
+    unauthorizedHandler: (context: Context, req: Request) => {
+      throw securityFailure(context, Boolean(req.get('authorization')));
+    },
+    validationFail: (context: Context, req: Request, res: Response) => {
+      // A body the handler reads as it streams (multipart) is checked part by part there
+      // (inference/transcription-form.ts), never held for the validator: its absence is expected.
+      const streamed = !rulesOf(context.operation).jsonBody;
+      const errors = (context.validation.errors ?? []).filter((error) => !(streamed && isMissingBody(error)));
+      if (!errors.length) {
+        // As openapi-backend does after a validation that passes: the request with coerced types.
+        context.request = api.router.parseRequest(context.validation.coerced, context.operation);
+        return operationHandlers.get(context.operation.operationId ?? '')?.(context, req, res);
+      }
+      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: errors.map(toIssue) });
+    },
+  });
 
-  return async function openApiMiddleware(req: Request, res: Response, next: NextFunction) {
-    try {
-      await api.handleRequest(
-        { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> },
-        req,
-        res,
-      );
-    } catch (error) {
-      next(error);
-    }
+  await api.init();
+  const router = fixedRouting(api);
+  const matched = new WeakMap<Request, Operation>();
+
+  return {
+    route: function routeMiddleware(req: Request, res: Response, next: NextFunction) {
+      const { operation, atPath } = router.match(req.method, req.path);
+      if (operation) {
+        req.operation = rulesOf(operation);
+        matched.set(req, operation);
+        setRoute(res, req.operation.route);
+      }
+      const formatOf = operation ?? atPath[0];
+      req.errorFormat = formatOf ? rulesOf(formatOf).errorFormat : 'problem';
+      next();
+    },
+    dispatch: async function dispatchMiddleware(req: Request, res: Response, next: NextFunction) {
+      try {
+        const request = { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> };
+        await api.handleRequest(Object.assign(request, { [MATCHED]: matched.get(req) }), req, res);
+      } catch (error) {
+        next(error);
+      }
+    },
   };
 }
 
@@ -151,20 +192,9 @@ function preAuthenticated(scheme: string, principal: Principal): Principal | und
   return (scheme === 'ApiKeyBearer') === (principal.kind === 'apiKey') ? principal : undefined;
 }
 
-/**
- * A multipart upload is streamed through, never held in memory, so its parts are checked as they
- * are read (inference/transcription-form.ts) rather than by the schema validator: its body stops
- * being `required` for the validator, which then checks path, query and headers as everywhere
- * (and a JSON body, if one is sent, against the multipart schema). Every other body is validated.
- */
-function withMultipartBodiesUnchecked(document: Document): Document {
-  for (const pathItem of Object.values(document.paths ?? {})) {
-    for (const method of METHODS) {
-      const body = pathItem?.[method]?.requestBody;
-      if (body && !('$ref' in body) && Object.keys(body.content).every((type) => type.startsWith('multipart/'))) delete body.required;
-    }
-  }
-  return document;
+/** The validator's complaint that a required body is absent. */
+function isMissingBody(error: ErrorObject): boolean {
+  return error.keyword === 'required' && error.params.missingProperty === 'requestBody';
 }
 
 /** The result of the security handler that succeeded, if any (a failed one holds `{error}`). */
@@ -181,63 +211,28 @@ function documentedWithoutContent(operation: Context['operation'], status: numbe
   return response !== undefined && !('$ref' in response) && !response.content;
 }
 
-/**
- * TypeSpec writes `explode: false` on every query parameter, and openapi-backend then splits the
- * value of any such parameter at commas into an array, so a string or number fails validation (and
- * a string with a comma loses it). `explode` has no effect on a scalar (OpenAPI 3.0, Parameter
- * Object), so it is dropped wherever the schema is not an array.
- */
-function withoutScalarExplode(document: Document): Document {
-  const schemas = (document.components?.schemas ?? {}) as Record<string, { type?: string }>;
-  const isArray = (schema: { type?: string; $ref?: string } | undefined): boolean =>
-    schema?.type === 'array' || (schema?.$ref !== undefined && schemas[schema.$ref.split('/').pop() ?? '']?.type === 'array');
-  const parameters: unknown[] = Object.values(document.components?.parameters ?? {});
-  for (const pathItem of Object.values(document.paths ?? {})) {
-    parameters.push(...(pathItem?.parameters ?? []));
-    for (const method of METHODS) parameters.push(...(pathItem?.[method]?.parameters ?? []));
-  }
-  for (const parameter of parameters as Array<{ in?: string; explode?: boolean; schema?: { type?: string; $ref?: string } }>) {
-    if (parameter.in === 'query' && parameter.explode === false && !isArray(parameter.schema)) delete parameter.explode;
-  }
-  return document;
-}
+/** Where the route middleware leaves the operation it matched, for openapi-backend's routing step. */
+const MATCHED = Symbol('matched operation');
 
 /**
  * openapi-backend rebuilds its operation list (and compiles a regex per path template) on every
- * request; the document does not change after start-up, so routing uses one list and one set of
- * compiled patterns, with the same answers: exact paths first, then the most specific template.
+ * request; the document does not change after start-up, so routing uses one list and one router
+ * (operations.ts) with the library's answers, and the operation the route middleware matched is
+ * not matched again.
  */
-function fastRouting(api: OpenAPIBackend): void {
-  const router = api.router;
-  const operations = router.getOperations();
-  router.getOperations = () => operations;
-  const exact = new Map<string, Map<string, (typeof operations)[number]>>();
-  const templates: Array<{ pattern: RegExp; specificity: number; byMethod: Map<string, (typeof operations)[number]> }> = [];
-  for (const operation of operations) {
-    if (!operation.path.includes('{')) {
-      const methods = exact.get(operation.path) ?? new Map();
-      methods.set(operation.method, operation);
-      exact.set(operation.path, methods);
-      continue;
-    }
-    const source = `^${operation.path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\\?\{[^}]+\\?\}/g, '[^/]+')}$`;
-    let template = templates.find((t) => t.pattern.source === new RegExp(source).source);
-    if (!template) {
-      template = { pattern: new RegExp(source), specificity: operation.path.replace(/\{.*?\}/g, '').length, byMethod: new Map() };
-      templates.push(template);
-    }
-    template.byMethod.set(operation.method, operation);
-  }
-  templates.sort((a, b) => b.specificity - a.specificity);
-  const original = router.matchOperation.bind(router);
-  router.matchOperation = ((request: { method: string; path: string }, strict?: boolean) => {
-    const path = request.path.length > 1 ? request.path.replace(/\/+$/, '') : request.path;
-    const method = request.method.toLowerCase();
-    const exactMatch = exact.get(path);
-    const found = exactMatch?.get(method) ?? (exactMatch ? undefined : templates.find((t) => t.pattern.test(path) && t.byMethod.has(method))?.byMethod.get(method));
-    // Anything else (404, 405, odd paths) keeps the library's own answer.
-    return found ?? original(request as never, strict as never);
-  }) as typeof router.matchOperation;
+function fixedRouting(api: OpenAPIBackend): OperationRouter<Operation> {
+  const library = api.router;
+  const operations = library.getOperations();
+  library.getOperations = () => operations;
+  const router = new OperationRouter(operations);
+  library.matchOperation = ((request: { method: string; path: string; [MATCHED]?: Operation }, strict?: boolean) => {
+    const matched = request[MATCHED];
+    if (matched) return matched;
+    const { operation, atPath } = router.match(request.method, request.path);
+    if (operation || !strict) return operation;
+    throw new Error(atPath.length ? '405-methodNotAllowed: this method is not registered for the route' : '404-notFound: no route matches request');
+  }) as typeof library.matchOperation;
+  return router;
 }
 
 function assertEveryOperationHasAHandler(document: Document, handlers: Handlers): void {
@@ -257,14 +252,9 @@ function assertEveryOperationHasAHandler(document: Document, handlers: Handlers)
   }
 }
 
-function allowedMethods(api: OpenAPIBackend, req: Request): string[] {
-  return METHODS.filter((method) => {
-    try {
-      return Boolean(api.router.matchOperation({ method, path: req.path, headers: {} }, true));
-    } catch {
-      return false;
-    }
-  }).map((method) => method.toUpperCase());
+function allowedMethods(router: OperationRouter<Operation>, req: Request): string[] {
+  const { atPath } = router.match(req.method, req.path);
+  return METHODS.filter((method) => atPath.some((operation) => operation.method === method)).map((method) => method.toUpperCase());
 }
 
 /** The failure to report: the API key's when one was sent, else the session's. */

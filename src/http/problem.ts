@@ -7,20 +7,6 @@ type InferenceError = components['schemas']['InferenceError'];
 
 const PROBLEM_BASE = 'https://docs.model-deployment.example/errors/';
 
-/** Inference routes answer errors in the hosted-inference shape that OpenAI-compatible clients parse. */
-const INFERENCE_PATHS = new Set([
-  '/v1/chat/completions',
-  '/v1/embeddings',
-  '/v1/rerank',
-  '/v1/audio/transcriptions',
-  '/v1/images/generations',
-  '/v1/models',
-]);
-
-export function isInferencePath(path: string): boolean {
-  return INFERENCE_PATHS.has(path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path);
-}
-
 export function toProblem(error: AppError, requestId: string): Problem {
   return {
     type: PROBLEM_BASE + error.code.toLowerCase().replaceAll('_', '-'),
@@ -81,7 +67,8 @@ export function sendError(req: Request, res: Response, error: AppError): void {
   // A body left unread (refused before it was read: no credentials, a bad upload) is not drained:
   // the connection closes after the answer.
   if (!req.complete) res.setHeader('Connection', 'close');
-  if (isInferencePath(req.path)) {
+  // Inference routes answer in the hosted-inference shape OpenAI-compatible clients parse (`x-error-format`).
+  if (req.errorFormat === 'inference') {
     res.status(inferenceStatus(error)).set(error.headers).json(toInferenceError(error));
   } else {
     res.status(error.status).set(error.headers).json(toProblem(error, req.id));

@@ -1,55 +1,36 @@
 import type { IncomingMessage } from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { Context, Document } from 'openapi-backend';
+import type { Context } from 'openapi-backend';
 import type { Principal } from '../accounts/principal.ts';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import { authorize } from './authorization.ts';
 import type { SecurityHandlers } from './openapi.ts';
-import { setRoute } from './request-log.ts';
-import type { OperationId } from './types.ts';
 
-/** Largest JSON body of a management route; larger ones answer 413 `PAYLOAD_TOO_LARGE`. */
-export const JSON_BODY_LIMIT = '1mb';
-/** Largest JSON body of an inference route (long prompts, many inputs), read only once the caller is authenticated. */
-export const INFERENCE_JSON_BODY_LIMIT = '10mb';
 /** How deep a JSON body may nest (objects and arrays); deeper answers 422 `VALIDATION_FAILED`. */
 export const MAX_JSON_DEPTH = 64;
 
-const METHODS = ['get', 'put', 'post', 'delete', 'patch'] as const;
-
 /**
- * Authenticates a request to an API-key route (the inference proxy) before a byte of its body is
- * read, with the same security handlers the OpenAPI binding runs (the binding then reuses the
- * result), and checks the caller's role. A request without a valid key or session is answered
- * 401 (403 for a role too low) with its body unread, so no one can make the service parse 10 MiB
- * without credentials.
+ * Authenticates a request to an operation that accepts API keys (the inference proxy) before a
+ * byte of its body is read, with the same security handlers the OpenAPI binding runs (the binding
+ * then reuses the result), and checks the caller's role. A request without a valid key or session
+ * is answered 401 (403 for a role too low) with its body unread, so no one can make the service
+ * parse a large body without credentials. The operation is the one the binding's route middleware
+ * matched (`req.operation`).
  */
-export function authenticateBeforeBody(document: Document, security: SecurityHandlers): RequestHandler {
-  const operations = new Map<string, { operationId: OperationId; security: unknown }>();
-  for (const [path, item] of Object.entries(document.paths ?? {})) {
-    for (const method of METHODS) {
-      const operation = item?.[method];
-      const requirements = operation?.security ?? document.security ?? [];
-      if (operation?.operationId && requirements.some((requirement) => 'ApiKeyBearer' in requirement)) {
-        operations.set(`${method.toUpperCase()} ${path}`, { operationId: operation.operationId as OperationId, security: requirements });
-      }
-    }
-  }
+export function authenticateBeforeBody(security: SecurityHandlers): RequestHandler {
   return async function authenticateBeforeBodyMiddleware(req: Request, res: Response, next: NextFunction) {
-    const path = req.path.length > 1 ? req.path.replace(/\/+$/, '') : req.path;
-    const operation = operations.get(`${req.method} ${path}`);
-    if (!operation) return next();
-    setRoute(res, `${req.method} ${path}`);
+    const operation = req.operation;
+    if (!operation?.acceptsApiKey) return next();
     const context = {
       operation: { operationId: operation.operationId, security: operation.security },
-      request: { method: req.method, path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
+      request: { method: req.method, path: req.path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
     } as unknown as Context;
     try {
       const principal = (req.headers.authorization ? await security.ApiKeyBearer(context, req, res) : await security.SessionCookie(context, req, res)) as
         | Principal
         | undefined;
       if (!principal) throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
-      authorize(operation.operationId, principal);
+      authorize(operation, principal);
       req.principal = principal;
       next();
     } catch (error) {
@@ -59,24 +40,43 @@ export function authenticateBeforeBody(document: Document, security: SecurityHan
 }
 
 /**
- * Parses JSON bodies: up to 10 MiB for an authenticated inference request, 1 MiB for everything
- * else; then refuses, for every route, a body nested deeper than 64 levels or with a NUL character
- * in a string or a name (422 `VALIDATION_FAILED`; 400 `invalid_parameter` on inference routes).
+ * Parses the JSON body of an operation that documents one, up to its `x-body-limit` (413
+ * `PAYLOAD_TOO_LARGE` beyond); then refuses, for every route, a body nested deeper than 64 levels
+ * or with a NUL character in a string or a name (422 `VALIDATION_FAILED`; 400 `invalid_parameter`
+ * on inference routes). A body no operation reads (no route, a route without a request body) is
+ * not read; a multipart body is read by its handler as it streams. The raw bytes are kept only for
+ * an `x-csrf-exempt` operation, which is verified by a signature over them.
  */
 export function jsonBodies(): RequestHandler[] {
   const keepRawBody = (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
     (req as Request).rawBody = buffer;
   };
-  const managementJson = express.json({ limit: JSON_BODY_LIMIT, verify: keepRawBody });
-  const inferenceJson = express.json({ limit: INFERENCE_JSON_BODY_LIMIT });
+  const parsers = new Map<string, RequestHandler>();
+  const parserFor = (limit: number, keepRaw: boolean): RequestHandler => {
+    const key = `${limit}/${keepRaw}`;
+    const parser = parsers.get(key) ?? express.json({ limit, ...(keepRaw ? { verify: keepRawBody } : {}) });
+    parsers.set(key, parser);
+    return parser;
+  };
   return [
-    (req, res, next) => (req.principal ? inferenceJson : managementJson)(req, res, next),
+    (req, res, next) => {
+      const operation = req.operation;
+      if (!operation?.jsonBody || operation.bodyLimit === undefined) return next();
+      parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, next);
+    },
     (req, _res, next) => {
       const issue = req.body === undefined ? undefined : unsafeJson(req.body);
       if (!issue) return next();
       next(new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } }));
     },
   ];
+}
+
+/** A body limit in words: `1 MiB`, `512 KiB`, `100 bytes`. */
+export function bytesInWords(bytes: number): string {
+  if (bytes % (1024 * 1024) === 0) return `${bytes / 1024 / 1024} MiB`;
+  if (bytes % 1024 === 0) return `${bytes / 1024} KiB`;
+  return `${bytes} bytes`;
 }
 
 /** The first place where `value` nests too deep or holds a NUL character, if any. Iterative: no stack to overflow. */

@@ -1,4 +1,4 @@
-import { clientAddress, sessionOf } from '../accounts/accounts.handlers.ts';
+import { clientAddress } from '../http/client-address.ts';
 import { toSessionResponse } from '../accounts/accounts.service.ts';
 import type { SessionCookies } from '../accounts/cookies.ts';
 import type { Handlers } from '../http/types.ts';
@@ -18,23 +18,23 @@ type InvitationHandlers = Pick<
 export function invitationHandlers(deps: { invitations: InvitationsService; cookies: SessionCookies }): InvitationHandlers {
   const { invitations, cookies } = deps;
   return {
-    listMyInvitations: async (context) => ({ status: 200, body: await invitations.listMine(sessionOf(context)) }),
+    listMyInvitations: async (context) => ({ status: 200, body: await invitations.listMine(context.auth) }),
     previewInvitation: async ({ params }) => ({ status: 200, body: await invitations.preview(params.token) }),
     acceptInvitationByToken: async (context) => ({
       status: 200,
-      body: await invitations.respondByToken(sessionOf(context), context.params.token, 'accept'),
+      body: await invitations.respondByToken(context.auth, context.params.token, 'accept'),
     }),
     rejectInvitationByToken: async (context) => ({
       status: 200,
-      body: await invitations.respondByToken(sessionOf(context), context.params.token, 'reject'),
+      body: await invitations.respondByToken(context.auth, context.params.token, 'reject'),
     }),
     acceptInvitation: async (context) => ({
       status: 200,
-      body: await invitations.respondById(sessionOf(context), context.params.invitation_id, 'accept'),
+      body: await invitations.respondById(context.auth, context.params.invitation_id, 'accept'),
     }),
     rejectInvitation: async (context) => ({
       status: 200,
-      body: await invitations.respondById(sessionOf(context), context.params.invitation_id, 'reject'),
+      body: await invitations.respondById(context.auth, context.params.invitation_id, 'reject'),
     }),
     registerWithInvitation: async ({ body, req, res }) => {
       const { token, principal } = await invitations.register(body, clientAddress(req));

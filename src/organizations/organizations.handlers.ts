@@ -1,4 +1,3 @@
-import { sessionOf } from '../accounts/accounts.handlers.ts';
 import type { SessionCookies } from '../accounts/cookies.ts';
 import type { Handlers } from '../http/types.ts';
 import type { InvitationsService } from '../invitations/invitations.service.ts';
@@ -24,29 +23,29 @@ export function organizationHandlers(deps: {
 }): OrganizationHandlers {
   const { organizations, invitations, cookies } = deps;
   return {
-    getOrganization: async (context) => ({ status: 200, body: await organizations.get(sessionOf(context)) }),
-    updateOrganization: async (context) => ({ status: 200, body: await organizations.update(sessionOf(context), context.body) }),
-    listMembers: async (context) => ({ status: 200, body: await organizations.members(sessionOf(context)) }),
+    getOrganization: async (context) => ({ status: 200, body: await organizations.get(context.auth) }),
+    updateOrganization: async (context) => ({ status: 200, body: await organizations.update(context.auth, context.body) }),
+    listMembers: async (context) => ({ status: 200, body: await organizations.members(context.auth) }),
     updateMemberRole: async (context) => ({
       status: 200,
-      body: await organizations.changeRole(sessionOf(context), context.params.user_id, context.body.role),
+      body: await organizations.changeRole(context.auth, context.params.user_id, context.body.role),
     }),
     removeMember: async (context) => {
-      const principal = sessionOf(context);
+      const principal = context.auth;
       await organizations.removeMember(principal, context.params.user_id);
       // Leaving ends the sessions in this organization, this one included.
       if (context.params.user_id === principal.user.id) cookies.clear(context.res);
       return { status: 204, body: undefined };
     },
-    createInvitation: async (context) => ({ status: 201, body: await invitations.create(sessionOf(context), context.body) }),
-    listInvitations: async (context) => ({ status: 200, body: await invitations.list(sessionOf(context)) }),
+    createInvitation: async (context) => ({ status: 201, body: await invitations.create(context.auth, context.body) }),
+    listInvitations: async (context) => ({ status: 200, body: await invitations.list(context.auth) }),
     resendInvitation: async (context) => ({
       status: 200,
-      body: await invitations.resend(sessionOf(context), context.params.invitation_id),
+      body: await invitations.resend(context.auth, context.params.invitation_id),
     }),
     revokeInvitation: async (context) => ({
       status: 200,
-      body: await invitations.revoke(sessionOf(context), context.params.invitation_id),
+      body: await invitations.revoke(context.auth, context.params.invitation_id),
     }),
   };
 }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { REQUIRED_ROLE } from '../../src/http/authorization.ts';
+import { ROLES } from '../../src/accounts/principal.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 
 /** The conventions every operation of the contract keeps (STYLE.md, DESIGN.md §3). */
@@ -7,6 +7,8 @@ interface Parameter {
   $ref?: string;
   name?: string;
   in?: string;
+  explode?: boolean;
+  schema?: { type?: string; $ref?: string };
 }
 interface Operation {
   operationId: string;
@@ -17,17 +19,20 @@ interface Operation {
   parameters?: Parameter[];
   requestBody?: { content: Record<string, { schema: { $ref?: string } }> };
   responses: Record<string, { content?: Record<string, { schema: { $ref?: string } }> }>;
+  'x-required-role'?: unknown;
+  'x-error-format'?: unknown;
+  'x-body-limit'?: unknown;
+  'x-csrf-exempt'?: unknown;
 }
 
 const document = loadOpenApiDocument() as unknown as {
   security: Array<Record<string, string[]>>;
   paths: Record<string, Record<string, Operation>>;
-  components: { parameters: Record<string, Parameter>; schemas: Record<string, { additionalProperties?: unknown }> };
+  components: { parameters: Record<string, Parameter>; schemas: Record<string, { type?: string; additionalProperties?: unknown }> };
 };
 const operations = Object.entries(document.paths).flatMap(([path, item]) =>
   Object.entries(item).map(([method, operation]) => ({ route: `${method.toUpperCase()} ${path}`, method, path, operation })),
 );
-const INFERENCE = new Set(['/v1/chat/completions', '/v1/embeddings', '/v1/rerank', '/v1/audio/transcriptions', '/v1/images/generations', '/v1/models']);
 const schemesOf = (operation: Operation) => (operation.security ?? document.security).flatMap((requirement) => Object.keys(requirement));
 const usesCookie = (operation: Operation) => schemesOf(operation).includes('SessionCookie');
 const parameter = (p: Parameter) => (p.$ref ? document.components.parameters[p.$ref.split('/').pop() ?? ''] : p);
@@ -90,19 +95,30 @@ describe('the OpenAPI document', () => {
     expect(missing).toEqual([]);
   });
 
-  it('states the role of every operation that accepts a session (src/http/authorization.ts)', () => {
-    const sessionOperations = operations.filter(({ operation }) => usesCookie(operation)).map(({ operation }) => operation.operationId);
-    expect(Object.keys(REQUIRED_ROLE).sort()).toEqual(sessionOperations.sort());
+  it('states the role of every operation that accepts a session (x-required-role), and of no other', () => {
+    const wrong = operations
+      .filter(({ operation }) => (usesCookie(operation) ? !['signed-in', ...ROLES].includes(operation['x-required-role'] as string) : operation['x-required-role'] !== undefined))
+      .map((o) => `${o.route}: ${String(o.operation['x-required-role'])}`);
+    expect(wrong).toEqual([]);
   });
 
-  it('offers API keys only on inference routes', () => {
-    const keyRoutes = operations.filter(({ operation }) => schemesOf(operation).includes('ApiKeyBearer')).map((o) => o.path);
-    expect(new Set(keyRoutes)).toEqual(INFERENCE);
+  it('documents 403 wherever a role applies (no organization yet, or a role too low)', () => {
+    const missing = operations
+      .filter(({ operation }) => operation['x-required-role'] !== undefined && operation['x-required-role'] !== 'signed-in' && !operation.responses['403'])
+      .map((o) => o.route);
+    expect(missing).toEqual([]);
   });
 
-  it('answers errors as Problem on management routes and InferenceError on inference routes', () => {
-    for (const { route, path, operation } of operations) {
-      const expected = INFERENCE.has(path) ? '#/components/schemas/InferenceError' : '#/components/schemas/Problem';
+  it('states the error format of every operation (x-error-format), and offers API keys exactly on the inference ones', () => {
+    expect(operations.filter(({ operation }) => !['problem', 'inference'].includes(operation['x-error-format'] as string)).map((o) => o.route)).toEqual([]);
+    const keyRoutes = operations.filter(({ operation }) => schemesOf(operation).includes('ApiKeyBearer')).map((o) => o.route);
+    expect(keyRoutes).toEqual(operations.filter(({ operation }) => operation['x-error-format'] === 'inference').map((o) => o.route));
+    expect(keyRoutes.length).toBeGreaterThan(0);
+  });
+
+  it('answers errors in the shape of its x-error-format: Problem, or InferenceError', () => {
+    for (const { route, operation } of operations) {
+      const expected = operation['x-error-format'] === 'inference' ? '#/components/schemas/InferenceError' : '#/components/schemas/Problem';
       for (const [status, response] of Object.entries(operation.responses)) {
         if (/^[23]/.test(status)) continue;
         expect(response.content?.['application/json']?.schema.$ref, `${route} ${status}`).toBe(expected);
@@ -110,9 +126,37 @@ describe('the OpenAPI document', () => {
     }
   });
 
+  it('states the body limit (x-body-limit, bytes) of every operation that takes a body, and of no other, and documents its 413', () => {
+    const wrong = operations
+      .filter(({ operation }) => {
+        const limit = operation['x-body-limit'];
+        return operation.requestBody ? !(Number.isSafeInteger(limit) && (limit as number) > 0) || !operation.responses['413'] : limit !== undefined;
+      })
+      .map((o) => o.route);
+    expect(wrong).toEqual([]);
+  });
+
+  it('exempts from CSRF (x-csrf-exempt) only operations that take no session: the webhook, verified by signature', () => {
+    const exempt = operations.filter(({ operation }) => operation['x-csrf-exempt'] !== undefined);
+    expect(exempt.map((o) => [o.route, o.operation['x-csrf-exempt']])).toEqual([['POST /v1/billing/webhook', true]]);
+    expect(exempt.filter(({ operation }) => usesCookie(operation))).toEqual([]);
+  });
+
+  it('states no scalar query parameter with explode false (so the served, mocked and enforced documents read it alike)', () => {
+    const isArray = (schema: Parameter['schema']) =>
+      schema?.type === 'array' || (schema?.$ref !== undefined && document.components.schemas[schema.$ref.split('/').pop() ?? '']?.type === 'array');
+    const exploded = operations
+      .flatMap(({ route, operation }) => (operation.parameters ?? []).map((p) => ({ route, p: parameter(p) })))
+      .filter(({ p }) => p?.in === 'query' && p.explode === false && !isArray(p.schema))
+      .map(({ route, p }) => `${route} ${p?.name}`);
+    expect(exploded).toEqual([]);
+  });
+
   it('closes every management request body to unknown fields', () => {
     const open = operations
-      .filter(({ path, operation }) => operation.requestBody?.content['application/json'] && !INFERENCE.has(path) && path !== '/v1/billing/webhook')
+      .filter(({ operation }) => operation.requestBody?.content['application/json'] && operation['x-error-format'] === 'problem')
+      // Stripe's events carry fields Stripe adds over time.
+      .filter(({ operation }) => operation.operationId !== 'handleBillingWebhook')
       .filter(({ operation }) => {
         const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? '';
         return JSON.stringify(document.components.schemas[ref.split('/').pop() ?? '']?.additionalProperties) !== '{"not":{}}';

@@ -40,7 +40,8 @@ describe('HTTP error handling', () => {
 
   it('answers a body over 1 MiB with 413 PAYLOAD_TOO_LARGE', async () => {
     const big = JSON.stringify({ email: 'a@example.com', password: 'x'.repeat(1_100_000) });
-    await expectProblem(await post('/v1/user/signin', big), 413, 'PAYLOAD_TOO_LARGE');
+    const body = await expectProblem(await post('/v1/user/signin', big), 413, 'PAYLOAD_TOO_LARGE');
+    expect(body.detail).toBe('The request body is larger than 1 MiB.');
   });
 
   it('answers an invalid body with 422 VALIDATION_FAILED listing each problem', async () => {
@@ -65,6 +66,13 @@ describe('HTTP error handling', () => {
   it('answers an operation that is not built yet with 501 NOT_IMPLEMENTED', async () => {
     const event = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
     await expectProblem(await post('/v1/billing/webhook', JSON.stringify(event), { 'stripe-signature': 't=1,v1=abc' }), 501, 'NOT_IMPLEMENTED');
+  });
+
+  it('lets the webhook (x-csrf-exempt, verified by signature) past the Origin check that refuses other writes from that origin', async () => {
+    const event = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
+    const foreign = { origin: 'https://evil.example', 'stripe-signature': 't=1,v1=abc' };
+    await expectProblem(await post('/v1/billing/webhook', JSON.stringify(event), foreign), 501, 'NOT_IMPLEMENTED');
+    await expectProblem(await post('/v1/user/signin', JSON.stringify({ email: 'a@example.com', password: 'x' }), foreign), 403, 'CSRF_FAILED');
   });
 
   it('answers a session route without a session with 401 UNAUTHENTICATED', async () => {

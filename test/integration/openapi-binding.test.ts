@@ -24,6 +24,7 @@ const document = {
     '/items': {
       get: {
         operationId: 'listItems',
+        'x-error-format': 'problem',
         parameters: [
           { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 500, default: 100 } },
           { name: 'enabled_only', in: 'query', schema: { type: 'boolean', default: true } },
@@ -48,10 +49,11 @@ const document = {
     '/search': {
       get: {
         operationId: 'search',
-        // As TypeSpec writes every query parameter.
+        'x-error-format': 'problem',
+        // As the generated document states scalar query parameters (src/cli/normalize-openapi.ts drops TypeSpec's `explode: false`).
         parameters: [
-          { name: 'q', in: 'query', explode: false, schema: { type: 'string' } },
-          { name: 'page', in: 'query', explode: false, schema: { type: 'integer' } },
+          { name: 'q', in: 'query', schema: { type: 'string' } },
+          { name: 'page', in: 'query', schema: { type: 'integer' } },
         ],
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
@@ -59,6 +61,7 @@ const document = {
     '/go': {
       get: {
         operationId: 'go',
+        'x-error-format': 'problem',
         parameters: [{ name: 'with_body', in: 'query', schema: { type: 'boolean', default: false } }],
         responses: {
           302: { description: 'redirect', headers: { Location: { schema: { type: 'string' } } } },
@@ -69,6 +72,7 @@ const document = {
     '/items/{item_id}': {
       get: {
         operationId: 'getItem',
+        'x-error-format': 'problem',
         parameters: [{ name: 'item_id', in: 'path', required: true, schema: { type: 'integer' } }],
         responses: {
           200: {
@@ -80,9 +84,39 @@ const document = {
     },
     '/private': {
       get: {
-        // A real session operation's id: the binding refuses one with no role (REQUIRED_ROLE).
+        // A real session operation's id: the binding refuses one with no role (x-required-role).
         operationId: 'getSession',
         security: [{ SessionCookie: [] }],
+        'x-required-role': 'signed-in',
+        'x-error-format': 'problem',
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    // Route rules read from the document alone: a small body limit, the hosted-inference error shape.
+    '/echo': {
+      post: {
+        operationId: 'echo',
+        'x-error-format': 'inference',
+        'x-body-limit': 64,
+        requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } },
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    // Verified by a signature, like the payment processor's webhook: exempt from the Origin check.
+    '/hook': {
+      post: {
+        operationId: 'hook',
+        'x-error-format': 'problem',
+        'x-body-limit': 1024,
+        'x-csrf-exempt': true,
+        requestBody: { required: true, content: { 'application/json': { schema: { type: 'object' } } } },
+        responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
+      },
+    },
+    '/ping': {
+      post: {
+        operationId: 'ping',
+        'x-error-format': 'problem',
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
     },
@@ -100,6 +134,9 @@ const handlers = {
   getSession: () => ({ status: 200, body: {} }),
   search: ({ query }: { query: object }) => ({ status: 200, body: query }),
   go: ({ query }: { query: { with_body: boolean } }) => ({ status: 302, body: query.with_body ? { to: 'x' } : undefined, headers: { Location: 'https://example.com/' } }),
+  echo: ({ body }: { body: object }) => ({ status: 200, body }),
+  hook: ({ req }: { req: { rawBody?: Buffer } }) => ({ status: 200, body: { raw: req.rawBody?.toString() } }),
+  ping: ({ body }: { body: unknown }) => ({ status: 200, body: { read: body !== undefined } }),
 } as unknown as Handlers;
 
 describe('OpenAPI binding', () => {
@@ -138,7 +175,7 @@ describe('OpenAPI binding', () => {
     expect((await fetch(`${url}/items?limit=abc`)).status).toBe(422);
   });
 
-  it('reads a scalar query parameter with explode false as one value, commas included', async () => {
+  it('reads a scalar query parameter as one value, commas included', async () => {
     expect(await jsonOf(await fetch(`${url}/search?q=a,b&page=2`))).toEqual({ q: 'a,b', page: 2 });
   });
 
@@ -154,6 +191,35 @@ describe('OpenAPI binding', () => {
     const response = await fetch(`${url}/private`);
     expect(response.status).toBe(401);
     expect(await jsonOf(response)).toMatchObject({ code: 'UNAUTHENTICATED' });
+  });
+
+  it('takes a route’s body limit and error format from the document', async () => {
+    const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+      fetch(`${url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+    expect(await jsonOf(await post('/echo', '{"a":1}'))).toEqual({ a: 1 });
+    const tooLarge = await post('/echo', JSON.stringify({ a: 'x'.repeat(100) }));
+    expect(tooLarge.status).toBe(413);
+    expect(await jsonOf(tooLarge)).toEqual({
+      error: { message: 'The request body is larger than 64 bytes.', type: 'invalid_request_error', code: 'request_too_large', param: null },
+    });
+    // A 405 on that path answers in its operations' format too.
+    expect(await jsonOf(await fetch(`${url}/echo`))).toMatchObject({ error: { code: 'method_not_allowed' } });
+    expect(await jsonOf(await fetch(`${url}/nowhere`))).toMatchObject({ code: 'NOT_FOUND' });
+  });
+
+  it('exempts only an x-csrf-exempt operation from the Origin check, and keeps its raw body for the signature', async () => {
+    const headers = { 'content-type': 'application/json', origin: 'https://evil.example' };
+    const hook = await fetch(`${url}/hook`, { method: 'POST', body: '{"id": 1}', headers });
+    expect(await jsonOf(hook)).toEqual({ raw: '{"id": 1}' });
+    const echo = await fetch(`${url}/echo`, { method: 'POST', body: '{}', headers });
+    expect(echo.status).toBe(403);
+    expect(await jsonOf(echo)).toMatchObject({ error: { code: 'csrf_failed' } });
+  });
+
+  it('reads no body on a route that documents none, nor on a path no route matches', async () => {
+    const malformed = { method: 'POST', body: '{"not json', headers: { 'content-type': 'application/json' } };
+    expect(await jsonOf(await fetch(`${url}/ping`, malformed))).toEqual({ read: false });
+    expect((await fetch(`${url}/nowhere`, malformed)).status).toBe(404);
   });
 
   it('answers 500 without details when a handler breaks the contract', async () => {
@@ -196,7 +262,7 @@ describe('handler registration', () => {
 
   it('refuses to start when an operation that accepts the session has no role', async () => {
     const responses = { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } };
-    const extra = { get: { operationId: 'getExtra', security: [{ SessionCookie: [] }], responses } };
+    const extra = { get: { operationId: 'getExtra', security: [{ SessionCookie: [] }], 'x-error-format': 'problem', responses } };
     const withExtra = { ...real, paths: { ...real.paths, '/v1/extra': extra } } as unknown as Document;
     await expect(
       createApp({
@@ -208,6 +274,6 @@ describe('handler registration', () => {
         trustProxy: false,
         validateResponses: true,
       }),
-    ).rejects.toThrow(/need a role in REQUIRED_ROLE.*getExtra/);
+    ).rejects.toThrow(/getExtra accepts the session cookie but its x-required-role is undefined/);
   });
 });

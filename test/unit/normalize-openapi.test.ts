@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { normalizeNullable } from '../../src/cli/normalize-openapi.ts';
+import { normalizeNullable, withoutScalarExplode } from '../../src/cli/normalize-openapi.ts';
 
 const document = (schemas: Record<string, unknown>) => ({ components: { schemas } });
 
@@ -33,5 +33,30 @@ describe('OpenAPI 3.0.3 nullable normalization', () => {
   it('leaves plain nullable scalars alone', () => {
     const input = document({ S: { type: 'string', nullable: true, maxLength: 3 } });
     expect(normalizeNullable(input)).toEqual(input);
+  });
+});
+
+describe('query parameters with explode false', () => {
+  it('drops explode false from a scalar query parameter and keeps it on an array, inline or by reference', () => {
+    const input = {
+      paths: {
+        '/things': {
+          get: {
+            parameters: [
+              { name: 'q', in: 'query', explode: false, schema: { type: 'string' } },
+              { name: 'ids', in: 'query', explode: false, schema: { type: 'array', items: { type: 'string' } } },
+              { name: 'tags', in: 'query', explode: false, schema: { $ref: '#/components/schemas/Tags' } },
+            ],
+          },
+        },
+      },
+      components: {
+        schemas: { Tags: { type: 'array', items: { type: 'string' } } },
+        parameters: { Limit: { name: 'limit', in: 'query', explode: false, schema: { type: 'integer' } } },
+      },
+    };
+    const out = withoutScalarExplode(structuredClone(input)) as typeof input;
+    expect(out.paths['/things'].get.parameters.map((p) => 'explode' in p)).toEqual([false, true, true]);
+    expect('explode' in out.components.parameters.Limit).toBe(false);
   });
 });

@@ -138,7 +138,7 @@ export class InferenceRouter {
    */
   credentialsRefused(target: Pick<Target, 'clusterId'>, reason: string): void {
     const { clusterId } = target;
-    if (this.#refused.has(clusterId)) return;
+    if ((this.#refused.get(clusterId)?.until ?? 0) > Date.now()) return;
     this.#refused.set(clusterId, { until: Number.POSITIVE_INFINITY });
     const mark = () => {
       this.#clusters.markCredentialsInvalid(clusterId, reason).then(

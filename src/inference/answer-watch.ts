@@ -46,8 +46,9 @@ export class AnswerWatch {
     try {
       this.#events.feed(text);
     } catch {
-      // Over EVENT_MAX: that event is skipped, the next ones are read.
+      // An event over EVENT_MAX: it is skipped (the rest of its line is not a field), the next ones are read.
       this.#events.reset();
+      this.#events.feed(text);
     }
   }
 

@@ -83,6 +83,14 @@ export class JsonStreamRewriter {
         i = this.#stringPart(text, i);
         continue;
       }
+      const floats = this.#scalar ? undefined : this.#top()?.floats;
+      if (floats) {
+        const next = this.#floatRun(text, i, floats);
+        if (next !== i) {
+          i = next;
+          continue;
+        }
+      }
       const c = text[i] as string;
       if (this.#scalar) {
         if (!isDelimiter(c)) {
@@ -269,30 +277,66 @@ export class JsonStreamRewriter {
     open.text = '';
   }
 
+  /**
+   * The numbers of a float array in this piece: the complete ones parsed at once by the native
+   * JSON parser, up to the array's end or the last comma of the piece (what follows is a number cut
+   * by the piece's end, or anything else, left to the main loop). Returns where it stopped.
+   */
+  #floatRun(text: string, from: number, floats: Float32Base64): number {
+    let i = from;
+    while (i < text.length && (text.charCodeAt(i) === COMMA || WHITESPACE[text.charCodeAt(i)])) i++;
+    const close = text.indexOf(']', i);
+    const end = close === -1 ? text.lastIndexOf(',') : close;
+    if (end <= i) return i;
+    const run = text.slice(i, end);
+    let values: unknown;
+    try {
+      values = /[[{"]/.test(run) ? undefined : JSON.parse(`[${run}]`);
+    } catch {
+      // Python's NaN and Infinity are not JSON: the main loop reads those one by one.
+      values = undefined;
+    }
+    if (!Array.isArray(values)) return i;
+    for (const value of values as number[]) {
+      const encoded = floats.add(value);
+      if (encoded) this.#out.push(encoded);
+    }
+    return end;
+  }
+
   #endScalar(): void {
     const scalar = this.#scalar as OpenScalar;
     this.#scalar = undefined;
     const frame = this.#top();
     if (frame?.floats) {
-      this.#out.push(frame.floats.add(Number(scalar.text)));
+      const encoded = frame.floats.add(Number(scalar.text));
+      if (encoded) this.#out.push(encoded);
       return;
     }
     if (!scalar.dropped) this.#out.push(scalar.text);
   }
 }
 
+const COMMA = 0x2c;
+/** Character codes that end a number or literal. */
+const DELIMITER = new Uint8Array(128);
+const WHITESPACE = new Uint8Array(128);
+for (const c of ',}]:"{[ \n\r\t') DELIMITER[c.charCodeAt(0)] = 1;
+for (const c of ' \n\r\t') WHITESPACE[c.charCodeAt(0)] = 1;
+
 function isDelimiter(c: string): boolean {
-  return c === ',' || c === '}' || c === ']' || c === ' ' || c === '\n' || c === '\r' || c === '\t' || c === ':' || c === '"';
+  return DELIMITER[c.charCodeAt(0)] === 1;
 }
 
 /** Little-endian float32 bytes as base64, written in whole groups of three bytes as they fill. */
 class Float32Base64 {
   /** 768 floats: a multiple of 3 bytes, so that the pieces join without padding. */
-  readonly #bytes = Buffer.allocUnsafe(3 * 1024);
+  readonly #bytes = Buffer.alloc(3 * 1024);
+  readonly #view = new DataView(this.#bytes.buffer, this.#bytes.byteOffset, this.#bytes.length);
   #length = 0;
 
   add(value: number): string {
-    this.#bytes.writeFloatLE(value, this.#length);
+    this.#view.setFloat32(this.#length, value, true);
     this.#length += 4;
     if (this.#length < this.#bytes.length) return '';
     this.#length = 0;

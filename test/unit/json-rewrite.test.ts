@@ -57,6 +57,11 @@ describe('embeddings as base64 (encoding_format: base64)', () => {
     }
   });
 
+  it('encodes Python’s NaN and Infinity, which are not JSON, as float32 too', () => {
+    const out = JSON.parse(rewrite(embeddingsAsBase64, '{"data":[{"embedding":[1.5, NaN, -Infinity, 2]}]}', 4));
+    expect(Array.from(new Float32Array(Uint8Array.from(Buffer.from(out.data[0].embedding, 'base64')).buffer))).toEqual([1.5, Number.NaN, Number.NEGATIVE_INFINITY, 2]);
+  });
+
   it('leaves a sparse embedding (an object) and other arrays alone', () => {
     const sparse = JSON.stringify({ data: [{ index: 0, embedding: { '12': 0.5 } }], extra: [1, 2] });
     expect(JSON.parse(rewrite(embeddingsAsBase64, sparse, 3))).toEqual(JSON.parse(sparse));

@@ -146,6 +146,15 @@ describe('transcriptions (M6, M14)', () => {
     expect(await vtt.text()).toBe('WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nSimulated transcription of 32000\n\n00:00:01.000 --> 00:00:02.000\nbytes of audio.\n\n');
   });
 
+  it('answers 502 when the engine’s answer holds no transcript to render', async () => {
+    stub.behave('POST /v1/audio/transcriptions', answers(200, { segments: 'not a transcript' }));
+    const response = await transcribe('srt');
+    stub.behave('POST /v1/audio/transcriptions', undefined);
+    expect(response.status).toBe(502);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await jsonOf(response)).toEqual({ error: { message: 'The model answered in a form this route does not serve.', type: 'server_error', code: 'upstream_error', param: null } });
+  });
+
   it('serves every format to the official openai client, and meters each transcription as one request', async () => {
     const fresh = await jsonOf<{ key: string; api_key: { id: number } }>(await owner.browser.post('/v1/organization/api-keys', { name: 'formats', deployment_ids: [whisper.id] }));
     const sdk = new OpenAI({ apiKey: fresh.key, baseURL: `${app.url}/v1`, maxRetries: 0 });
@@ -253,6 +262,20 @@ describe('engine refusals (M10)', () => {
     expect(auth.bannedAddresses()).toEqual([]);
 
     auth.addApiKey(apiKey, 'admin');
+    await app.container.clusters.check(LOCAL_CLUSTER_NAME);
+    await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
+  });
+
+  it('treats an engine 403 to the inference key (a key without access to the model) the same way', async () => {
+    stub.behave(CHAT, answers(403, { detail: `API key does not have access to model: ${chat.engine_model_uid}` }));
+    const refused = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    stub.behave(CHAT, undefined);
+    expect(refused.status).toBe(502);
+    expect(await refused.text()).not.toContain('dep-');
+    const next = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    expect(next.status).toBe(503);
+    expect(await jsonOf(next)).toMatchObject({ error: { code: 'engine_unavailable' } });
+    expect((await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status_reason).toMatch(/answered 403/);
     await app.container.clusters.check(LOCAL_CLUSTER_NAME);
     await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
   });

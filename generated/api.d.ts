@@ -204,7 +204,9 @@ export interface paths {
          *     the file streams straight through to the engine; when `file` comes first (the Node SDK sends
          *     parts in the order of its object's keys) it is spooled to a temporary file on the server's disk
          *     until the form is complete, then sent. `response_format` `json` (default) and `verbose_json`
-         *     answer JSON; `text`, `srt` and `vtt` answer `text/plain`.
+         *     answer JSON; `text`, `srt` and `vtt` answer `text/plain; charset=utf-8`, rendered by the proxy
+         *     (the engine is asked for `json`, or `verbose_json` for the timed formats; see the part's
+         *     description). Metered per request, whatever the audio's length.
          */
         post: operations["createTranscription"];
         delete?: never;
@@ -685,8 +687,9 @@ export interface paths {
          * Generate images
          * @description Generates images from a prompt with the image deployment (or hosted model) named by `model`.
          *     Callers: an API key scoped to the deployment, or a session of role member or above. The service
-         *     does not host image files: `response_format` `url` (default) answers `data:` URLs, `b64_json` the
-         *     bare base64 PNG.
+         *     does not host image files: `response_format` `url` (default) answers `data:` URLs
+         *     (`data:image/jpeg;base64,…`, `image/png` for an image with transparency), `b64_json` the bare
+         *     base64 of the same image. Metered per image asked for (`n`).
          */
         post: operations["createImage"];
         delete?: never;
@@ -2176,7 +2179,9 @@ export interface components {
             top_p?: number | null;
             /**
              * Format: int32
-             * @description How many choices to generate.
+             * @description How many choices to generate. Only 1 is served: the serving engine (Xinference) generates one
+             *     choice per request, so any other value answers 400 `unsupported_value` (`param` `n`) rather
+             *     than fewer choices than asked for. Send several requests for several choices.
              */
             n?: number | null;
             /**
@@ -2195,7 +2200,11 @@ export interface components {
             presence_penalty?: number | null;
             /** Format: double */
             frequency_penalty?: number | null;
-            /** @description Token id (as a string) to a bias from -100 to 100. */
+            /**
+             * @description Token id (as a string) to a bias from -100 to 100. Not supported: the serving engine
+             *     (Xinference) does not implement it, so any value but `null`, `{}` included, answers 400
+             *     `unsupported_parameter` (`param` `logit_bias`).
+             */
             logit_bias?: {
                 [key: string]: components["schemas"]["LogitBiasValue"];
             } | null;
@@ -2256,7 +2265,9 @@ export interface components {
             input: string | components["schemas"]["EmbeddingTextList"] | components["schemas"]["TokenIdList"] | components["schemas"]["TokenIdListList"];
             model: components["schemas"]["InferenceModelRef"];
             /**
-             * @description `float` (default) returns arrays of numbers; `base64` returns base64 strings of little-endian float32.
+             * @description `float` (default) returns arrays of numbers; `base64` returns each vector as a base64 string of
+             *     its little-endian float32 values, encoded by the proxy as the engine's floats stream through
+             *     (the engine itself answers floats only). The openai SDKs ask for `base64` by default and decode it.
              * @enum {string}
              */
             encoding_format?: "float" | "base64";
@@ -2293,15 +2304,18 @@ export interface components {
             /** @description `<width>x<height>` in pixels, e.g. `1024x1024`; the model's default when omitted. */
             size?: string | null;
             /**
-             * @description `url` (default) answers each image as a `data:image/png;base64,…` URL, since the service does
-             *     not host image files; `b64_json` answers the bare base64 PNG.
+             * @description `url` (default) answers each image as a `data:` URL of its bytes (`data:image/jpeg;base64,…`;
+             *     the media type is read from the image: the engine writes JPEG, or PNG for an image with
+             *     transparency), since the service does not host image files; `b64_json` answers the bare base64
+             *     of the same bytes. The proxy always asks the engine for base64 (Xinference's own `url` is a
+             *     path on its worker's disk) and builds the URL.
              * @default url
              * @enum {string|null}
              */
             response_format?: "url" | "b64_json" | null;
-            /** @description Quality hint passed to the engine, e.g. `standard`, `hd`. */
+            /** @description Quality hint, forwarded to the engine; Xinference ignores it. */
             quality?: string;
-            /** @description Style hint passed to the engine, e.g. `vivid`, `natural`. */
+            /** @description Style hint, forwarded to the engine; Xinference ignores it. */
             style?: string | null;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
@@ -2368,7 +2382,14 @@ export interface components {
             language?: string;
             /** @description Text to guide the style or continue a previous segment. */
             prompt?: string;
-            /** @description `json` (default) or `verbose_json` answer JSON; `text`, `srt` and `vtt` answer `text/plain`. */
+            /**
+             * @description `json` (default) or `verbose_json` answer JSON; `text`, `srt` and `vtt` answer
+             *     `text/plain; charset=utf-8`, rendered by the proxy from the engine's JSON (Whisper on the
+             *     engine answers JSON only): `text` the trimmed transcript and a newline; `srt` numbered SubRip
+             *     cues (`00:00:01,500 --> 00:00:04,000`) and `vtt` a WebVTT document (`WEBVTT`, then
+             *     `00:00:01.500 --> 00:00:04.000` cues), one cue per segment of the engine's `verbose_json`,
+             *     or the whole text as one cue when the engine gave no segments.
+             */
             response_format?: components["schemas"]["TranscriptionResponseFormat"];
             /** @description Sampling temperature, 0 to 1. */
             temperature?: components["schemas"]["TranscriptionTemperature"];
@@ -2673,9 +2694,9 @@ export interface components {
         };
         /** @description One generated image. */
         ImageData: {
-            /** @description `data:image/png;base64,…` URL, when `response_format` is `url`. */
+            /** @description The image as a `data:` URL (`data:image/jpeg;base64,…`, or `image/png`, `image/webp`), when `response_format` is `url`. */
             url?: string;
-            /** @description Base64 PNG, when `response_format` is `b64_json`. */
+            /** @description The image's bytes in base64 (JPEG, or PNG for an image with transparency), when `response_format` is `b64_json`. */
             b64_json?: string;
             /** @description The prompt the engine actually used, when it rewrote it. */
             revised_prompt?: string;
@@ -3497,7 +3518,7 @@ export interface components {
             language?: string;
             /**
              * Format: double
-             * @description Length of the audio in seconds (verbose_json only).
+             * @description Length of the audio in seconds (verbose_json only; Whisper on the engine reports the end of the last segment).
              */
             duration?: number;
             /** @description Timed segments (verbose_json only). */
@@ -4591,7 +4612,7 @@ export interface operations {
         responses: {
             /**
              * @description The transcription: `application/json` for `response_format` `json` (default) or `verbose_json`;
-             *     `text/plain` for `text`, `srt` or `vtt`.
+             *     `text/plain; charset=utf-8` for `text`, `srt` or `vtt` (as the hosted API answers them).
              */
             200: {
                 headers: {
@@ -4617,7 +4638,10 @@ export interface operations {
              *     name matches several of the caller's running deployments; send a deployment id),
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
-             *     engine's reason when that is a short validation message naming nothing of the cluster).
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -4688,7 +4712,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -4705,10 +4731,12 @@ export interface operations {
             /**
              * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
              *     logged with the request id, never sent): the serving engine could not be reached, broke the
-             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
-             *     something this route does not relay: a status other than 200, or a media type other than the
-             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
-             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -4721,9 +4749,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {
@@ -6274,7 +6304,10 @@ export interface operations {
              *     name matches several of the caller's running deployments; send a deployment id),
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
-             *     engine's reason when that is a short validation message naming nothing of the cluster).
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -6345,7 +6378,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -6362,10 +6397,12 @@ export interface operations {
             /**
              * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
              *     logged with the request id, never sent): the serving engine could not be reached, broke the
-             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
-             *     something this route does not relay: a status other than 200, or a media type other than the
-             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
-             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6378,9 +6415,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {
@@ -6486,7 +6525,10 @@ export interface operations {
              *     name matches several of the caller's running deployments; send a deployment id),
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
-             *     engine's reason when that is a short validation message naming nothing of the cluster).
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -6557,7 +6599,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -6574,10 +6618,12 @@ export interface operations {
             /**
              * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
              *     logged with the request id, never sent): the serving engine could not be reached, broke the
-             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
-             *     something this route does not relay: a status other than 200, or a media type other than the
-             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
-             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6590,9 +6636,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {
@@ -6671,7 +6719,7 @@ export interface operations {
                      *       "created": 1795269912,
                      *       "data": [
                      *         {
-                     *           "b64_json": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+                     *           "b64_json": "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQH/wAARCAAIAAgDAREAAhEAAxEA/8QAHwAAAAAMAAAAAAAAAAAAAAAAAAECAwQFBgcICQoL/8QAFBABAAAAAAAAAAAAAAAAAAAAAP/aAAwDAQACAAMAAD8AccngJYD/2Q=="
                      *         }
                      *       ]
                      *     }
@@ -6689,7 +6737,10 @@ export interface operations {
              *     name matches several of the caller's running deployments; send a deployment id),
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
-             *     engine's reason when that is a short validation message naming nothing of the cluster).
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -6760,7 +6811,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -6777,10 +6830,12 @@ export interface operations {
             /**
              * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
              *     logged with the request id, never sent): the serving engine could not be reached, broke the
-             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
-             *     something this route does not relay: a status other than 200, or a media type other than the
-             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
-             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -6793,9 +6848,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {
@@ -7727,7 +7784,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -7744,9 +7803,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {
@@ -9238,7 +9299,10 @@ export interface operations {
              *     name matches several of the caller's running deployments; send a deployment id),
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
-             *     engine's reason when that is a short validation message naming nothing of the cluster).
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -9309,7 +9373,9 @@ export interface operations {
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
              *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
+             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
              *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
              *     account blocks further usage).
              */
@@ -9326,10 +9392,12 @@ export interface operations {
             /**
              * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
              *     logged with the request id, never sent): the serving engine could not be reached, broke the
-             *     connection, answered a 5xx, a 404 or a refusal of the cluster's credential, or answered
-             *     something this route does not relay: a status other than 200, or a media type other than the
-             *     route's documented ones (`application/json`; `text/event-stream` for a chat stream; `text/plain`
-             *     for a transcription's text formats). The proxy never copies the engine's `Content-Type`.
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
              */
             502: {
                 headers: {
@@ -9342,9 +9410,11 @@ export interface operations {
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
              *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
-             *     (the engine answered 503 or 429: busy, or the model still loading; `Retry-After` is the engine's
-             *     when it sent one, else 10), `service_unavailable` (the hosted-model cluster or the service's
-             *     database is unavailable).
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
              */
             503: {
                 headers: {

@@ -56,7 +56,7 @@ export function createContainer(deps: ContainerDeps) {
   const deployments = new DeploymentsService({ db, boss, catalog });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
-  const router = new InferenceRouter({ db, clusters });
+  const router = new InferenceRouter({ db, clusters, log: deps.log });
   const usage = new UsageRecorder(db, deps.log);
   return {
     ...deps,

@@ -17,10 +17,22 @@ const REASON_MAX = 300;
  */
 export function engineError(status: number, headers: IncomingHttpHeaders, body: string, log: Logger): AppError {
   log.warn({ engine_status: status, engine_body: forTheLog(body) }, 'the engine refused an inference request');
-  if (status === 503 || status === 429) {
+  if (status === 503) {
     return new AppError('SERVICE_UNAVAILABLE', 'The model is busy or not ready yet; retry after Retry-After seconds.', {
-      headers: { 'Retry-After': String(retryAfterSeconds(headers['retry-after'])) },
+      headers: { 'Retry-After': String(retryAfterSeconds(headers['retry-after'], 10)) },
       inference: { code: 'engine_overloaded', status: 503 },
+    });
+  }
+  if (status === 429) {
+    // Xinference answers 429 for a model's `request_limits` ("Rate limit reached…") and, on every
+    // route, for an address it banned after invalid bearers: the platform's own address.
+    const banned = /IP temporarily banned/i.test(body);
+    if (banned) {
+      log.error({ engine_status: status, alert: 'cluster_address_banned' }, "the engine banned the platform's address after invalid credentials");
+    }
+    return new AppError('RATE_LIMITED', 'The model is receiving too many requests; retry after Retry-After seconds.', {
+      headers: { 'Retry-After': String(retryAfterSeconds(headers['retry-after'], banned ? 60 : 5)) },
+      inference: { code: 'engine_rate_limited', status: 429 },
     });
   }
   if (status === 400 || status === 422) {
@@ -29,9 +41,9 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
     return new AppError('VALIDATION_FAILED', message, { inference: { code: 'engine_rejected_request', status: 400 } });
   }
   if (status === 401 || status === 403) {
-    log.error({ engine_status: status }, 'the engine refused the cluster credential');
+    log.error({ engine_status: status }, "the engine refused the cluster's inference credential");
   }
-  if (status >= 405 && status < 500 && status !== 429) {
+  if (status >= 405 && status < 500) {
     return new AppError('VALIDATION_FAILED', 'The model refused the request as invalid.', { inference: { code: 'engine_rejected_request', status: 400 } });
   }
   // 5xx, 404 (the engine lost the model) and 401/403 (the cluster's credential): nothing the caller can fix.
@@ -60,9 +72,9 @@ function forTheLog(body: string): string {
   return body.slice(0, ENGINE_ERROR_LOGGED);
 }
 
-function retryAfterSeconds(value: string | string[] | undefined): number {
+function retryAfterSeconds(value: string | string[] | undefined, fallback: number): number {
   const seconds = Number(Array.isArray(value) ? value[0] : value);
-  return Number.isInteger(seconds) && seconds > 0 && seconds <= 3600 ? seconds : 10;
+  return Number.isInteger(seconds) && seconds > 0 && seconds <= 3600 ? seconds : fallback;
 }
 
 /** The reason of a validation error, from the shapes engines answer with (FastAPI, vLLM, OpenAI). */

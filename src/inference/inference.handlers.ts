@@ -1,12 +1,16 @@
 import { randomUUID } from 'node:crypto';
+import { StringDecoder } from 'node:string_decoder';
 import type { Principal } from '../accounts/principal.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
-import { Relay, type Delivery, type MediaType } from './proxy.ts';
+import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, type RewritePolicy } from './json-rewrite.ts';
+import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
+import { Relay, type AnswerRewrite, type Delivery, type MediaType } from './proxy.ts';
 import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
-import type { UsageRecord, UsageRecorder } from './usage.ts';
+import { engineFormatFor, isTextFormat, renderTranscript, type TextFormat } from './transcripts.ts';
+import type { UsageRecorder } from './usage.ts';
 
 type InferenceHandlers = Pick<
   Handlers,
@@ -14,54 +18,66 @@ type InferenceHandlers = Pick<
 >;
 
 const TRANSCRIPTION_LIMIT = 25 * 1024 * 1024;
+/** Largest engine answer a transcript is rendered from (a verbose_json of 25 MiB of audio is far smaller). */
+const TRANSCRIPT_ANSWER_LIMIT = 8 * 1024 * 1024;
 
 /** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
 const STREAMED = { status: 200, body: undefined } as never;
-
-/** The metered part of a usage record. */
-type Metered = Pick<UsageRecord, 'unit' | 'quantity' | 'promptTokens' | 'completionTokens' | 'totalTokens' | 'estimated'>;
-/** What a route is metered by, from what was delivered and the request that was sent. */
-type Meter = (delivery: Delivery, request: { bytes: number; body: Record<string, unknown> }) => Metered;
-
-/**
- * Tokens as the engine reported them; when it did not (an aborted stream before its usage chunk, an
- * engine that reports nothing), an estimate: the prompt at one token per 4 bytes of the request
- * sent, and one token per stream chunk that carried generated content.
- */
-const byTokens: Meter = (delivery, request) => {
-  const reported = delivery.answer.usage();
-  if (reported) return { unit: 'token', quantity: reported.totalTokens, ...reported, estimated: false };
-  return estimatedTokens(request.bytes, delivery.answer.contentChunks);
-};
-
-/** Rerank: `meta.tokens.input_tokens`, asked of the engine with `return_len: true`; estimated when absent. */
-const byRerankTokens: Meter = (delivery, request) => {
-  const tokens = delivery.answer.rerankTokens();
-  if (tokens === undefined) return estimatedTokens(request.bytes, 0);
-  return { unit: 'token', quantity: tokens, promptTokens: tokens, completionTokens: 0, totalTokens: tokens, estimated: false };
-};
-
-/** Images: the number asked for (`n`, 1 by default), generated in full once the engine answers. */
-const byImages: Meter = (_delivery, request) => {
-  const images = typeof request.body.n === 'number' ? request.body.n : 1;
-  return { unit: 'image', quantity: images, promptTokens: 0, completionTokens: 0, totalTokens: 0, estimated: false };
-};
-
-function estimatedTokens(requestBytes: number, completionTokens: number): Metered {
-  const promptTokens = Math.ceil(requestBytes / 4);
-  const totalTokens = promptTokens + completionTokens;
-  return { unit: 'token', quantity: totalTokens, promptTokens, completionTokens, totalTokens, estimated: true };
-}
 
 function callerOf(context: HandlerContext<OperationId>): Principal {
   if (!context.auth) throw new AppError('UNAUTHENTICATED', 'Send an API key or sign in.', { inference: { code: 'missing_credentials' } });
   return context.auth;
 }
 
+/**
+ * Chat parameters the serving engine does not honour, refused here rather than half-served:
+ * Xinference answers `logit_bias` with 501 and drops `n` (one choice), `api/restful_api.py`,
+ * `create_chat_completion`.
+ */
+function refuseUnsupportedChat(body: Record<string, unknown>): void {
+  if (body.logit_bias !== undefined && body.logit_bias !== null) {
+    throw new AppError('VALIDATION_FAILED', '`logit_bias` is not supported by the serving engine; leave it out (or send null).', {
+      inference: { code: 'unsupported_parameter', param: 'logit_bias' },
+    });
+  }
+  if (body.n !== undefined && body.n !== null && body.n !== 1) {
+    throw new AppError('VALIDATION_FAILED', '`n` must be 1: the serving engine generates one choice per request; send several requests for several choices.', {
+      inference: { code: 'unsupported_value', param: 'n' },
+    });
+  }
+}
+
+/** A JSON answer rewritten as it streams (json-rewrite.ts). */
+function jsonRewrite(policy: RewritePolicy): AnswerRewrite {
+  const decoder = new StringDecoder('utf8');
+  const rewriter = new JsonStreamRewriter(policy);
+  return {
+    mediaType: 'application/json',
+    push: (chunk) => rewriter.write(decoder.write(chunk)),
+    end: () => rewriter.write(decoder.end()) + rewriter.end(),
+  };
+}
+
+/** The engine's JSON transcription, held (it is small) and rendered as `format` once complete. */
+function transcriptRewrite(format: TextFormat): AnswerRewrite {
+  const chunks: Buffer[] = [];
+  let bytes = 0;
+  return {
+    mediaType: 'text/plain',
+    push: (chunk) => {
+      bytes += chunk.length;
+      if (bytes > TRANSCRIPT_ANSWER_LIMIT) throw new Error(`the transcription answer is over ${TRANSCRIPT_ANSWER_LIMIT} bytes`);
+      chunks.push(chunk);
+      return '';
+    },
+    end: () => renderTranscript(format, JSON.parse(Buffer.concat(chunks).toString('utf8'))),
+  };
+}
+
 /** The inference proxy: each route resolves `model` to a deployment and streams to its engine. */
 export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageRecorder; config: Pick<Config, 'inference'> }): InferenceHandlers {
   const { router, usage } = deps;
-  const relay = new Relay(deps.config.inference);
+  const relay = new Relay(deps.config.inference, (target, reason) => router.credentialsRefused(target, reason));
 
   /**
    * One record per request the engine answered, keyed by an id the service makes; the request id
@@ -82,15 +98,29 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
     });
   };
 
-  /** A JSON route: rewrite `model` to the engine's uid, stream the answer back, meter what was delivered. */
+  /**
+   * A JSON route: refuse what the engine would not honour, rewrite `model` to the engine's uid (and
+   * the body as the route needs), stream the answer back (rewritten where the contract promises
+   * what the engine does not give), meter what was delivered.
+   */
   const json =
-    (path: string, options: { accepts: readonly MediaType[]; meter: Meter; prepare?: (body: Record<string, unknown>) => void }) =>
+    (
+      path: string,
+      options: {
+        accepts: readonly MediaType[];
+        meter: Meter;
+        refuse?: (body: Record<string, unknown>) => void;
+        /** Changes the body sent to the engine; returns the rewrite of the answer, if any. */
+        prepare?: (body: Record<string, unknown>) => (() => AnswerRewrite) | undefined;
+      },
+    ) =>
     async (context: HandlerContext<OperationId>) => {
       const principal = callerOf(context);
       const body = { ...(context.body as unknown as Record<string, unknown>) };
+      options.refuse?.(body);
       const target = await router.resolve(principal, body.model);
       body.model = target.engineModelUid;
-      options.prepare?.(body);
+      const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
       const delivery = await relay.forward({
         req: context.req,
@@ -101,6 +131,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
         body: payload,
         contentType: 'application/json',
         accepts: options.accepts,
+        rewrite,
       });
       if (delivery) record(context, principal, target, path, delivery.outcome, options.meter(delivery, { bytes: Buffer.byteLength(payload), body }));
       return STREAMED;
@@ -110,20 +141,42 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
     createChatCompletion: json('/v1/chat/completions', {
       accepts: ['application/json', 'text/event-stream'],
       meter: byTokens,
+      refuse: refuseUnsupportedChat,
       prepare: (body) => {
         // Usage of a stream is reported in its last chunk only when asked for; metering needs it.
         if (body.stream === true) body.stream_options = { ...(body.stream_options as object | undefined), include_usage: true };
+        return undefined;
       },
     }),
-    createEmbedding: json('/v1/embeddings', { accepts: ['application/json'], meter: byTokens }),
+    createEmbedding: json('/v1/embeddings', {
+      accepts: ['application/json'],
+      meter: byTokens,
+      prepare: (body) => {
+        // Xinference ignores `encoding_format` (floats always): base64 is encoded here, as OpenAI does.
+        const base64 = body.encoding_format === 'base64';
+        delete body.encoding_format;
+        return base64 ? () => jsonRewrite(embeddingsAsBase64) : undefined;
+      },
+    }),
     createRerank: json('/v1/rerank', {
       accepts: ['application/json'],
       meter: byRerankTokens,
       prepare: (body) => {
         body.return_len = true;
+        return undefined;
       },
     }),
-    createImage: json('/v1/images/generations', { accepts: ['application/json'], meter: byImages }),
+    createImage: json('/v1/images/generations', {
+      accepts: ['application/json'],
+      meter: byImages,
+      prepare: (body) => {
+        // Xinference's `url` is a path on the worker's disk: the image is always asked for as
+        // base64, and a `url` answered as a data URL of it.
+        const as = body.response_format === 'b64_json' ? 'b64_json' : 'url';
+        body.response_format = 'b64_json';
+        return () => jsonRewrite(imagesAs(as));
+      },
+    }),
     createTranscription: async (context) => {
       const principal = callerOf(context);
       const form = await TranscriptionForm.open(context.req, TRANSCRIPTION_LIMIT);
@@ -135,20 +188,16 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
           log: context.log,
           target,
           path: '/v1/audio/transcriptions',
-          body: form.body(target.engineModelUid),
+          // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.
+          body: form.body(target.engineModelUid, engineFormatFor),
           contentType: form.contentType,
-          accepts: ['application/json', 'text/plain'],
+          accepts: ['application/json'],
+          rewrite: () => {
+            const format = form.responseFormat;
+            return isTextFormat(format) ? transcriptRewrite(format) : undefined;
+          },
         });
-        if (delivery) {
-          record(context, principal, target, '/v1/audio/transcriptions', delivery.outcome, {
-            unit: 'request',
-            quantity: 1,
-            promptTokens: 0,
-            completionTokens: 0,
-            totalTokens: 0,
-            estimated: false,
-          });
-        }
+        if (delivery) record(context, principal, target, '/v1/audio/transcriptions', delivery.outcome, perRequest(delivery, { bytes: 0, body: {} }));
       } finally {
         await form.dispose();
       }

@@ -5,6 +5,7 @@ import got, { type Got } from 'got';
 import type { Logger } from 'pino';
 import { AppError } from '../errors.ts';
 import { toInferenceError } from '../http/problem.ts';
+import { AnswerWatch } from './answer-watch.ts';
 import { ENGINE_ERROR_READ, engineError, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import type { Target } from './routing.ts';
 
@@ -27,11 +28,21 @@ export interface RelayLimits {
   idleTimeoutMs: number;
 }
 
-export interface Usage {
-  promptTokens: number;
-  completionTokens: number;
-  totalTokens: number;
+/**
+ * A change the proxy makes to the engine's 200 answer on its way to the client, so that the route
+ * keeps the contract's promise where the engine answers otherwise (images as data URLs, embeddings
+ * as base64, transcripts as text). Its output is what the client gets, as `mediaType`.
+ */
+export interface AnswerRewrite {
+  mediaType: MediaType;
+  /** What to send for this chunk of the engine's answer ('' for nothing yet); throws when the answer is unusable. */
+  push(chunk: Buffer): string;
+  /** The rest, once the engine's answer is complete; throws when the answer is unusable. */
+  end(): string;
 }
+
+/** Called when the engine refused the cluster's inference credential (401 or 403). */
+export type CredentialsRefused = (target: Target, reason: string) => void;
 
 /** What reached the client: the answer in full, or part of it (the client left, the engine failed or stalled). */
 export interface Delivery {
@@ -49,9 +60,11 @@ export interface Delivery {
 export class Relay {
   readonly #http: Got;
   readonly #limits: RelayLimits;
+  readonly #credentialsRefused: CredentialsRefused;
 
-  constructor(limits: RelayLimits) {
+  constructor(limits: RelayLimits, credentialsRefused: CredentialsRefused) {
     this.#limits = limits;
+    this.#credentialsRefused = credentialsRefused;
     this.#http = got.extend({
       retry: { limit: 0 },
       throwHttpErrors: false,
@@ -76,8 +89,10 @@ export class Relay {
     path: string;
     body: string | Readable;
     contentType: string;
-    /** The media types this route documents for its 200 answer. */
+    /** The media types the engine may answer with (200), relayed as they are unless `rewrite` changes them. */
     accepts: readonly MediaType[];
+    /** Made when the engine's 200 answer arrives (the request, a form included, is then complete). */
+    rewrite?: () => AnswerRewrite | undefined;
   }): Promise<Delivery | undefined> {
     const { req, res, log } = input;
     let stalled = false;
@@ -124,7 +139,11 @@ export class Relay {
         upstream.once('error', reject);
       });
       if (response.statusCode >= 400) {
-        throw engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), log);
+        const failure = engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), log);
+        if (response.statusCode === 401 || response.statusCode === 403) {
+          this.#credentialsRefused(input.target, `the engine answered ${response.statusCode} to the cluster's inference API key on ${input.path}`);
+        }
+        throw failure;
       }
       const media = mediaTypeOf(response.headers['content-type']);
       if (response.statusCode !== 200 || !media || !input.accepts.includes(media)) {
@@ -133,7 +152,8 @@ export class Relay {
         throw upstreamFailure('The model answered in a form this route does not serve.');
       }
       const streaming = media === 'text/event-stream';
-      res.status(200).set('Content-Type', CONTENT_TYPE[media]);
+      const rewrite = input.rewrite?.();
+      res.status(200).set('Content-Type', CONTENT_TYPE[rewrite?.mediaType ?? media]);
       // An event stream starts at once; a JSON or text answer goes out with its first bytes.
       if (streaming) {
         res.set({ 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
@@ -141,13 +161,19 @@ export class Relay {
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
-      const ended = await pump(upstream, res, answer, {
+      const ended = await pump(upstream, res, answer, rewrite, {
         onChunk: () => watch(this.#limits.idleTimeoutMs),
         onPause: () => clearTimeout(timer),
       });
-      if (ended === 'completed') {
-        res.end();
+      let rest: string | undefined = '';
+      if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), log);
+      if (ended === 'completed' && rest !== undefined) {
+        res.end(rest);
         return { outcome: 'completed', answer };
+      }
+      if ((ended === 'unusable' || rest === undefined) && !res.headersSent) {
+        res.removeHeader('Content-Type');
+        throw upstreamFailure('The model answered in a form this route does not serve.');
       }
       if (ended === 'client-left' || clientLeft) return { outcome: 'aborted', answer };
       const failure = stalled ? upstreamTimeout() : upstreamFailure();
@@ -192,16 +218,30 @@ function mediaTypeOf(header: string | undefined): MediaType | undefined {
   return type && Object.hasOwn(CONTENT_TYPE, type) ? (type as MediaType) : undefined;
 }
 
-/** Copies the answer to the client as it arrives, pausing the engine while the client is slow. */
+/** What a rewrite gives, or undefined (logged) when it found the answer unusable. */
+function rewritten(step: () => string, log: Logger): string | undefined {
+  try {
+    return step();
+  } catch (error) {
+    log.warn({ err: String(error) }, 'the engine answered something the proxy cannot rewrite for this route');
+    return undefined;
+  }
+}
+
+/**
+ * Copies the answer to the client as it arrives (through the rewrite, if any), pausing the engine
+ * while the client is slow.
+ */
 function pump(
   upstream: Readable,
   res: Response,
   answer: AnswerWatch,
+  rewrite: AnswerRewrite | undefined,
   clock: { onChunk: () => void; onPause: () => void },
-): Promise<'completed' | 'client-left' | 'engine-failed'> {
+): Promise<'completed' | 'client-left' | 'engine-failed' | 'unusable'> {
   return new Promise((resolve) => {
     let settled = false;
-    const settle = (how: 'completed' | 'client-left' | 'engine-failed') => {
+    const settle = (how: 'completed' | 'client-left' | 'engine-failed' | 'unusable') => {
       if (settled) return;
       settled = true;
       upstream.off('data', onData);
@@ -214,7 +254,18 @@ function pump(
     const onData = (chunk: Buffer) => {
       clock.onChunk();
       answer.observe(chunk);
-      if (!res.write(chunk)) {
+      let out: Buffer | string = chunk;
+      if (rewrite) {
+        try {
+          out = rewrite.push(chunk);
+        } catch {
+          upstream.destroy();
+          settle('unusable');
+          return;
+        }
+        if (out === '') return;
+      }
+      if (!res.write(out)) {
         upstream.pause();
         clock.onPause();
         res.once('drain', resume);
@@ -239,106 +290,4 @@ async function readSome(stream: Readable, limit: number): Promise<string> {
     // What arrived before the failure is enough for the log.
   }
   return text.slice(0, limit);
-}
-
-const KEEP = 64 * 1024;
-const USAGE = /"usage"\s*:\s*(\{[^{}]*\})/g;
-const RERANK_TOKENS = /"tokens"\s*:\s*(\{[^{}]*\})/g;
-
-/**
- * Reads what metering needs from the answer as it passes, without holding it: for JSON, the first
- * and last 64 KiB (where `usage` or rerank's `meta.tokens` is); for an event stream, each event as
- * it completes, counting the chunks that carried generated content and keeping the reported usage.
- */
-export class AnswerWatch {
-  readonly #streaming: boolean;
-  #head = '';
-  #tail = '';
-  #pending = '';
-  #reported: Usage | undefined;
-  #contentChunks = 0;
-  #lastBytes = '\n\n';
-
-  constructor(streaming: boolean) {
-    this.#streaming = streaming;
-  }
-
-  observe(chunk: Buffer): void {
-    const text = chunk.toString('utf8');
-    this.#lastBytes = (this.#lastBytes + text).slice(-2);
-    if (!this.#streaming) {
-      if (this.#head.length < KEEP) this.#head += text.slice(0, KEEP - this.#head.length);
-      this.#tail = (this.#tail + text).slice(-KEEP);
-      return;
-    }
-    const events = (this.#pending + text).split(/\r?\n\r?\n/);
-    this.#pending = events.pop() ?? '';
-    if (this.#pending.length > KEEP) this.#pending = '';
-    for (const event of events) this.#event(event);
-  }
-
-  /** True when what was relayed so far ends between two events. */
-  get atEventBoundary(): boolean {
-    return this.#lastBytes === '\n\n';
-  }
-
-  /** Stream chunks that carried generated text or tool calls (each holds at least one token). */
-  get contentChunks(): number {
-    return this.#contentChunks;
-  }
-
-  /** The usage the engine reported: the last stream chunk's, or the JSON answer's. */
-  usage(): Usage | undefined {
-    if (this.#streaming) return this.#reported;
-    const found = lastMatch(USAGE, this.#tail) ?? lastMatch(USAGE, this.#head);
-    return found ? toUsage(found) : undefined;
-  }
-
-  /** Rerank's `meta.tokens.input_tokens`, when the engine reported it. */
-  rerankTokens(): number | undefined {
-    const found = lastMatch(RERANK_TOKENS, this.#tail) ?? lastMatch(RERANK_TOKENS, this.#head);
-    const tokens = (found as { input_tokens?: unknown } | undefined)?.input_tokens;
-    return typeof tokens === 'number' && tokens >= 0 ? Math.floor(tokens) : undefined;
-  }
-
-  #event(event: string): void {
-    const data = event
-      .split(/\r?\n/)
-      .filter((line) => line.startsWith('data:'))
-      .map((line) => line.slice(5).trimStart())
-      .join('\n');
-    if (!data.startsWith('{')) return;
-    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown[] } }> };
-    try {
-      chunk = JSON.parse(data);
-    } catch {
-      return;
-    }
-    if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
-    if (chunk.choices?.some((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || (choice.delta?.tool_calls?.length ?? 0) > 0)) {
-      this.#contentChunks++;
-    }
-  }
-}
-
-function lastMatch(pattern: RegExp, text: string): unknown {
-  let last: string | undefined;
-  for (const match of text.matchAll(pattern)) last = match[1];
-  if (last === undefined) return undefined;
-  try {
-    return JSON.parse(last) as unknown;
-  } catch {
-    return undefined;
-  }
-}
-
-function toUsage(value: unknown): Usage | undefined {
-  if (!value || typeof value !== 'object') return undefined;
-  const usage = value as { prompt_tokens?: unknown; completion_tokens?: unknown; total_tokens?: unknown };
-  const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? Math.floor(n) : undefined);
-  const promptTokens = count(usage.prompt_tokens);
-  const completionTokens = count(usage.completion_tokens) ?? 0;
-  const totalTokens = count(usage.total_tokens);
-  if (promptTokens === undefined && totalTokens === undefined) return undefined;
-  return { promptTokens: promptTokens ?? 0, completionTokens, totalTokens: totalTokens ?? (promptTokens ?? 0) + completionTokens };
 }

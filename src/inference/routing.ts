@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import type { Logger } from 'pino';
 import type { Principal } from '../accounts/principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { isUuid } from '../deployments/deployments.repository.ts';
@@ -10,12 +11,14 @@ export interface Target {
   organizationId: number;
   modelName: string;
   engineModelUid: string;
+  clusterId: string;
   /** The engine's base URL and the cluster credential to send it. */
   endpoint: string;
   authorization: string | undefined;
 }
 
-interface Candidate {
+/** A deployment the caller's organization has, with its cluster, as routing sees it. */
+export interface Candidate {
   id: string;
   organization_id: number;
   user_id: number;
@@ -25,76 +28,129 @@ interface Candidate {
   cluster_id: string | null;
   endpoint: string | null;
   sealed_credential: string | null;
+  /** The cluster's status: `credentials_invalid` once its engine refused the platform's credentials. */
+  cluster_status: string | null;
   created_at: Date;
 }
 
+/** Who is calling, as far as routing is concerned: a session reaches its candidates, a key its scope. */
+export type Caller = { kind: 'session' } | { kind: 'apiKey'; deploymentIds: ReadonlySet<string> };
+
 /** How long what a caller may call is trusted without a lookup, in this process. */
 const CACHE_MS = 2_000;
+/** When a caller may try again a deployment whose cluster's credentials were refused. */
+const CREDENTIALS_RETRY_AFTER_SECONDS = 60;
+
+const missingModel = () =>
+  new AppError('VALIDATION_FAILED', '`model` is required: a deployment id or a model name.', { inference: { code: 'missing_required_parameter', param: 'model' } });
 
 const notFound = (model: string) =>
   new AppError('NOT_FOUND', `The model \`${model}\` does not exist or you do not have access to it.`, { inference: { code: 'model_not_found', param: 'model' } });
 
 /**
- * Resolves the body's `model` (DESIGN.md §3 Inference routing): a deployment id, or a model name
- * unambiguous among the caller's running deployments: for a session, the user's own in their
- * current organization; for a key, its scoped deployments. One query per caller, cached 2 s.
+ * The routing rule (DESIGN.md §3 Inference routing), pure: picks the deployment `model` names among
+ * the candidates (the caller's organization's deployments, or for a session the user's own), or
+ * throws the refusal the caller gets. `model` is a deployment id, or a model name unambiguous among
+ * the caller's running deployments (a key's scoped ones). A deployment serves only while it is
+ * running and its cluster is usable: a cluster whose engine refused the platform's credentials
+ * (in `unusableClusters`, or `credentials_invalid`) is not called at all, since every refused
+ * bearer counts toward the engine's ban of the platform's address.
+ */
+export function chooseTarget(caller: Caller, model: unknown, candidates: readonly Candidate[], unusableClusters: ReadonlySet<string> = new Set()): Candidate {
+  if (typeof model !== 'string' || !model) throw missingModel();
+  const reachable = caller.kind === 'session' ? candidates : candidates.filter((c) => caller.deploymentIds.has(c.id));
+  let chosen: Candidate | undefined;
+  if (isUuid(model)) {
+    chosen = reachable.find((c) => c.id === model);
+    if (!chosen && caller.kind === 'apiKey' && candidates.some((c) => c.id === model)) {
+      throw new AppError('FORBIDDEN', `This API key may not call the deployment ${model}.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
+    }
+  } else {
+    const running = reachable.filter((c) => c.model_name === model && c.status === 'running');
+    if (running.length > 1) {
+      throw new AppError('VALIDATION_FAILED', `Several of your running deployments serve \`${model}\`; send a deployment id as \`model\`.`, {
+        inference: { code: 'model_ambiguous', param: 'model' },
+      });
+    }
+    chosen = running[0];
+    if (!chosen && caller.kind === 'apiKey' && candidates.some((c) => c.model_name === model && c.status === 'running')) {
+      throw new AppError('FORBIDDEN', `This API key may not call \`${model}\`.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
+    }
+  }
+  if (!chosen) throw notFound(model);
+  if (chosen.status !== 'running' || !chosen.endpoint || !chosen.engine_model_uid || !chosen.cluster_id) {
+    if (['failed', 'terminating', 'terminated'].includes(chosen.status)) {
+      throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
+        inference: { code: 'deployment_stopped', param: 'model' },
+      });
+    }
+    throw new AppError('SERVICE_UNAVAILABLE', `The deployment ${chosen.id} is ${chosen.status}, not running yet; retry shortly.`, {
+      headers: { 'Retry-After': '10' },
+      inference: { code: 'deployment_not_running', param: 'model' },
+    });
+  }
+  if (chosen.cluster_status === 'credentials_invalid' || unusableClusters.has(chosen.cluster_id)) {
+    throw new AppError('SERVICE_UNAVAILABLE', `The deployment ${chosen.id} cannot be reached: its cluster refused the platform's credentials, and an operator has been alerted. Retry later.`, {
+      headers: { 'Retry-After': String(CREDENTIALS_RETRY_AFTER_SECONDS) },
+      inference: { code: 'engine_unavailable', param: 'model' },
+    });
+  }
+  return chosen;
+}
+
+/**
+ * Resolves the body's `model` to a target (see `chooseTarget`): one query per caller, cached 2 s.
+ * When an engine refuses a cluster's inference credential, the cluster is marked
+ * `credentials_invalid` (ClustersService: the operator is alerted) and this process stops calling
+ * it at once, before the mark reaches the other processes through their caches.
  */
 export class InferenceRouter {
   readonly #db: Knex;
   readonly #clusters: ClustersService;
+  readonly #log: Logger;
   readonly #cache = new Map<string, { at: number; candidates: Candidate[] }>();
+  /** Clusters refused here, until every cached read shows the mark in the database. */
+  readonly #refused = new Map<string, { until: number }>();
 
-  constructor(deps: { db: Knex; clusters: ClustersService }) {
+  constructor(deps: { db: Knex; clusters: ClustersService; log: Logger }) {
     this.#db = deps.db;
     this.#clusters = deps.clusters;
+    this.#log = deps.log;
   }
 
   async resolve(principal: Principal, model: unknown): Promise<Target> {
-    if (typeof model !== 'string' || !model) {
-      throw new AppError('VALIDATION_FAILED', '`model` is required: a deployment id or a model name.', {
-        inference: { code: 'missing_required_parameter', param: 'model' },
-      });
-    }
-    const candidates = await this.#candidates(principal);
-    const reachable = candidates.filter((c) => principal.kind === 'session' || principal.deploymentIds.has(c.id));
-    let chosen: Candidate | undefined;
-    if (isUuid(model)) {
-      chosen = reachable.find((c) => c.id === model);
-      if (!chosen && principal.kind === 'apiKey' && candidates.some((c) => c.id === model)) {
-        throw new AppError('FORBIDDEN', `This API key may not call the deployment ${model}.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
-      }
-    } else {
-      const running = reachable.filter((c) => c.model_name === model && c.status === 'running');
-      if (running.length > 1) {
-        throw new AppError('VALIDATION_FAILED', `Several of your running deployments serve \`${model}\`; send a deployment id as \`model\`.`, {
-          inference: { code: 'model_ambiguous', param: 'model' },
-        });
-      }
-      chosen = running[0];
-      if (!chosen && principal.kind === 'apiKey' && candidates.some((c) => c.model_name === model && c.status === 'running')) {
-        throw new AppError('FORBIDDEN', `This API key may not call \`${model}\`.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
-      }
-    }
-    if (!chosen) throw notFound(model);
-    if (chosen.status !== 'running' || !chosen.endpoint || !chosen.engine_model_uid) {
-      if (['failed', 'terminating', 'terminated'].includes(chosen.status)) {
-        throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
-          inference: { code: 'deployment_stopped', param: 'model' },
-        });
-      }
-      throw new AppError('SERVICE_UNAVAILABLE', `The deployment ${chosen.id} is ${chosen.status}, not running yet; retry shortly.`, {
-        headers: { 'Retry-After': '10' },
-        inference: { code: 'deployment_not_running', param: 'model' },
-      });
-    }
+    if (typeof model !== 'string' || !model) throw missingModel();
+    const chosen = chooseTarget(principal, model, await this.#candidates(principal), this.#unusable());
     return {
       deploymentId: chosen.id,
       organizationId: chosen.organization_id,
       modelName: chosen.model_name,
-      engineModelUid: chosen.engine_model_uid,
-      endpoint: chosen.endpoint,
+      engineModelUid: chosen.engine_model_uid as string,
+      clusterId: chosen.cluster_id as string,
+      endpoint: chosen.endpoint as string,
       authorization: this.#clusters.authorizationHeader(chosen.sealed_credential),
     };
+  }
+
+  /**
+   * The engine refused the cluster's inference credential: no more calls to it from this process,
+   * and the cluster is marked `credentials_invalid` for every process (retried until written).
+   */
+  credentialsRefused(target: Pick<Target, 'clusterId'>, reason: string): void {
+    const { clusterId } = target;
+    if ((this.#refused.get(clusterId)?.until ?? 0) > Date.now()) return;
+    this.#refused.set(clusterId, { until: Number.POSITIVE_INFINITY });
+    const mark = () => {
+      this.#clusters.markCredentialsInvalid(clusterId, reason).then(
+        // Cache entries are stamped when their query started: past this, every one shows the mark.
+        () => this.#refused.set(clusterId, { until: Date.now() + CACHE_MS }),
+        (error: unknown) => {
+          this.#log.error({ err: error, cluster_id: clusterId }, 'the cluster could not be marked credentials_invalid; retrying');
+          setTimeout(mark, 5_000).unref();
+        },
+      );
+    };
+    mark();
   }
 
   /** The running deployments the caller may call, for `GET /v1/models`. */
@@ -112,14 +168,34 @@ export class InferenceRouter {
       }));
   }
 
+  #unusable(): ReadonlySet<string> {
+    if (this.#refused.size === 0) return EMPTY;
+    const now = Date.now();
+    for (const [clusterId, { until }] of this.#refused) if (until <= now) this.#refused.delete(clusterId);
+    return new Set(this.#refused.keys());
+  }
+
   async #candidates(principal: Principal): Promise<Candidate[]> {
     const key = principal.kind === 'session' ? `s:${principal.user.id}:${principal.organization?.id}` : `k:${principal.keyId}`;
     const cached = this.#cache.get(key);
-    if (cached && Date.now() - cached.at < CACHE_MS) return cached.candidates;
+    const started = Date.now();
+    if (cached && started - cached.at < CACHE_MS) return cached.candidates;
     const query = this.#db('deployments as d')
       .leftJoin('clusters as c', 'c.id', 'd.cluster_id')
       .whereNot('d.status', 'terminated')
-      .select('d.id', 'd.organization_id', 'd.user_id', 'd.model_name', 'd.status', 'd.engine_model_uid', 'd.cluster_id', 'd.created_at', 'c.endpoint', 'c.sealed_credential')
+      .select(
+        'd.id',
+        'd.organization_id',
+        'd.user_id',
+        'd.model_name',
+        'd.status',
+        'd.engine_model_uid',
+        'd.cluster_id',
+        'd.created_at',
+        'c.endpoint',
+        'c.sealed_credential',
+        'c.status as cluster_status',
+      )
       .orderBy('d.created_at', 'desc');
     if (principal.kind === 'session') {
       query.where({ 'd.user_id': principal.user.id, 'd.organization_id': principal.organization?.id ?? 0 });
@@ -128,7 +204,9 @@ export class InferenceRouter {
       query.where('d.organization_id', principal.organizationId);
     }
     const candidates: Candidate[] = await query;
-    this.#cache.set(key, { at: Date.now(), candidates });
+    this.#cache.set(key, { at: started, candidates });
     return candidates;
   }
 }
+
+const EMPTY: ReadonlySet<string> = new Set();

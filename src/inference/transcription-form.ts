@@ -66,13 +66,21 @@ export class TranscriptionForm {
     return this.#fields.get('model') as string;
   }
 
+  /** The `response_format` the client sent, once its part was read (the whole form is read before the engine answers). */
+  get responseFormat(): string | undefined {
+    return this.#fields.get('response_format');
+  }
+
   get contentType(): string {
     return `multipart/form-data; boundary=${this.#boundary}`;
   }
 
-  /** The form for the engine, `model` replaced by `engineModel`; it reads the rest of the upload as it is sent. */
-  body(engineModel: string): Readable {
-    return Readable.from(this.#outgoing(engineModel), { objectMode: false });
+  /**
+   * The form for the engine, `model` replaced by `engineModel` and `response_format` by
+   * `engineFormat` of it; it reads the rest of the upload as it is sent.
+   */
+  body(engineModel: string, engineFormat: (format: string) => string = (format) => format): Readable {
+    return Readable.from(this.#outgoing(engineModel, engineFormat), { objectMode: false });
   }
 
   /** Stops reading the upload and deletes the spooled file, if any. */
@@ -97,9 +105,10 @@ export class TranscriptionForm {
     this.#complete();
   }
 
-  async *#outgoing(engineModel: string): AsyncGenerator<Buffer> {
+  async *#outgoing(engineModel: string, engineFormat: (format: string) => string): AsyncGenerator<Buffer> {
+    const outgoing = (name: string, value: string) => this.#fieldPart(name, name === 'response_format' ? engineFormat(value) : value);
     yield this.#fieldPart('model', engineModel);
-    for (const [name, value] of this.#fields) if (name !== 'model') yield this.#fieldPart(name, value);
+    for (const [name, value] of this.#fields) if (name !== 'model') yield outgoing(name, value);
     if (this.#spooled) {
       yield this.#fileHead(this.#spooled.filename, this.#spooled.mimeType);
       yield* createReadStream(this.#spooled.file) as AsyncIterable<Buffer>;
@@ -113,7 +122,7 @@ export class TranscriptionForm {
         if (part.kind === 'file') this.#acceptFile(part);
         else {
           this.#accept(part);
-          yield this.#fieldPart(part.name, part.value);
+          yield outgoing(part.name, part.value);
         }
       }
       this.#complete();

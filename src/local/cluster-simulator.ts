@@ -34,8 +34,9 @@ export type { SimulatedUser, SimulatorAuthOptions } from './simulator/auth.ts';
  *   engine's `load()` is a no-op that orphans the model; GPUs are shared by default; a dead model
  *   is recovered through ERROR back to READY; GPU names are raw NVML strings; a launch of a model
  *   Xinference does not have fails (`simulator/cluster.ts`, `simulator/model-registry.ts`).
- * The inference routes (`simulator/generation.ts`) still answer as before for images,
- * transcription formats and `logit_bias` (see there).
+ * - the inference routes answer as Xinference's do where they differ from the hosted API: an image
+ *   `url` is a path on the worker's disk (JPEG), Whisper answers `json` and `verbose_json` only,
+ *   `logit_bias` is 501, `n` and `encoding_format` are dropped (`simulator/generation.ts`).
  *
  * Nothing runs on a GPU. It is also the "engine directly" baseline of the proxy benchmark, so the
  * hot paths stay lean: plain `node:http`, no framework, no per-request logging.

@@ -14,6 +14,12 @@ import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOpti
  *                                  "modelEngine","modelFormat","modelSizeInBillions","quantization","gpuCount"}
  *                                  (default: qwen2.5-instruct 0.5B, pytorch, vLLM, one GPU)
  *   XINFERENCE_TEST_LOAD_TIMEOUT_SECONDS   how long the model may take to load (default 900)
+ *   XINFERENCE_TEST_EMBEDDING_MODEL, XINFERENCE_TEST_IMAGE_MODEL, XINFERENCE_TEST_AUDIO_MODEL
+ *                                  optional launch specs (same JSON) of an embedding, an image and a
+ *                                  speech-to-text model, for the tests of those routes (skipped
+ *                                  without), e.g. {"modelName":"whisper-large-v3","modelType":"audio",
+ *                                  "modelEngine":"transformers","modelFormat":"pytorch",
+ *                                  "modelSizeInBillions":1.55,"quantization":"none","gpuCount":1}
  *
  * The real cluster must have one free GPU for the test model. Tests that need failure injection
  * (crashes, out-of-memory loads, revoked credentials, the address ban) run against the simulator only.
@@ -27,6 +33,8 @@ export interface EngineUnderTest {
   client(options?: Omit<XinferenceClientOptions, 'management'>): XinferenceClient;
   /** The test model, launched under a fresh uid. */
   launchSpec(): LaunchSpec;
+  /** A model of another kind under a fresh uid, or undefined when none is configured (a real cluster). */
+  launchSpecFor(kind: OtherModel): LaunchSpec | undefined;
   loadTimeoutMs: number;
   /** How often to poll the engine. */
   pollMs: number;
@@ -34,6 +42,20 @@ export interface EngineUnderTest {
 }
 
 export const REAL_ENGINE = Boolean(process.env.XINFERENCE_URL);
+
+export type OtherModel = 'embedding' | 'image' | 'audio';
+
+const freshUid = () => `conformance-${randomBytes(6).toString('hex')}`;
+
+/**
+ * What the simulator launches for each kind: catalog models, as the platform would launch them,
+ * placed where they fit beside a vLLM model (which takes 90% of its GPU) on the first A10G.
+ */
+const SIMULATED: Record<OtherModel, Omit<LaunchSpec, 'modelUid'>> = {
+  embedding: { modelName: 'bge-m3', modelType: 'embedding', modelEngine: 'sentence_transformers', modelFormat: 'pytorch', modelSizeInBillions: 0.57, quantization: 'none', gpuCount: 1, workerAddress: 'sim-a10g:30001' },
+  image: { modelName: 'FLUX.1-schnell', modelType: 'image', modelEngine: 'diffusers', modelFormat: 'diffusers', modelSizeInBillions: 12, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
+  audio: { modelName: 'whisper-large-v3', modelType: 'audio', modelEngine: 'transformers', modelFormat: 'pytorch', modelSizeInBillions: 1.55, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
+};
 
 export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Promise<EngineUnderTest> {
   const env = process.env;
@@ -58,8 +80,12 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
         quantization: 'none',
         gpuCount: 1,
         ...model,
-        modelUid: `conformance-${randomBytes(6).toString('hex')}`,
+        modelUid: freshUid(),
       }),
+      launchSpecFor: (kind) => {
+        const configured = env[`XINFERENCE_TEST_${kind.toUpperCase()}_MODEL`];
+        return configured ? { ...(JSON.parse(configured) as Omit<LaunchSpec, 'modelUid'>), modelUid: freshUid() } : undefined;
+      },
       loadTimeoutMs: Number(env.XINFERENCE_TEST_LOAD_TIMEOUT_SECONDS ?? 900) * 1000,
       pollMs: 1000,
       stop: async () => undefined,
@@ -92,8 +118,9 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
       modelSizeInBillions: 0.5,
       quantization: 'none',
       gpuCount: 1,
-      modelUid: `conformance-${randomBytes(6).toString('hex')}`,
+      modelUid: freshUid(),
     }),
+    launchSpecFor: (kind) => ({ ...SIMULATED[kind], modelUid: freshUid() }),
     loadTimeoutMs: 20_000,
     pollMs: 20,
     stop: () => simulator.stop(),

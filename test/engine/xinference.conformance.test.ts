@@ -398,3 +398,114 @@ describe('M15, M16: workers', () => {
     }
   });
 });
+
+/** One second of a 440 Hz tone, 16 kHz 16-bit mono WAV: audio a real Whisper can decode. */
+function toneWav(seconds = 1, rate = 16_000): Buffer {
+  const data = Buffer.alloc(seconds * rate * 2);
+  for (let i = 0; i < seconds * rate; i++) data.writeInt16LE(Math.round(8000 * Math.sin((2 * Math.PI * 440 * i) / rate)), i * 2);
+  const header = Buffer.alloc(44);
+  header.write('RIFF', 0, 'latin1');
+  header.writeUInt32LE(36 + data.length, 4);
+  header.write('WAVEfmt ', 8, 'latin1');
+  header.writeUInt32LE(16, 16);
+  header.writeUInt16LE(1, 20);
+  header.writeUInt16LE(1, 22);
+  header.writeUInt32LE(rate, 24);
+  header.writeUInt32LE(rate * 2, 28);
+  header.writeUInt16LE(2, 32);
+  header.writeUInt16LE(16, 34);
+  header.write('data', 36, 'latin1');
+  header.writeUInt32LE(data.length, 40);
+  return Buffer.concat([header, data]);
+}
+
+describe('M4, M6, M12, M13: inference answers that differ from the hosted API (the proxy completes them)', () => {
+  const uids: Partial<Record<'llm' | 'embedding' | 'image' | 'audio', string>> = {};
+  const needs = (kind: 'embedding' | 'image' | 'audio') => {
+    const uid = uids[kind];
+    if (!uid) throw new Error(`no ${kind} model`);
+    return uid;
+  };
+  // Against a real cluster, a kind is tested only when XINFERENCE_TEST_<KIND>_MODEL names a model.
+  const withModel = (kind: 'embedding' | 'image' | 'audio') => it.skipIf(REAL_ENGINE && !process.env[`XINFERENCE_TEST_${kind.toUpperCase()}_MODEL`]);
+  const post = (path: string, body: Json) => raw(path, { method: 'POST', bearer: engine.apiKey, body: JSON.stringify(body) });
+
+  beforeAll(async () => {
+    // vLLM takes 90% of its GPU's memory at start-up: the other models are placed once it has.
+    const llm = { ...engine.launchSpec(), ...(REAL_ENGINE ? {} : { workerAddress: 'sim-a10g:30001' }) };
+    await client.launch(llm);
+    uids.llm = llm.modelUid;
+    await ready(llm.modelUid);
+    const others = (['embedding', 'image', 'audio'] as const).flatMap((kind) => {
+      const spec = engine.launchSpecFor(kind);
+      return spec ? [{ kind, spec }] : [];
+    });
+    for (const { kind, spec } of others) {
+      await client.launch(spec);
+      uids[kind] = spec.modelUid;
+    }
+    await Promise.all(others.map(({ spec }) => ready(spec.modelUid)));
+  }, REAL_ENGINE ? 45 * 60_000 : 60_000);
+  afterAll(async () => {
+    await Promise.all(Object.values(uids).map((uid) => stopped(uid)));
+  }, REAL_ENGINE ? 10 * 60_000 : 30_000);
+
+  it('M12: answers any logit_bias but null with 501 "Not implemented", and drops n: one choice', async () => {
+    const messages = [{ role: 'user', content: 'Say hello' }];
+    for (const logitBias of [{}, { '100': 5 }]) {
+      const refused = await post('/v1/chat/completions', { model: uids.llm, messages, logit_bias: logitBias, max_tokens: 4 });
+      expect(refused.status).toBe(501);
+      expect(refused.body).toEqual({ detail: 'Not implemented' });
+    }
+    const answered = await post('/v1/chat/completions', { model: uids.llm, messages, logit_bias: null, n: 2, max_tokens: 4 });
+    expect(answered.status).toBe(200);
+    expect(answered.body.choices).toHaveLength(1);
+  });
+
+  withModel('embedding')('M13: ignores encoding_format base64 and answers float lists', async () => {
+    const answered = await post('/v1/embeddings', { model: needs('embedding'), input: ['first', 'second'], encoding_format: 'base64' });
+    expect(answered.status).toBe(200);
+    const data = answered.body.data as Array<{ embedding: unknown }>;
+    expect(data).toHaveLength(2);
+    for (const item of data) {
+      expect(Array.isArray(item.embedding)).toBe(true);
+      expect((item.embedding as unknown[]).every((value) => typeof value === 'number')).toBe(true);
+    }
+  });
+
+  withModel('image')('M4: answers an image url as a path on the worker’s disk, and b64_json as base64 JPEG (PNG only with transparency)', async () => {
+    const byDefault = await post('/v1/images/generations', { model: needs('image'), prompt: 'a lighthouse', size: '256x256' });
+    expect(byDefault.status).toBe(200);
+    const [asUrl] = byDefault.body.data as Array<{ url: string | null; b64_json: string | null }>;
+    expect(asUrl?.b64_json).toBeNull();
+    expect(asUrl?.url).toMatch(/^\/.*\/image\/[0-9a-f]{32}\.(jpg|png)$/);
+    const asBase64 = await post('/v1/images/generations', { model: needs('image'), prompt: 'a lighthouse', size: '256x256', response_format: 'b64_json' });
+    const [image] = asBase64.body.data as Array<{ url: string | null; b64_json: string }>;
+    expect(image?.url).toBeNull();
+    const bytes = Buffer.from(image?.b64_json ?? '', 'base64');
+    const jpeg = bytes[0] === 0xff && bytes[1] === 0xd8 && bytes[2] === 0xff;
+    const png = bytes.subarray(0, 4).toString('latin1') === '\u0089PNG';
+    expect(jpeg || png).toBe(true);
+  });
+
+  withModel('audio')('M6: transcribes json and verbose_json (segments, duration), answers text, srt and vtt 500, and labels every answer JSON', async () => {
+    const transcribe = async (format?: string) => {
+      const form = new FormData();
+      form.set('model', needs('audio'));
+      form.set('file', new Blob([toneWav()], { type: 'audio/wav' }), 'tone.wav');
+      if (format) form.set('response_format', format);
+      const response = await fetch(`${engine.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${engine.apiKey}` }, body: form });
+      return { status: response.status, type: response.headers.get('content-type'), body: (await response.json()) as Json };
+    };
+    const plain = await transcribe();
+    expect(plain).toMatchObject({ status: 200, type: expect.stringMatching(/^application\/json/), body: { text: expect.any(String) } });
+    const verbose = await transcribe('verbose_json');
+    expect(verbose).toMatchObject({ status: 200, type: expect.stringMatching(/^application\/json/), body: { text: expect.any(String), duration: expect.any(Number), segments: expect.any(Array) } });
+    for (const format of ['text', 'srt', 'vtt']) {
+      const refused = await transcribe(format);
+      expect(refused.status, format).toBe(500);
+      expect(refused.type).toMatch(/^application\/json/);
+      expect(refused.body.detail).toMatch(new RegExp(`Unsupported response format: ${format}`));
+    }
+  });
+});

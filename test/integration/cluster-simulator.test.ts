@@ -186,8 +186,10 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     expect(await transcribed.json()).toEqual({ text: 'Simulated transcription of 300000 bytes of audio.' });
 
     const image = (await (await post('/v1/images/generations', { model: 'image-1', prompt: 'a lighthouse', response_format: 'b64_json' })).json()) as { data: { b64_json: string }[] };
-    const png = Buffer.from(image.data[0]?.b64_json ?? '', 'base64');
-    expect([...png.subarray(0, 8)]).toEqual([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
+    // Xinference writes JPEG unless the image has transparency (model/image/utils.py).
+    const jpeg = Buffer.from(image.data[0]?.b64_json ?? '', 'base64');
+    expect([...jpeg.subarray(0, 3)]).toEqual([0xff, 0xd8, 0xff]);
+    expect([...jpeg.subarray(-2)]).toEqual([0xff, 0xd9]);
 
     const wrongType = await post('/v1/embeddings', { model: 'rerank-1', input: 'x' });
     expect(wrongType.status).toBe(500);

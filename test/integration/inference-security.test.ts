@@ -189,13 +189,15 @@ describe('transcription uploads are parsed, checked and rebuilt (finding 1, 5)',
     const response = await transcribe(acmeKey, 'B', body, { cookie: 'session=abc', 'x-forwarded-for': '203.0.113.50' });
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toBe('text/plain; charset=utf-8');
-    expect(await response.text()).toBe('Simulated transcription of 3000 bytes of audio.');
+    expect(await response.text()).toBe('Simulated transcription of 3000 bytes of audio.\n');
     expect(engineCalls()).toBe(before + 1);
     const sent = stub.requestsTo(TRANSCRIPTIONS).at(-1);
     const text = sent?.body.toString('latin1') ?? '';
     expect(text.match(/name="model"/g)).toHaveLength(1);
     expect(text).toContain(`name="model"\r\n\r\n${whisper.engine_model_uid}\r\n`);
     expect(text).toContain('name="language"\r\n\r\nen\r\n');
+    // Rendered by the proxy: the engine (Whisper) is asked for json.
+    expect(text).toContain('name="response_format"\r\n\r\njson\r\n');
     expect(text).toContain('filename="a_b_.wav"');
     expect(sent?.headers.cookie).toBeUndefined();
     expect(sent?.headers['x-forwarded-for']).toBeUndefined();
@@ -253,7 +255,8 @@ describe('engine errors never reach clients word for word (finding 2)', () => {
     [500, 'text/plain', traceback, 502, 'upstream_error', 'The model failed to answer.'],
     [400, 'application/json', JSON.stringify({ detail: `Model not found in the model list, uid: dep-28debacec0894fdb87505ccb79a1325f` }), 400, 'engine_rejected_request', 'The model refused the request as invalid.'],
     [400, 'application/json', JSON.stringify({ detail: traceback }), 400, 'engine_rejected_request', 'The model refused the request as invalid.'],
-    [401, 'application/json', JSON.stringify({ detail: 'Invalid credential for supervisor 10.0.3.1:9997' }), 502, 'upstream_error', 'The model failed to answer.'],
+    // An engine 401 or 403 also answers 502 with this message, and stops the cluster's traffic:
+    // inference-fidelity.test.ts.
   ])('answers an engine %i with a fixed message, without uids, paths or addresses', async (status, contentType, body, expected, code, message) => {
     stub.behave(CHAT, answers(status, contentType, body));
     const response = await postJson('/v1/chat/completions', chatOnlyKey, { model: chat.id, messages: [hello] });

@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { crc32, deflateSync } from 'node:zlib';
 import type { Model, SimulatedCluster } from './cluster.ts';
+import { solidJpeg } from './jpeg.ts';
 import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valueError } from './http.ts';
 
 /**
@@ -9,12 +9,18 @@ import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valu
  * `create_chat_completion`, `create_embedding`, `rerank`, `create_images`,
  * `create_transcriptions`): the request and answer shapes, SSE framing and usage of Xinference.
  * Outputs are derived deterministically from the request (a hash-seeded word list, hash-seeded
- * unit vectors, a one-colour PNG).
+ * unit vectors, a one-colour JPEG).
  *
- * Still as before, not yet as Xinference 3.x (the relay's tests expect today's answers; see
- * README): an image `url` is a data URL (Xinference answers a path on the worker's disk),
- * transcription `text` answers text/plain (Whisper raises for text, srt and vtt), and
- * `logit_bias` is ignored (Xinference answers 501).
+ * Where Xinference does not answer as the hosted API does, the simulator answers as Xinference:
+ * - chat: any `logit_bias` but null is 501 "Not implemented", and `n` is dropped: one choice
+ *   (`api/restful_api.py`, `create_chat_completion`);
+ * - embeddings: `encoding_format` is dropped: vectors are float lists (`restful_api.py`,
+ *   `create_embedding`);
+ * - images: `url` (the default) is a path on the worker's disk to a JPEG, `b64_json` a base64
+ *   JPEG (`model/image/utils.py`, `handle_image_result`; PNG only for images with transparency);
+ * - transcriptions: Whisper answers `json` and `verbose_json` only; `text`, `srt` and `vtt` raise,
+ *   answered 500 (`model/audio/whisper.py`, `_call_model`), and the route labels every answer
+ *   JSON (`restful_api.py`, `create_transcriptions`).
  */
 
 export interface GenerationSettings {
@@ -100,6 +106,8 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     const body = await readJsonObject(req, res);
     if (!body) return;
     if (typeof body.model !== 'string') return pydanticError(res, 'CreateChatCompletion', 'model');
+    // restful_api.py, create_chat_completion: checked before the messages and the model.
+    if (body.logit_bias !== undefined && body.logit_bias !== null) throw new SimulatorError(501, 'Not implemented');
     const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
     if (messages.length === 0) throw valueError('Invalid input. Please specify the prompt.');
     const model = cluster.serving(body.model);
@@ -271,10 +279,17 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     requireAbility(model, 'image', 'txt2img');
     const prompt = typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.prompt ?? '');
     const n = typeof body.n === 'number' && body.n > 0 ? Math.min(Math.floor(body.n), 10) : 1;
-    const format = typeof body.response_format === 'string' ? body.response_format : 'url';
+    // api/schemas/requests.py, TextToImageRequest: `response_format` defaults to "url".
+    const format = body.response_format === undefined || body.response_format === null ? 'url' : body.response_format;
+    // model/image/utils.py, handle_image_result: a ValueError, answered 500 by create_images.
+    if (format !== 'url' && format !== 'b64_json') throw new SimulatorError(500, `Unsupported response format: ${String(format)}`);
     const data = Array.from({ length: n }, (_, i) => {
-      const b64 = tinyPng(`${prompt}\u0000${i}`).toString('base64');
-      return format === 'b64_json' ? { url: null, b64_json: b64 } : { url: `data:image/png;base64,${b64}`, b64_json: null };
+      const seed = hashSeed(`${prompt}\u0000${i}`);
+      if (format === 'url') {
+        // The image is saved under XINFERENCE_IMAGE_DIR (<XINFERENCE_HOME>/image) and its path answered.
+        return { url: `/root/.xinference/image/${randomUUID().replaceAll('-', '')}.jpg`, b64_json: null };
+      }
+      return { url: null, b64_json: solidJpeg(seed & 0xff, (seed >>> 8) & 0xff, (seed >>> 16) & 0xff).toString('base64') };
     });
     sendJson(res, 200, { created: Math.floor(Date.now() / 1000), data });
   }
@@ -294,12 +309,34 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     const model = cluster.serving(form.fields.get('model'));
     requireAbility(model, 'audio', 'creating transcriptions');
     const text = `Simulated transcription of ${form.fileBytes} bytes of audio.`;
-    if (form.fields.get('response_format') === 'text') {
-      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(text) });
-      res.end(text);
-      return;
-    }
-    sendJson(res, 200, { text });
+    // restful_api.py, create_transcriptions: the form's default is json.
+    const format = form.fields.get('response_format') ?? 'json';
+    if (format === 'json') return sendJson(res, 200, { text });
+    // model/audio/whisper.py, _call_model: any other format raises, answered 500 with its message.
+    if (format !== 'verbose_json') throw new SimulatorError(500, `Unsupported response format: ${format}`);
+    // One segment per four words over the audio's length (taken as 16 kB a second); the duration is
+    // the end of the last segment, as Whisper reports it.
+    const words = text.split(' ');
+    const seconds = Math.round(((form.fileBytes ?? 0) / 16_000) * 1000) / 1000;
+    const pieces = Array.from({ length: Math.ceil(words.length / 4) }, (_, i) => ` ${words.slice(i * 4, i * 4 + 4).join(' ')}`);
+    let seek = 0;
+    const segments = pieces.map((piece, id) => {
+      const segment = {
+        id,
+        seek,
+        start: Math.round(((seconds * id) / pieces.length) * 1000) / 1000,
+        end: Math.round(((seconds * (id + 1)) / pieces.length) * 1000) / 1000,
+        text: piece,
+        tokens: [],
+        temperature: Number(form.fields.get('temperature') ?? 0),
+        avg_logprob: 0,
+        compression_ratio: 0,
+        no_speech_prob: 0,
+      };
+      seek += piece.length;
+      return segment;
+    });
+    sendJson(res, 200, { task: 'transcribe', language: form.fields.get('language') ?? 'english', duration: segments.at(-1)?.end ?? 0, text, segments });
   }
 
   return {
@@ -374,38 +411,6 @@ function unitVector(text: string, dimensions: number): number[] {
   norm = Math.sqrt(norm) || 1;
   for (let i = 0; i < dimensions; i++) vector[i] = (vector[i] as number) / norm;
   return vector;
-}
-
-/** A valid 8x8 single-colour PNG whose colour derives from the seed. */
-function tinyPng(seed: string): Buffer {
-  const size = 8;
-  const colour = hashSeed(seed);
-  const row = Buffer.alloc(1 + size * 3);
-  for (let x = 0; x < size; x++) {
-    row[1 + x * 3] = colour & 0xff;
-    row[2 + x * 3] = (colour >>> 8) & 0xff;
-    row[3 + x * 3] = (colour >>> 16) & 0xff;
-  }
-  const raw = Buffer.concat(Array.from({ length: size }, () => row));
-  const header = Buffer.alloc(13);
-  header.writeUInt32BE(size, 0);
-  header.writeUInt32BE(size, 4);
-  header[8] = 8; // bit depth
-  header[9] = 2; // truecolour
-  const chunk = (type: string, data: Buffer) => {
-    const length = Buffer.alloc(4);
-    length.writeUInt32BE(data.length);
-    const typed = Buffer.concat([Buffer.from(type, 'ascii'), data]);
-    const crc = Buffer.alloc(4);
-    crc.writeUInt32BE(crc32(typed) >>> 0);
-    return Buffer.concat([length, typed, crc]);
-  };
-  return Buffer.concat([
-    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
-    chunk('IHDR', header),
-    chunk('IDAT', deflateSync(raw)),
-    chunk('IEND', Buffer.alloc(0)),
-  ]);
 }
 
 interface MultipartForm {

@@ -1,0 +1,116 @@
+import { StringDecoder } from 'node:string_decoder';
+import { createParser, type EventSourceParser } from 'eventsource-parser';
+
+export interface Usage {
+  promptTokens: number;
+  completionTokens: number;
+  totalTokens: number;
+}
+
+const KEEP = 64 * 1024;
+/** Longest event the stream parser holds while it is incomplete; a longer one is skipped. */
+const EVENT_MAX = 1024 * 1024;
+const USAGE = /"usage"\s*:\s*(\{[^{}]*\})/g;
+const RERANK_TOKENS = /"tokens"\s*:\s*(\{[^{}]*\})/g;
+
+/**
+ * The usage tap: reads what metering needs from the engine's answer as it passes, without holding
+ * it. For JSON, the first and last 64 KiB (where `usage`, or rerank's `meta.tokens`, is). For an
+ * event stream, each event as it completes (eventsource-parser, so every framing the SSE standard
+ * allows: LF, CRLF or CR line ends, multi-line data), counting the chunks that carried generated
+ * content and keeping the last usage reported.
+ */
+export class AnswerWatch {
+  readonly #streaming: boolean;
+  readonly #decoder = new StringDecoder('utf8');
+  readonly #events: EventSourceParser | undefined;
+  #head = '';
+  #tail = '';
+  #reported: Usage | undefined;
+  #contentChunks = 0;
+  #lastBytes = '\n\n';
+
+  constructor(streaming: boolean) {
+    this.#streaming = streaming;
+    if (streaming) this.#events = createParser({ onEvent: (event) => this.#event(event.data), maxBufferSize: EVENT_MAX });
+  }
+
+  observe(chunk: Buffer): void {
+    const text = this.#decoder.write(chunk);
+    this.#lastBytes = (this.#lastBytes + text).slice(-4);
+    if (!this.#events) {
+      if (this.#head.length < KEEP) this.#head += text.slice(0, KEEP - this.#head.length);
+      this.#tail = (this.#tail + text).slice(-KEEP);
+      return;
+    }
+    try {
+      this.#events.feed(text);
+    } catch {
+      // An event over EVENT_MAX: it is skipped (the rest of its line is not a field), the next ones are read.
+      this.#events.reset();
+      this.#events.feed(text);
+    }
+  }
+
+  /** True when what was relayed so far ends between two events. */
+  get atEventBoundary(): boolean {
+    const last = this.#lastBytes;
+    return last.endsWith('\n\n') || last.endsWith('\r\n\r\n') || last.endsWith('\r\r');
+  }
+
+  /** Stream chunks that carried generated text or tool calls (each holds at least one token). */
+  get contentChunks(): number {
+    return this.#contentChunks;
+  }
+
+  /** The usage the engine reported: the last stream chunk's, or the JSON answer's. */
+  usage(): Usage | undefined {
+    if (this.#streaming) return this.#reported;
+    const found = lastMatch(USAGE, this.#tail) ?? lastMatch(USAGE, this.#head);
+    return found ? toUsage(found) : undefined;
+  }
+
+  /** Rerank's `meta.tokens.input_tokens`, when the engine reported it. */
+  rerankTokens(): number | undefined {
+    const found = lastMatch(RERANK_TOKENS, this.#tail) ?? lastMatch(RERANK_TOKENS, this.#head);
+    const tokens = (found as { input_tokens?: unknown } | undefined)?.input_tokens;
+    return typeof tokens === 'number' && tokens >= 0 ? Math.floor(tokens) : undefined;
+  }
+
+  #event(data: string): void {
+    if (!data.startsWith('{')) return;
+    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown[] } }> };
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return;
+    }
+    if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
+    if (chunk.choices?.some((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || (choice.delta?.tool_calls?.length ?? 0) > 0)) {
+      this.#contentChunks++;
+    }
+  }
+}
+
+function lastMatch(pattern: RegExp, text: string): unknown {
+  let last: string | undefined;
+  for (const match of text.matchAll(pattern)) last = match[1];
+  if (last === undefined) return undefined;
+  try {
+    return JSON.parse(last) as unknown;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Token counts from an engine's `usage` object; undefined when it has neither prompt nor total tokens. */
+export function toUsage(value: unknown): Usage | undefined {
+  if (!value || typeof value !== 'object') return undefined;
+  const usage = value as { prompt_tokens?: unknown; completion_tokens?: unknown; total_tokens?: unknown };
+  const count = (n: unknown) => (typeof n === 'number' && Number.isFinite(n) && n >= 0 ? Math.floor(n) : undefined);
+  const promptTokens = count(usage.prompt_tokens);
+  const completionTokens = count(usage.completion_tokens) ?? 0;
+  const totalTokens = count(usage.total_tokens);
+  if (promptTokens === undefined && totalTokens === undefined) return undefined;
+  return { promptTokens: promptTokens ?? 0, completionTokens, totalTokens: totalTokens ?? (promptTokens ?? 0) + completionTokens };
+}

@@ -1,0 +1,282 @@
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
+import { registeredUser } from '../factories/accounts.ts';
+import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
+import type { Browser } from '../helpers/browser.ts';
+import { EngineStub, type EngineBehaviour } from '../helpers/engine-stub.ts';
+import { jsonOf } from '../helpers/http.ts';
+import { waitUntil } from '../helpers/net.ts';
+
+/**
+ * The promises of the inference contract that the serving engine does not keep by itself
+ * (../shared/reviews/xinference-fidelity-d37b28c.md, M4, M6, M10, M12, M13, M14), kept by the
+ * proxy on top of the cluster simulator, which answers as Xinference 3.x does (the conformance
+ * suite in test/engine/ checks that against a real cluster). An engine stub sits in front of the
+ * simulator, to see what reached the engine and to make it answer 429.
+ */
+
+interface Deployment {
+  id: string;
+  engine_model_uid: string;
+}
+
+let app: TestApp;
+let stub: EngineStub;
+let owner: Awaited<ReturnType<typeof registeredUser>>;
+let chat: Deployment;
+let embedder: Deployment;
+let whisper: Deployment;
+let painter: Deployment;
+let key: string;
+
+const CHAT = 'POST /v1/chat/completions';
+const client = () => new OpenAI({ apiKey: key, baseURL: `${app.url}/v1`, maxRetries: 0 });
+const audio = Buffer.alloc(32_000, 1);
+const hello = [{ role: 'user' as const, content: 'hello there' }];
+
+async function runningDeployment(browser: Browser, body: Record<string, unknown>): Promise<Deployment> {
+  const { id } = await jsonOf<{ id: string }>(await browser.post('/api/v1/model-deployments', body));
+  let deployment: (Deployment & { status: string }) | undefined;
+  await waitUntil(async () => (deployment = await jsonOf<Deployment & { status: string }>(await browser.get(`/api/v1/model-deployments/${id}`))).status === 'running', `${id} to run`);
+  return deployment as Deployment;
+}
+
+function postJson(path: string, body: unknown) {
+  return fetch(`${app.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+}
+
+function transcribe(responseFormat?: string) {
+  const form = new FormData();
+  form.set('model', whisper.id);
+  form.set('file', new Blob([audio], { type: 'audio/wav' }), 'a.wav');
+  if (responseFormat) form.set('response_format', responseFormat);
+  return fetch(`${app.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+}
+
+/** Requests that reached the engine's inference routes. */
+const inferenceCalls = () => stub.recorded.filter((r) => /^\/v1\/(chat\/|embeddings$|rerank$|images\/|audio\/)/.test(r.path)).length;
+
+/** The JSON body of the last request that reached `route` on the engine. */
+const lastSent = (route: string) => JSON.parse(stub.requestsTo(route).at(-1)?.body.toString('utf8') ?? '{}') as Record<string, unknown>;
+
+const answers =
+  (status: number, body: unknown, headers: Record<string, string> = {}): EngineBehaviour =>
+  (req, res) => {
+    req.resume();
+    req.once('end', () => {
+      res.writeHead(status, { 'content-type': 'application/json', ...headers });
+      res.end(JSON.stringify(body));
+    });
+  };
+
+async function usageRows(where: Record<string, unknown>) {
+  await app.container.usage.flush();
+  return app.db('usage_records').where(where).orderBy('id');
+}
+
+beforeAll(async () => {
+  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 1 } });
+  stub = await EngineStub.start(app.simulator?.url ?? '');
+  await app.db('clusters').update({ endpoint: stub.url });
+  owner = await registeredUser(app);
+  await app.db('billing_accounts').update({ max_active_resources: 50 });
+  [chat, embedder, whisper, painter] = await Promise.all([
+    runningDeployment(owner.browser, { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
+    runningDeployment(owner.browser, { model_name: 'bge-m3' }),
+    runningDeployment(owner.browser, { model_name: 'whisper-large-v3' }),
+    runningDeployment(owner.browser, { model_name: 'FLUX.1-schnell' }),
+  ]);
+  const created = await jsonOf<{ key: string }>(await owner.browser.post('/v1/organization/api-keys', { name: 'fidelity', deployment_ids: [chat.id, embedder.id, whisper.id, painter.id] }));
+  key = created.key;
+}, 120_000);
+
+afterAll(async () => {
+  await app.close();
+  await stub.stop();
+});
+
+describe('images (M4)', () => {
+  it('answers the default url as a data URL of the engine’s JPEG, never a path on the worker’s disk', async () => {
+    const images = await client().images.generate({ model: painter.id, prompt: 'a lighthouse at dawn', n: 2 });
+    expect(lastSent('POST /v1/images/generations')).toMatchObject({ response_format: 'b64_json', model: painter.engine_model_uid });
+    expect(images.data).toHaveLength(2);
+    for (const image of images.data ?? []) {
+      expect(Object.keys(image)).toEqual(['url']);
+      const [, media, base64] = /^data:([^;]+);base64,(.+)$/.exec(image.url ?? '') ?? [];
+      expect(media).toBe('image/jpeg');
+      expect(Buffer.from(base64 ?? '', 'base64').subarray(0, 3)).toEqual(Buffer.from([0xff, 0xd8, 0xff]));
+    }
+  });
+
+  it('answers b64_json as the bare base64 of the same image, without a url', async () => {
+    const images = await client().images.generate({ model: painter.id, prompt: 'a lighthouse at dawn', response_format: 'b64_json' });
+    const [image] = images.data ?? [];
+    expect(Object.keys(image ?? {})).toEqual(['b64_json']);
+    expect(Buffer.from(image?.b64_json ?? '', 'base64').subarray(0, 3)).toEqual(Buffer.from([0xff, 0xd8, 0xff]));
+  });
+
+  it('labels a PNG (an image with transparency) image/png, and drops a worker path the engine sent anyway', async () => {
+    const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0x49, 0x48, 0x44, 0x52]).toString('base64');
+    stub.behave('POST /v1/images/generations', answers(200, { created: 1, data: [{ url: '/root/.xinference/image/0a1b.png', b64_json: png }] }));
+    const response = await postJson('/v1/images/generations', { model: painter.id, prompt: 'glass' });
+    stub.behave('POST /v1/images/generations', undefined);
+    expect(await jsonOf(response)).toEqual({ created: 1, data: [{ url: `data:image/png;base64,${png}` }] });
+  });
+});
+
+describe('transcriptions (M6, M14)', () => {
+  const text = `Simulated transcription of ${audio.length} bytes of audio.`;
+
+  it('renders text from the engine’s json, as text/plain', async () => {
+    const response = await transcribe('text');
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+    expect(await response.text()).toBe(`${text}\n`);
+    expect(stub.requestsTo('POST /v1/audio/transcriptions').at(-1)?.body.toString('latin1')).toContain('name="response_format"\r\n\r\njson\r\n');
+  });
+
+  it('renders srt and vtt from the segments of the engine’s verbose_json', async () => {
+    // The simulator's Whisper: two segments of four and three words over 2 s of audio (16 kB/s).
+    const srt = await transcribe('srt');
+    expect(srt.headers.get('content-type')).toBe('text/plain; charset=utf-8');
+    expect(await srt.text()).toBe('1\n00:00:00,000 --> 00:00:01,000\nSimulated transcription of 32000\n\n2\n00:00:01,000 --> 00:00:02,000\nbytes of audio.\n\n');
+    expect(stub.requestsTo('POST /v1/audio/transcriptions').at(-1)?.body.toString('latin1')).toContain('name="response_format"\r\n\r\nverbose_json\r\n');
+    const vtt = await transcribe('vtt');
+    expect(await vtt.text()).toBe('WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nSimulated transcription of 32000\n\n00:00:01.000 --> 00:00:02.000\nbytes of audio.\n\n');
+  });
+
+  it('answers 502 when the engine’s answer holds no transcript to render', async () => {
+    stub.behave('POST /v1/audio/transcriptions', answers(200, { segments: 'not a transcript' }));
+    const response = await transcribe('srt');
+    stub.behave('POST /v1/audio/transcriptions', undefined);
+    expect(response.status).toBe(502);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await jsonOf(response)).toEqual({ error: { message: 'The model answered in a form this route does not serve.', type: 'server_error', code: 'upstream_error', param: null } });
+  });
+
+  it('serves every format to the official openai client, and meters each transcription as one request', async () => {
+    const fresh = await jsonOf<{ key: string; api_key: { id: number } }>(await owner.browser.post('/v1/organization/api-keys', { name: 'formats', deployment_ids: [whisper.id] }));
+    const sdk = new OpenAI({ apiKey: fresh.key, baseURL: `${app.url}/v1`, maxRetries: 0 });
+    const file = async () => toFile(audio, 'a.wav');
+    expect((await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id })).text).toBe(text);
+    expect(await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'text' })).toBe(`${text}\n`);
+    expect(await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'vtt' })).toMatch(/^WEBVTT\n\n00:00:00\.000 --> /);
+    const verbose = await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'verbose_json' });
+    expect(verbose).toMatchObject({ text, duration: 2, segments: [{ start: 0, end: 1 }, { start: 1, end: 2 }] });
+    const rows = await usageRows({ api_key_id: fresh.api_key.id });
+    expect(rows.map((row) => [row.route, row.unit, Number(row.quantity), row.outcome])).toEqual(Array.from({ length: 4 }, () => ['/v1/audio/transcriptions', 'request', 1, 'completed']));
+  });
+});
+
+describe('chat parameters the engine does not honour (M12)', () => {
+  it('refuses any logit_bias and an n other than 1 with 400 before calling the engine; n 1 and a null logit_bias pass', async () => {
+    const before = stub.requestsTo(CHAT).length;
+    const refusal = async (params: Record<string, unknown>) => {
+      const error = (await client()
+        .chat.completions.create({ model: chat.id, messages: hello, ...params })
+        .catch((failure: unknown) => failure)) as InstanceType<typeof OpenAI.APIError>;
+      return { status: error.status, code: error.code, param: error.param };
+    };
+    expect(await refusal({ logit_bias: {} })).toEqual({ status: 400, code: 'unsupported_parameter', param: 'logit_bias' });
+    expect(await refusal({ logit_bias: { '50256': -100 }, stream: true })).toEqual({ status: 400, code: 'unsupported_parameter', param: 'logit_bias' });
+    expect(await refusal({ n: 2 })).toEqual({ status: 400, code: 'unsupported_value', param: 'n' });
+    expect(stub.requestsTo(CHAT).length).toBe(before);
+    const served = await client().chat.completions.create({ model: chat.id, messages: hello, n: 1, logit_bias: null });
+    expect(served.choices).toHaveLength(1);
+  });
+});
+
+describe('embeddings as base64 (M13)', () => {
+  it('encodes the engine’s floats as little-endian float32 for the official openai client, which asks for base64 by default', async () => {
+    const floats = await client().embeddings.create({ model: embedder.id, input: ['first', 'second'], encoding_format: 'float' });
+    const byDefault = await client().embeddings.create({ model: embedder.id, input: ['first', 'second'] });
+    expect(lastSent('POST /v1/embeddings')).not.toHaveProperty('encoding_format');
+    expect(byDefault.data).toHaveLength(2);
+    for (const [i, item] of byDefault.data.entries()) {
+      const expected = (floats.data[i]?.embedding ?? []).map((value) => Math.fround(value));
+      expect(Array.from(item.embedding)).toEqual(expected);
+    }
+    expect(byDefault.usage).toEqual(floats.usage);
+  });
+
+  it('answers base64 strings on the wire', async () => {
+    const response = await postJson('/v1/embeddings', { model: embedder.id, input: 'one', encoding_format: 'base64' });
+    const body = await jsonOf<{ data: Array<{ embedding: unknown; index: number }>; usage: unknown }>(response);
+    expect(typeof body.data[0]?.embedding).toBe('string');
+    expect(Buffer.from(body.data[0]?.embedding as string, 'base64').length).toBe(384 * 4);
+  });
+});
+
+describe('engine refusals (M10)', () => {
+  it('passes an engine 429 through with Retry-After, the engine’s when it sent one', async () => {
+    const limit = { detail: `Rate limit reached for the model. Request limit 4 for the model: ${chat.engine_model_uid}` };
+    const cases: Array<[EngineBehaviour, string]> = [
+      [answers(429, limit), '5'],
+      [answers(429, limit, { 'retry-after': '7' }), '7'],
+      [answers(429, { detail: 'Too many failed attempts. IP temporarily banned.' }), '60'],
+    ];
+    for (const [behaviour, retryAfter] of cases) {
+      stub.behave(CHAT, behaviour);
+      const response = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+      stub.behave(CHAT, undefined);
+      expect(response.status).toBe(429);
+      expect(response.headers.get('retry-after')).toBe(retryAfter);
+      const text = await response.text();
+      expect(JSON.parse(text)).toEqual({
+        error: { message: 'The model is receiving too many requests; retry after Retry-After seconds.', type: 'rate_limit_error', code: 'engine_rate_limited', param: null },
+      });
+      expect(text).not.toContain('dep-');
+    }
+  });
+
+  it('stops calling a cluster whose engine refused the inference key: one 502, then 503 engine_unavailable without a call, until an operator checks it again', async () => {
+    const simulator = app.simulator;
+    const auth = simulator?.auth;
+    const apiKey = simulator?.credentials?.apiKey;
+    if (!auth || !apiKey) throw new Error('the simulator runs with authentication');
+    auth.deleteApiKey(apiKey);
+    const invalidBefore = auth.invalidBearers;
+    const callsBefore = inferenceCalls();
+
+    const first = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    expect(first.status).toBe(502);
+    expect(await jsonOf(first)).toMatchObject({ error: { code: 'upstream_error', type: 'server_error' } });
+    await waitUntil(async () => (await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status === 'credentials_invalid', 'the cluster to be marked');
+    const cluster = await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first();
+    expect(cluster.status_reason).toMatch(/inference API key/);
+
+    for (const [path, body] of [
+      ['/v1/chat/completions', { model: chat.id, messages: hello }],
+      ['/v1/embeddings', { model: embedder.id, input: 'x' }],
+      ['/v1/chat/completions', { model: 'qwen2.5-instruct', messages: hello, stream: true }],
+    ] as const) {
+      const refused = await postJson(path, body);
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('60');
+      expect(await jsonOf(refused)).toMatchObject({ error: { code: 'engine_unavailable', type: 'server_error', param: 'model' } });
+    }
+    // One refused bearer reached the engine, toward its ban of the platform's address; no more.
+    expect(auth.invalidBearers - invalidBefore).toBe(1);
+    expect(inferenceCalls() - callsBefore).toBe(1);
+    expect(auth.bannedAddresses()).toEqual([]);
+
+    auth.addApiKey(apiKey, 'admin');
+    await app.container.clusters.check(LOCAL_CLUSTER_NAME);
+    await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
+  });
+
+  it('treats an engine 403 to the inference key (a key without access to the model) the same way', async () => {
+    stub.behave(CHAT, answers(403, { detail: `API key does not have access to model: ${chat.engine_model_uid}` }));
+    const refused = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    stub.behave(CHAT, undefined);
+    expect(refused.status).toBe(502);
+    expect(await refused.text()).not.toContain('dep-');
+    const next = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    expect(next.status).toBe(503);
+    expect(await jsonOf(next)).toMatchObject({ error: { code: 'engine_unavailable' } });
+    expect((await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status_reason).toMatch(/answered 403/);
+    await app.container.clusters.check(LOCAL_CLUSTER_NAME);
+    await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
+  });
+});

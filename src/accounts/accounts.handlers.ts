@@ -1,11 +1,12 @@
 import type { Request } from 'express';
 import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
-import { toSessionResponse, type AccountsService } from './accounts.service.ts';
+import type { AccountsService } from './accounts.service.ts';
 import type { SessionCookies } from './cookies.ts';
 import type { EmailVerificationService } from './email-verification.service.ts';
 import type { PasswordResetService } from './password-reset.service.ts';
 import type { SessionPrincipal } from './principal.ts';
+import { toSessionResponse } from './session-response.ts';
 
 type AccountHandlers = Pick<
   Handlers,

@@ -1,34 +1,10 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
+import { DeploymentRow } from '../db/models/deployments.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
-export interface DeploymentRow {
-  id: string;
-  user_id: number;
-  organization_id: number;
-  deployable_model_id: string;
-  model_name: string;
-  model_format: string;
-  model_size_in_billions: string;
-  quantization: string;
-  model_engine: string;
-  status: Deployment['status'];
-  cluster_id: string | null;
-  instance_id: string | null;
-  gpu_allocation_id: string | null;
-  engine_model_uid: string | null;
-  selected_instance_type: string | null;
-  selection_reason: string | null;
-  failure_stage: Deployment['failure_stage'];
-  failure_reason: string | null;
-  status_changed_at: Date;
-  /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
-  engine_unhealthy_since: Date | null;
-  created_at: Date;
-  updated_at: Date;
-  terminated_at: Date | null;
-}
+export { DeploymentRow };
 
 export function deploymentsOf(db: Knex | Knex.Transaction, scope: { userId: number; organizationId: number }): Knex.QueryBuilder {
   return db('deployments').where({ user_id: scope.userId, organization_id: scope.organizationId });
@@ -62,4 +38,9 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function isUuid(value: string): boolean {
   return UUID.test(value);
+}
+
+/** Hands a user's deployments in an organization to another user (the first leaves it). */
+export async function transferDeployments(db: Knex | Knex.Transaction, move: { organizationId: number; fromUserId: number; toUserId: number }): Promise<void> {
+  await DeploymentRow.query(db).where({ organization_id: move.organizationId, user_id: move.fromUserId }).patch({ user_id: move.toUserId });
 }

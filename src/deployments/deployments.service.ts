@@ -1,12 +1,11 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
-import type { SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
 import { assertMayCreateDeployment } from '../billing/deployment-guard.ts';
 import type { CatalogService } from '../catalog/catalog.service.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
-import { requireOrganization } from '../organizations/organizations.service.ts';
 import { deploymentsOf, isUuid, toDeployment, type Deployment, type DeploymentRow } from './deployments.repository.ts';
 import { resolveLaunch } from './launch-spec.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';

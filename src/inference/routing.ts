@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Principal } from '../accounts/principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
+import { maySoonServe, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
 
@@ -77,7 +78,7 @@ export class InferenceRouter {
     }
     if (!chosen) throw notFound(model);
     if (chosen.status !== 'running' || !chosen.endpoint || !chosen.engine_model_uid) {
-      if (['failed', 'terminating', 'terminated'].includes(chosen.status)) {
+      if (!maySoonServe(chosen.status as DeploymentStatus)) {
         throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
           inference: { code: 'deployment_stopped', param: 'model' },
         });

@@ -8,6 +8,15 @@ const PINNED = [
   'svc-sk-zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz4W8LJS',
 ];
 
+/** Near misses of the first pinned key. */
+const MALFORMED = {
+  'another prefix': 'sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0k',
+  'one character short': 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0',
+  'one character long': 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0kk',
+  'a character outside base62': 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz01234_1HTd0k',
+  nothing: '',
+};
+
 describe('the API key format', () => {
   it('makes keys of svc-sk-, 32 base62 characters and a 6-character checksum, each different', () => {
     const keys = Array.from({ length: 50 }, generateKey);
@@ -33,13 +42,7 @@ describe('the API key format', () => {
     expect(isWellFormedKey(`${key.slice(0, -1)}${key.endsWith('J') ? 'K' : 'J'}`)).toBe(false);
   });
 
-  it.each([
-    ['another prefix', 'sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0k'],
-    ['one character short', 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0'],
-    ['one character long', 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz0123451HTd0kk'],
-    ['a character outside base62', 'svc-sk-AbCdEfGhIjKlMnOpQrStUvWxYz01234_1HTd0k'],
-    ['nothing', ''],
-  ])('refuses %s', (_what, key) => {
+  it.each(Object.entries(MALFORMED))('refuses %s', (_what, key) => {
     expect(isWellFormedKey(key)).toBe(false);
   });
 

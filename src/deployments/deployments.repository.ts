@@ -7,7 +7,6 @@ import { forUpdateOf } from '../db/query.ts';
 import { ACTIVE_STATUSES, type DeploymentStatus } from './deployment-states.ts';
 
 export type Deployment = components['schemas']['Deployment'];
-export { DeploymentRow };
 
 /** Every query of the deployments area: deployments, their GPU allocations, and placement on instances. */
 type Db = Knex | Knex.Transaction;
@@ -144,7 +143,7 @@ export async function recordEngineHealth(db: Db, id: string, status: DeploymentS
 // ---- GPU allocations and placement
 
 /** An available instance of an active, dedicated cluster, with its type and the GPUs allocated on it. */
-export interface PlacementRow {
+export interface PlacementOption {
   id: string;
   cluster_id: string;
   name: string;
@@ -159,7 +158,7 @@ export interface PlacementRow {
  * The instances a deployment may be placed on, locked until the transaction ends: locking them
  * serialises allocation, so no GPU is booked twice.
  */
-export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<PlacementRow[]> {
+export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<PlacementOption[]> {
   const rows = await forUpdateOf(
     InstanceRow.query(trx)
       .alias('i')
@@ -169,7 +168,7 @@ export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<Pl
     'i',
   )
     .select('i.id', 'i.cluster_id', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second')
-    .castTo<Array<Omit<PlacementRow, 'used_gpus'>>>();
+    .castTo<Array<Omit<PlacementOption, 'used_gpus'>>>();
   const used = rows.length
     ? await GpuAllocationRow.query(trx)
         .where({ status: 'active' })

@@ -4,6 +4,7 @@ import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
 import { assertMayCreateDeployment } from '../billing/deployment-guard.ts';
 import type { CatalogService } from '../catalog/catalog.service.ts';
+import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
 import { transition } from './deployment-states.ts';
@@ -14,7 +15,6 @@ import {
   moveDeployment,
   toDeployment,
   type Deployment,
-  type DeploymentRow,
   type Scope,
 } from './deployments.repository.ts';
 import { resolveLaunch } from './launch-spec.ts';

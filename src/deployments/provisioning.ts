@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { EngineError, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
+import type { DeploymentRow } from '../db/models/deployments.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import {
   allows,
@@ -28,7 +29,6 @@ import {
   moveDeployment,
   recordEngineHealth,
   releaseAllocation,
-  type DeploymentRow,
   type PlacedDeployment,
 } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement, type Candidate } from './instance-selection.ts';

@@ -35,7 +35,7 @@ export function lapsedSql(alias: string): string {
 }
 
 /** Refuses an invitation that cannot be answered now: 410 once it has expired, 409 once answered or revoked. */
-export function assertOpen(invitation: Stored, now: Date = new Date()): void {
+export function assertAnswerable(invitation: Stored, now: Date = new Date()): void {
   const status = statusAt(invitation, now);
   if (status === LAPSE.into) throw new AppError('INVITATION_EXPIRED', 'This invitation has expired; ask for a new one.');
   if (status !== LAPSE.from) throw new AppError('INVITATION_NOT_PENDING', `This invitation was already ${status}.`);

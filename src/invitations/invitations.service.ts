@@ -15,7 +15,7 @@ import type { JobDefinition } from '../jobs/queue.ts';
 import { findMembership, insertMembership, isMemberByEmail } from '../organizations/organizations.repository.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
 import { normalizeEmail } from '../validation.ts';
-import { assertOpen, isUnanswered } from './invitation-status.ts';
+import { assertAnswerable, isUnanswered } from './invitation-status.ts';
 import {
   expireLapsed,
   findInvitation,
@@ -161,7 +161,7 @@ export class InvitationsService {
   async assertOpen(token: string): Promise<void> {
     const invitation = await findInvitation(this.#db, { tokenHash: hashToken(token) });
     if (!invitation) throw notFound();
-    assertOpen(invitation);
+    assertAnswerable(invitation);
   }
 
   /**
@@ -192,14 +192,14 @@ export class InvitationsService {
     await this.#limiter.hit({ key: `invitation-register:address:${clientAddress}`, max: 30, windowSeconds: 15 * 60 });
     const found = await findInvitation(this.#db, { tokenHash: hashToken(input.token) });
     if (!found) throw notFound();
-    assertOpen(found);
+    assertAnswerable(found);
     assertNewPassword(input.password, found.invitee_email);
     const passwordHash = await hashPassword(input.password);
     try {
       return await this.#db.transaction(async (trx) => {
         const invitation = await findInvitation(trx, { tokenHash: hashToken(input.token) }, { forUpdate: true });
         if (!invitation) throw notFound();
-        assertOpen(invitation);
+        assertAnswerable(invitation);
         const email = invitation.invitee_email;
         const userId = await insertUser(trx, { email, password_hash: passwordHash, ...newUserProfile(input, email) });
         await markEmailVerified(trx, userId);
@@ -232,7 +232,7 @@ export class InvitationsService {
       if (!mine) {
         throw new AppError('INVITATION_EMAIL_MISMATCH', `This invitation is addressed to another email; sign in as ${invitation.invitee_email}.`);
       }
-      assertOpen(invitation);
+      assertAnswerable(invitation);
       if (response === 'accept') {
         if (await findMembership(trx, invitation.organization_id, principal.user.id)) {
           throw new AppError('ALREADY_A_MEMBER', 'You are already a member of this organization.');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../src/errors.ts';
-import { assertOpen, isUnanswered, lapsedSql, openSql, statusAt, statusSql } from '../../src/invitations/invitation-status.ts';
+import { assertAnswerable, isUnanswered, lapsedSql, openSql, statusAt, statusSql } from '../../src/invitations/invitation-status.ts';
 
 const NOW = new Date('2026-11-23T12:00:00Z');
 const before = new Date(NOW.getTime() - 1);
@@ -37,11 +37,11 @@ describe('the status of an invitation', () => {
   });
 
   it('lets an invitation be answered only while it reads as pending: 410 once expired, 409 once answered', () => {
-    expect(codeOf(() => assertOpen({ status: 'pending', expires_at: after }, NOW))).toBeUndefined();
-    expect(codeOf(() => assertOpen({ status: 'pending', expires_at: before }, NOW))).toBe('INVITATION_EXPIRED');
-    expect(codeOf(() => assertOpen({ status: 'expired', expires_at: after }, NOW))).toBe('INVITATION_EXPIRED');
-    expect(codeOf(() => assertOpen({ status: 'accepted', expires_at: after }, NOW))).toBe('INVITATION_NOT_PENDING');
-    expect(codeOf(() => assertOpen({ status: 'revoked', expires_at: before }, NOW))).toBe('INVITATION_NOT_PENDING');
+    expect(codeOf(() => assertAnswerable({ status: 'pending', expires_at: after }, NOW))).toBeUndefined();
+    expect(codeOf(() => assertAnswerable({ status: 'pending', expires_at: before }, NOW))).toBe('INVITATION_EXPIRED');
+    expect(codeOf(() => assertAnswerable({ status: 'expired', expires_at: after }, NOW))).toBe('INVITATION_EXPIRED');
+    expect(codeOf(() => assertAnswerable({ status: 'accepted', expires_at: after }, NOW))).toBe('INVITATION_NOT_PENDING');
+    expect(codeOf(() => assertAnswerable({ status: 'revoked', expires_at: before }, NOW))).toBe('INVITATION_NOT_PENDING');
   });
 
   it('lets the organization resend or revoke only what nobody answered', () => {

@@ -33,12 +33,12 @@ export async function userHasEmail(db: Db, userId: number, email: string): Promi
   return Boolean(await UserRow.query(db).findById(userId).whereRaw('lower(email) = ?', [email.toLowerCase()]).select('id'));
 }
 
-/** Inserts a user; a taken email fails on `users_email_unique`. */
+/** Inserts a user (whose email is verified from now on, when `emailVerified`); a taken email fails on `users_email_unique`. */
 export async function insertUser(
   db: Db,
-  user: NewUserProfile & { email: string; password_hash: string | null; email_verified_at?: Knex.Raw | Date | null },
+  { emailVerified = false, ...user }: NewUserProfile & { email: string; password_hash: string | null; emailVerified?: boolean },
 ): Promise<number> {
-  const { id } = await UserRow.query(db).insert(user);
+  const { id } = await UserRow.query(db).insert({ ...user, email_verified_at: emailVerified ? db.fn.now() : null });
   return id;
 }
 

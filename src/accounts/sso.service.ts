@@ -199,7 +199,7 @@ export class SsoService {
             last_name: claims.family_name ?? null,
             country: null,
             contact_number: null,
-            email_verified_at: trx.fn.now(),
+            emailVerified: true,
           });
           outcome = 'created';
         }

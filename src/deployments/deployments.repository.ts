@@ -87,11 +87,12 @@ type TransitionChanges = Partial<
     | 'failure_reason'
     | 'engine_unhealthy_since'
   >
-> & { terminated_at?: Knex.Raw };
+>;
 
 /**
  * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
- * with `changes`; false when it had moved on. The caller takes `to` from the state machine.
+ * with `changes`; false when it had moved on. The caller takes `to` from the state machine. The
+ * time of the move is `status_changed_at`, and also `terminated_at` for a move to `terminated`.
  */
 export async function moveDeployment(
   db: Db,
@@ -101,7 +102,7 @@ export async function moveDeployment(
   const moved = await DeploymentRow.query(db)
     .findById(id)
     .whereIn('status', typeof move.from === 'string' ? [move.from] : move.from)
-    .patch({ ...move.changes, status: move.to, status_changed_at: db.fn.now() });
+    .patch({ ...move.changes, status: move.to, status_changed_at: db.fn.now(), ...(move.to === 'terminated' ? { terminated_at: db.fn.now() } : {}) });
   return moved > 0;
 }
 

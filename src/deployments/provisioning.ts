@@ -187,7 +187,7 @@ export class Provisioner {
       if (!status) return;
       await releaseAllocation(trx, deploymentId);
       const to = transition(status, 'cleaned_up');
-      if (to) await moveDeployment(trx, deploymentId, { from: status, to, changes: { terminated_at: trx.fn.now() } });
+      if (to) await moveDeployment(trx, deploymentId, { from: status, to });
     });
     log.info({ deployment_id: deploymentId }, cleanup ? 'failed deployment cleaned up: its GPUs are free' : 'deployment terminated');
   }

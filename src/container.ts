@@ -46,10 +46,10 @@ export function createContainer(deps: ContainerDeps) {
   const mailer = new Mailer(deps.smtpUrl, config.mailFrom);
   const outbox = new EmailOutbox(boss, keyring);
   const emailVerification = new EmailVerificationService({ db, outbox, limiter, webAppUrl: config.webAppUrl });
-  const accounts = new AccountsService({ db, sessions, limiter, maxActiveResources: config.maxActiveResources, emailVerification });
+  const organizations = new OrganizationsService({ db, sessions, maxActiveResources: config.maxActiveResources });
+  const accounts = new AccountsService({ db, sessions, limiter, organizations, emailVerification });
   const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
   const sso = new SsoService({ db, sessions, keyring, config });
-  const organizations = new OrganizationsService(db, sessions);
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });

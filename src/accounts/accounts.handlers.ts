@@ -1,9 +1,10 @@
 import { clientAddress } from '../http/client-address.ts';
 import type { Handlers } from '../http/types.ts';
-import { toSessionResponse, type AccountsService } from './accounts.service.ts';
+import type { AccountsService } from './accounts.service.ts';
 import type { SessionCookies } from './cookies.ts';
 import type { EmailVerificationService } from './email-verification.service.ts';
 import type { PasswordResetService } from './password-reset.service.ts';
+import { toSessionResponse } from './session-response.ts';
 
 type AccountHandlers = Pick<
   Handlers,

@@ -1,100 +1,25 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
+import { isUniqueViolation } from '../db/errors.ts';
 import { AppError } from '../errors.ts';
-import { createOrganizationWithOwner } from '../organizations/organizations.repository.ts';
+import type { OrganizationsService } from '../organizations/organizations.service.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
 import { SignInThrottle } from '../rate-limit/sign-in-throttle.ts';
+import { normalizeEmail, notBlank } from '../validation.ts';
+import { findUserByEmail, insertUser, organizationOfNewSession, updateUser } from './accounts.repository.ts';
 import type { EmailVerificationService } from './email-verification.service.ts';
+import { newUserProfile } from './identity-rules.ts';
 import { assertNewPassword, hashPassword, verifyPassword } from './passwords.ts';
-import { roleId, type SessionPrincipal } from './principal.ts';
+import type { SessionPrincipal } from './principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
 type RegisterRequest = components['schemas']['RegisterRequest'];
 type SignInRequest = components['schemas']['SignInRequest'];
 type UpdateProfileRequest = components['schemas']['UpdateProfileRequest'];
-export type SessionResponse = components['schemas']['SessionResponse'];
 
 const FIFTEEN_MINUTES = 15 * 60;
 /** Registrations one client address may attempt in 15 minutes: room for an office behind one NAT, bounded argon2 work for a flood. */
 const REGISTRATIONS_PER_ADDRESS = 100;
-
-/** Emails are compared case-insensitively and stored trimmed and lower-cased. */
-export function normalizeEmail(email: string): string {
-  return email.trim().toLowerCase();
-}
-
-/** `name`, else first and last name, else the part of the email before `@`. */
-export function displayName(input: { name?: string | null; first_name?: string | null; last_name?: string | null }, email: string): string {
-  const given = input.name?.trim();
-  if (given) return given;
-  const joined = [input.first_name, input.last_name].map((part) => part?.trim()).filter(Boolean).join(' ');
-  return joined || email.split('@')[0] || email;
-}
-
-export function notBlank(value: string, location: string): string {
-  const trimmed = value.trim();
-  if (!trimmed) {
-    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [{ location, message: 'must not be blank' }] });
-  }
-  return trimmed;
-}
-
-export function isUniqueViolation(error: unknown, constraint: string): boolean {
-  const pg = error as { code?: string; constraint?: string };
-  return pg.code === '23505' && pg.constraint === constraint;
-}
-
-interface ProfileFields {
-  name?: string | null;
-  first_name?: string | null;
-  last_name?: string | null;
-  country?: string | null;
-  contact_number?: string | null;
-}
-
-/** Inserts a user who signs in with a password; a taken email fails on `users_email_unique`. */
-export async function insertPasswordUser(trx: Knex.Transaction, email: string, passwordHash: string, profile: ProfileFields): Promise<number> {
-  const [user] = await trx('users')
-    .insert({
-      email,
-      password_hash: passwordHash,
-      name: displayName(profile, email),
-      first_name: profile.first_name?.trim() || null,
-      last_name: profile.last_name?.trim() || null,
-      country: profile.country?.trim() || null,
-      contact_number: profile.contact_number?.trim() || null,
-    })
-    .returning('id');
-  return (user as { id: number }).id;
-}
-
-/** The organization a new session starts in: the last one the user used, else their oldest membership. */
-export async function organizationOfNewSession(db: Knex | Knex.Transaction, userId: number): Promise<number | null> {
-  const membership = await db('memberships as m')
-    .join('users as u', 'u.id', 'm.user_id')
-    .where('m.user_id', userId)
-    .orderByRaw('m.organization_id = u.current_organization_id desc nulls last, m.created_at')
-    .first('m.organization_id');
-  return membership?.organization_id ?? null;
-}
-
-/** The Session response of the interface, for a signed-in principal. */
-export function toSessionResponse(principal: SessionPrincipal): SessionResponse {
-  const role = principal.role ?? 'viewer';
-  return {
-    authenticated: true,
-    user: {
-      id: principal.user.id,
-      email: principal.user.email,
-      name: principal.user.name,
-      organization: principal.organization?.name ?? '',
-      role: { id: roleId(role), name: role },
-      requires_profile_completion: principal.organization === null,
-      email_verified: principal.user.emailVerified,
-    },
-    session: { expires_at: principal.expiresAt.toISOString(), auth_method: principal.authMethod },
-  };
-}
 
 /** Registration, password sign-in, profile and sign-out. */
 export class AccountsService {
@@ -102,15 +27,21 @@ export class AccountsService {
   readonly #sessions: SessionStore;
   readonly #limiter: RateLimiter;
   readonly #signInThrottle: SignInThrottle;
-  readonly #maxActiveResources: number;
+  readonly #organizations: OrganizationsService;
   readonly #emailVerification: EmailVerificationService;
 
-  constructor(deps: { db: Knex; sessions: SessionStore; limiter: RateLimiter; maxActiveResources: number; emailVerification: EmailVerificationService }) {
+  constructor(deps: {
+    db: Knex;
+    sessions: SessionStore;
+    limiter: RateLimiter;
+    organizations: OrganizationsService;
+    emailVerification: EmailVerificationService;
+  }) {
     this.#db = deps.db;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
     this.#signInThrottle = new SignInThrottle(this.#limiter);
-    this.#maxActiveResources = deps.maxActiveResources;
+    this.#organizations = deps.organizations;
     this.#emailVerification = deps.emailVerification;
   }
 
@@ -127,12 +58,8 @@ export class AccountsService {
     const passwordHash = await hashPassword(input.password);
     try {
       return await this.#db.transaction(async (trx) => {
-        const userId = await insertPasswordUser(trx, email, passwordHash, input);
-        const organization = await createOrganizationWithOwner(trx, {
-          name: organizationName,
-          ownerId: userId,
-          maxActiveResources: this.#maxActiveResources,
-        });
+        const userId = await insertUser(trx, { email, password_hash: passwordHash, ...newUserProfile(input, email) });
+        const organization = await this.#organizations.createWithOwner(trx, { name: organizationName, ownerId: userId });
         const session = await this.#sessions.create(trx, { userId, organizationId: organization.id, authMethod: 'password' });
         await this.#emailVerification.issue(trx, { id: userId, email, name: session.principal.user.name });
         return session;
@@ -153,7 +80,7 @@ export class AccountsService {
   async signIn(input: SignInRequest, clientAddress: string): Promise<NewSession> {
     const email = normalizeEmail(input.email);
     const attempt = await this.#signInThrottle.admit(email, clientAddress);
-    const user = await this.#db('users').whereRaw('lower(email) = ?', [email]).first('id', 'password_hash');
+    const user = await findUserByEmail(this.#db, email);
     if (!(await verifyPassword(user?.password_hash, input.password)) || !user) {
       throw new AppError('INVALID_CREDENTIALS', 'Invalid email or password.');
     }
@@ -164,7 +91,7 @@ export class AccountsService {
 
   /** Updates the profile; `organization` completes a profile that has none. */
   async updateProfile(principal: SessionPrincipal, input: UpdateProfileRequest): Promise<SessionPrincipal> {
-    const changes: Record<string, string | null> = {};
+    const changes: Parameters<typeof updateUser>[2] = {};
     if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
     for (const field of ['first_name', 'last_name', 'country', 'contact_number'] as const) {
       const value = input[field];
@@ -177,13 +104,9 @@ export class AccountsService {
       });
     }
     await this.#db.transaction(async (trx) => {
-      if (Object.keys(changes).length) await trx('users').where({ id: principal.user.id }).update(changes);
+      if (Object.keys(changes).length) await updateUser(trx, principal.user.id, changes);
       if (organizationName !== undefined) {
-        const organization = await createOrganizationWithOwner(trx, {
-          name: organizationName,
-          ownerId: principal.user.id,
-          maxActiveResources: this.#maxActiveResources,
-        });
+        const organization = await this.#organizations.createWithOwner(trx, { name: organizationName, ownerId: principal.user.id });
         await this.#sessions.setOrganization(trx, principal.sessionId, organization.id);
       }
     });
@@ -195,5 +118,4 @@ export class AccountsService {
   async logOut(principal: SessionPrincipal): Promise<void> {
     await this.#sessions.invalidate(principal.sessionId);
   }
-
 }

@@ -4,19 +4,19 @@ import type { EmailOutbox } from '../email/email.outbox.ts';
 import { emailVerificationEmail } from '../email/templates.ts';
 import { AppError } from '../errors.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
+import {
+  claimEmailVerificationToken,
+  findUser,
+  insertEmailVerificationToken,
+  markEmailVerified,
+  spendEmailVerificationTokensOfUser,
+  userHasEmail,
+} from './accounts.repository.ts';
 import type { SessionPrincipal } from './principal.ts';
 
 /** How long a verification link works. */
 export const VERIFICATION_TOKEN_LIFETIME_HOURS = 24;
 const HOUR = 60 * 60;
-
-/**
- * Records that the user proved they own their email (a verification link, a reset or invitation
- * token that came by email, or an SSO login asserting it); the first proof's time is kept.
- */
-export async function markEmailVerified(db: Knex | Knex.Transaction, userId: number): Promise<void> {
-  await db('users').where({ id: userId }).whereNull('email_verified_at').update({ email_verified_at: db.fn.now() });
-}
 
 /**
  * Email verification: registration emails a single-use link, valid 24 hours, whose token is stored
@@ -39,7 +39,7 @@ export class EmailVerificationService {
   /** Issues a token for the user's current email and queues the email, in the caller's transaction. */
   async issue(trx: Knex.Transaction, user: { id: number; email: string; name: string }): Promise<void> {
     const token = randomToken(20);
-    await trx('email_verification_tokens').insert({
+    await insertEmailVerificationToken(trx, {
       user_id: user.id,
       email: user.email.toLowerCase(),
       token_hash: hashToken(token),
@@ -56,26 +56,20 @@ export class EmailVerificationService {
   /** Spends the token and marks the address verified; every other outstanding link of the user is spent too. */
   async confirm(token: string): Promise<{ email: string }> {
     return this.#db.transaction(async (trx) => {
-      const [claimed] = (await trx('email_verification_tokens')
-        .where({ token_hash: hashToken(token) })
-        .whereNull('used_at')
-        .where('expires_at', '>', trx.fn.now())
-        .update({ used_at: trx.fn.now() })
-        .returning(['user_id', 'email'])) as Array<{ user_id: number; email: string }>;
+      const claimed = await claimEmailVerificationToken(trx, hashToken(token));
       // A token for an address the account no longer has proves nothing about the account.
-      const user = claimed && (await trx('users').where({ id: claimed.user_id }).whereRaw('lower(email) = ?', [claimed.email]).first('id'));
-      if (!claimed || !user) {
+      if (!claimed || !(await userHasEmail(trx, claimed.user_id, claimed.email))) {
         throw new AppError('INVALID_VERIFICATION_TOKEN', 'This verification link is invalid, expired or already used. Sign in and ask for a new one.');
       }
       await markEmailVerified(trx, claimed.user_id);
-      await trx('email_verification_tokens').where({ user_id: claimed.user_id }).whereNull('used_at').update({ used_at: trx.fn.now() });
+      await spendEmailVerificationTokensOfUser(trx, claimed.user_id);
       return { email: claimed.email };
     });
   }
 
   /** Emails a new link to the signed-in user; earlier links stay valid until they expire. */
   async resend(principal: SessionPrincipal, clientAddress: string): Promise<void> {
-    const user = await this.#db('users').where({ id: principal.user.id }).first('id', 'email', 'name', 'email_verified_at');
+    const user = await findUser(this.#db, principal.user.id);
     if (!user) throw new AppError('UNAUTHENTICATED', 'The session ended.');
     if (user.email_verified_at) throw new AppError('EMAIL_ALREADY_VERIFIED', `${user.email} is already verified.`);
     await this.#limiter.hit({ key: `verify-resend:user:${user.id}`, max: 5, windowSeconds: HOUR });

@@ -6,8 +6,16 @@ import { passwordResetEmail } from '../email/templates.ts';
 import { AppError } from '../errors.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
-import { normalizeEmail } from './accounts.service.ts';
-import { markEmailVerified } from './email-verification.service.ts';
+import { normalizeEmail } from '../validation.ts';
+import {
+  claimPasswordResetToken,
+  findUser,
+  findUserByEmail,
+  insertPasswordResetToken,
+  markEmailVerified,
+  spendPasswordResetTokensOfUser,
+  updateUser,
+} from './accounts.repository.ts';
 import { assertNewPassword, assertPasswordLength, hashPassword } from './passwords.ts';
 import type { SessionStore } from './sessions.ts';
 
@@ -53,21 +61,16 @@ export class PasswordResetService {
     assertPasswordLength(password);
     await this.#limiter.hit({ key: `reset-confirm:address:${clientAddress}`, max: 30, windowSeconds: FIFTEEN_MINUTES });
     await this.#db.transaction(async (trx) => {
-      const claimed = await trx('password_reset_tokens')
-        .where({ token_hash: hashToken(token) })
-        .whereNull('used_at')
-        .where('expires_at', '>', trx.fn.now())
-        .update({ used_at: trx.fn.now() })
-        .returning('user_id');
-      const userId = (claimed[0] as { user_id: number } | undefined)?.user_id;
-      if (userId === undefined) {
+      const claimed = await claimPasswordResetToken(trx, hashToken(token));
+      if (!claimed) {
         throw new AppError('INVALID_RESET_TOKEN', 'This reset link is invalid, expired or already used. Ask for a new one.');
       }
-      const user = await trx('users').where({ id: userId }).first('email');
+      const userId = claimed.user_id;
+      const user = await findUser(trx, userId);
+      if (!user) throw new Error(`user ${userId} of a reset token does not exist`);
       assertNewPassword(password, user.email);
-      const passwordHash = await hashPassword(password);
-      await trx('users').where({ id: userId }).update({ password_hash: passwordHash });
-      await trx('password_reset_tokens').where({ user_id: userId }).whereNull('used_at').update({ used_at: trx.fn.now() });
+      await updateUser(trx, userId, { password_hash: await hashPassword(password) });
+      await spendPasswordResetTokensOfUser(trx, userId);
       await markEmailVerified(trx, userId);
       await this.#sessions.invalidateAllOfUser(trx, userId);
     });
@@ -80,13 +83,13 @@ export function passwordResetJob(deps: { db: Knex; outbox: EmailOutbox; webAppUr
     queue: PASSWORD_RESET_QUEUE,
     async handle({ email }, { log }) {
       await deps.db.transaction(async (trx) => {
-        const user = await trx('users').whereRaw('lower(email) = ?', [email]).first('id', 'email', 'name');
+        const user = await findUserByEmail(trx, email);
         if (!user) {
           log.info('password reset requested for an email with no account');
           return;
         }
         const token = randomToken(20);
-        await trx('password_reset_tokens').insert({
+        await insertPasswordResetToken(trx, {
           user_id: user.id,
           token_hash: hashToken(token),
           expires_at: new Date(Date.now() + TOKEN_LIFETIME_MS),

@@ -1,4 +1,5 @@
 import type { components } from '../../generated/api.d.ts';
+import { AppError } from '../errors.ts';
 
 export type Role = components['schemas']['Role'];
 
@@ -37,3 +38,9 @@ export interface ApiKeyPrincipal {
 }
 
 export type Principal = SessionPrincipal | ApiKeyPrincipal;
+
+/** The caller's current organization; 403 before they have one (a profile not yet complete). */
+export function requireOrganization(principal: SessionPrincipal): { id: number; name: string } {
+  if (!principal.organization) throw new AppError('FORBIDDEN', 'You have no organization yet: complete your profile first.');
+  return principal.organization;
+}

@@ -1,6 +1,18 @@
 import type { Knex } from 'knex';
 import { hashToken, randomToken } from '../crypto.ts';
-import type { Role, SessionPrincipal } from './principal.ts';
+import {
+  deleteSession,
+  deleteSessionOfUser,
+  deleteSessionsOfUser,
+  deleteSessionsOfUserExcept,
+  deleteSessionsOfUserIn,
+  extendSession,
+  findSessionView,
+  insertSession,
+  listLiveSessionsOfUser,
+  setSessionOrganization,
+} from './accounts.repository.ts';
+import type { SessionPrincipal } from './principal.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** Sessions last 30 days and slide: one used with fewer than 15 days left is extended to 30 again. */
@@ -30,20 +42,6 @@ export interface ValidatedSession {
   renewed: boolean;
 }
 
-interface SessionRow {
-  id: string;
-  auth_method: string;
-  expires_at: Date;
-  created_at: Date;
-  user_id: number;
-  email: string;
-  user_name: string;
-  email_verified_at: Date | null;
-  organization_id: number | null;
-  organization_name: string | null;
-  role: Role | null;
-}
-
 /**
  * Server-side sessions on Lucia's design: a random token of 160 bits in the cookie, its SHA-256 as
  * the primary key. Validation is one primary-key lookup (joined to the user and membership) and
@@ -60,7 +58,7 @@ export class SessionStore {
   async create(db: Knex | Knex.Transaction, input: { userId: number; organizationId: number | null; authMethod: string }): Promise<NewSession> {
     const token = randomToken(20);
     const id = hashToken(token);
-    await db('sessions').insert({
+    await insertSession(db, {
       id,
       user_id: input.userId,
       organization_id: input.organizationId,
@@ -80,23 +78,18 @@ export class SessionStore {
     const now = Date.now();
     const absoluteEnd = principal.createdAt.getTime() + SESSION_ABSOLUTE_LIFETIME_MS;
     if (principal.expiresAt.getTime() <= now || absoluteEnd <= now) {
-      await this.#db('sessions').where({ id }).delete();
+      await deleteSession(this.#db, id);
       return null;
     }
     const expiresAt = new Date(Math.min(now + SESSION_LIFETIME_MS, absoluteEnd));
     if (principal.expiresAt.getTime() - now >= RENEW_WITHIN_MS || expiresAt <= principal.expiresAt) return { principal, renewed: false };
-    await this.#db('sessions').where({ id }).update({ expires_at: expiresAt });
+    await extendSession(this.#db, id, expiresAt);
     return { principal: { ...principal, expiresAt }, renewed: true };
   }
 
   /** The user's sessions that have not ended, newest first; `current` marks the caller's. */
   async listOfUser(userId: number, currentSessionId: string): Promise<SessionSummary[]> {
-    const rows: Array<{ id: string; public_id: string; created_at: Date; expires_at: Date; auth_method: string }> = await this.#db('sessions')
-      .where({ user_id: userId })
-      .where('expires_at', '>', this.#db.fn.now())
-      .whereRaw('created_at > now() - make_interval(secs => ?)', [SESSION_ABSOLUTE_LIFETIME_MS / 1000])
-      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'public_id' }])
-      .select('id', 'public_id', 'created_at', 'expires_at', 'auth_method');
+    const rows = await listLiveSessionsOfUser(this.#db, userId, SESSION_ABSOLUTE_LIFETIME_MS / 1000);
     return rows.map((row) => ({
       publicId: row.public_id,
       createdAt: row.created_at,
@@ -108,42 +101,22 @@ export class SessionStore {
 
   /** Ends the user's session with this public id; returns its id, or null when the user has none such. */
   async invalidateOfUser(userId: number, publicId: string): Promise<string | null> {
-    const [row] = await this.#db('sessions').where({ user_id: userId, public_id: publicId }).delete().returning('id');
-    return (row as { id: string } | undefined)?.id ?? null;
+    return deleteSessionOfUser(this.#db, userId, publicId);
   }
 
   /** Ends every session of the user but one; returns how many ended. */
   async invalidateOthersOfUser(userId: number, keptSessionId: string): Promise<number> {
-    return this.#db('sessions').where({ user_id: userId }).whereNot({ id: keptSessionId }).delete();
+    return deleteSessionsOfUserExcept(this.#db, userId, keptSessionId);
   }
 
   /** Ends the user's sessions in one organization (removal from it), in the caller's transaction. */
   async invalidateInOrganization(db: Knex | Knex.Transaction, userId: number, organizationId: number): Promise<number> {
-    return db('sessions').where({ user_id: userId, organization_id: organizationId }).delete();
+    return deleteSessionsOfUserIn(db, userId, organizationId);
   }
 
   /** The session by id with its user, organization and role, as one indexed lookup. */
   async load(id: string, db: Knex | Knex.Transaction = this.#db): Promise<SessionPrincipal | null> {
-    const row: SessionRow | undefined = await db('sessions as s')
-      .join('users as u', 'u.id', 's.user_id')
-      .leftJoin('organizations as o', 'o.id', 's.organization_id')
-      .leftJoin('memberships as m', function joinMembership() {
-        this.on('m.organization_id', 's.organization_id').andOn('m.user_id', 's.user_id');
-      })
-      .where('s.id', id)
-      .first(
-        's.id',
-        's.auth_method',
-        's.expires_at',
-        's.created_at',
-        's.user_id',
-        'u.email',
-        'u.name as user_name',
-        'u.email_verified_at',
-        's.organization_id',
-        'o.name as organization_name',
-        'm.role',
-      );
+    const row = await findSessionView(db, id);
     if (!row) return null;
     const inOrganization = row.organization_id !== null && row.role !== null;
     return {
@@ -159,14 +132,14 @@ export class SessionStore {
   }
 
   async setOrganization(db: Knex | Knex.Transaction, sessionId: string, organizationId: number): Promise<void> {
-    await db('sessions').where({ id: sessionId }).update({ organization_id: organizationId });
+    await setSessionOrganization(db, sessionId, organizationId);
   }
 
   async invalidate(sessionId: string): Promise<void> {
-    await this.#db('sessions').where({ id: sessionId }).delete();
+    await deleteSession(this.#db, sessionId);
   }
 
   async invalidateAllOfUser(db: Knex | Knex.Transaction, userId: number): Promise<void> {
-    await db('sessions').where({ user_id: userId }).delete();
+    await deleteSessionsOfUser(db, userId);
   }
 }

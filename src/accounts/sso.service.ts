@@ -4,8 +4,19 @@ import { OidcClient, type AuthorizationChecks, type AuthorizationResponse, type 
 import type { Config } from '../config.ts';
 import { constantTimeEqual, type Keyring } from '../crypto.ts';
 import { AppError } from '../errors.ts';
-import { displayName, isUniqueViolation, normalizeEmail, organizationOfNewSession } from './accounts.service.ts';
-import { markEmailVerified } from './email-verification.service.ts';
+import { isUniqueViolation } from '../db/errors.ts';
+import { normalizeEmail } from '../validation.ts';
+import {
+  findIdentity,
+  findUserByEmail,
+  insertIdentity,
+  insertUser,
+  markEmailVerified,
+  organizationOfNewSession,
+  updateIdentityEmail,
+  userHasIdentityAt,
+} from './accounts.repository.ts';
+import { displayName } from './identity-rules.ts';
 import type { SessionPrincipal } from './principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
@@ -168,34 +179,31 @@ export class SsoService {
     const email = normalizeEmail(claims.email);
     return this.#db.transaction(async (trx) => {
       let outcome: CompletedSignIn['outcome'] = 'existing';
-      const identity = await trx('user_identities').where({ provider, subject: claims.sub }).first('id', 'user_id', 'email');
+      const identity = await findIdentity(trx, provider, claims.sub);
       let userId: number | undefined = identity?.user_id;
-      if (identity && identity.email !== email) {
-        await trx('user_identities').where({ id: identity.id }).update({ email });
-      }
+      if (identity && identity.email !== email) await updateIdentityEmail(trx, identity.id, email);
       if (userId === undefined) {
-        const user = await trx('users').whereRaw('lower(email) = ?', [email]).forUpdate().first('id', 'email_verified_at');
+        const user = await findUserByEmail(trx, email, { forUpdate: true });
         if (user) {
-          userId = user.id as number;
+          userId = user.id;
           await this.#assertMayLink(trx, userId, user.email_verified_at !== null, signedIn?.user.id === userId);
           await this.#sessions.invalidateAllOfUser(trx, userId);
           await markEmailVerified(trx, userId);
           outcome = 'linked';
         } else {
-          const [created] = await trx('users')
-            .insert({
-              email,
-              password_hash: null,
-              name: displayName({ name: claims.name, first_name: claims.given_name, last_name: claims.family_name }, email),
-              first_name: claims.given_name ?? null,
-              last_name: claims.family_name ?? null,
-              email_verified_at: trx.fn.now(),
-            })
-            .returning('id');
-          userId = (created as { id: number }).id;
+          userId = await insertUser(trx, {
+            email,
+            password_hash: null,
+            name: displayName({ name: claims.name, first_name: claims.given_name, last_name: claims.family_name }, email),
+            first_name: claims.given_name ?? null,
+            last_name: claims.family_name ?? null,
+            country: null,
+            contact_number: null,
+            emailVerified: true,
+          });
           outcome = 'created';
         }
-        await trx('user_identities').insert({ user_id: userId, provider, subject: claims.sub, email });
+        await insertIdentity(trx, { user_id: userId, provider, subject: claims.sub, email });
       }
       const organizationId = await organizationOfNewSession(trx, userId);
       const session = await this.#sessions.create(trx, { userId, organizationId, authMethod: provider });
@@ -206,7 +214,7 @@ export class SsoService {
   /** One subject per provider per user; an unproven email links only from inside its own account. */
   async #assertMayLink(trx: Knex.Transaction, userId: number, emailVerified: boolean, signedInAsUser: boolean): Promise<void> {
     const name = this.#provider.displayName;
-    if (await trx('user_identities').where({ user_id: userId, provider: this.#provider.name }).first('id')) {
+    if (await userHasIdentityAt(trx, userId, this.#provider.name)) {
       throw new AppError('SSO_ACCOUNT_ALREADY_LINKED', `The account with this email is already linked to another ${name} identity; sign in with that one.`);
     }
     if (!emailVerified && !signedInAsUser) {
@@ -250,5 +258,3 @@ function assertReturnTo(returnTo: string): void {
     });
   }
 }
-
-/** The organization a new session starts in: the last one used, else the oldest membership, else none. */

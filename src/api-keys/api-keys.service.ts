@@ -1,11 +1,23 @@
 import type { Knex } from 'knex';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
-import { notBlank } from '../accounts/accounts.service.ts';
-import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
 import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError } from '../errors.ts';
-import { requireOrganization } from '../organizations/organizations.service.ts';
+import { notBlank } from '../validation.ts';
+import type { ApiKeyRow } from '../db/models/api-keys.ts';
+import {
+  findKey,
+  findKeyState,
+  insertKey,
+  listKeysOf,
+  revokeKey,
+  scopableDeployments,
+  scopesOf,
+  setScope,
+  touchKey,
+  updateKey,
+} from './api-keys.repository.ts';
 import { generateKey, isWellFormedKey, keyPrefixOf } from './key-format.ts';
 
 type ApiKey = components['schemas']['ApiKey'];
@@ -21,19 +33,6 @@ const CACHE_MAX_ENTRIES = 10_000;
 export const FAILED_KEY_LIMIT = { points: 20, windowSeconds: 60 };
 /** `last_used_at` is written at most this often per key. */
 const LAST_USED_EVERY_MS = 60_000;
-
-interface KeyRow {
-  id: number;
-  organization_id: number;
-  name: string;
-  key_prefix: string;
-  key_hash: string;
-  status: ApiKey['status'];
-  expires_at: Date | null;
-  last_used_at: Date | null;
-  revoked_at: Date | null;
-  created_at: Date;
-}
 
 const refused = (code: string, message: string) => new AppError('UNAUTHENTICATED', message, { inference: { code } });
 
@@ -64,10 +63,7 @@ export class ApiKeysService {
   }
 
   async list(principal: SessionPrincipal): Promise<{ items: ApiKey[] }> {
-    const rows: KeyRow[] = await this.#db('api_keys')
-      .where({ organization_id: requireOrganization(principal).id })
-      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]);
-    return { items: await this.#withDeployments(rows) };
+    return { items: await this.#withDeployments(await listKeysOf(this.#db, requireOrganization(principal).id)) };
   }
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
@@ -77,49 +73,40 @@ export class ApiKeysService {
     const key = generateKey();
     return this.#db.transaction(async (trx) => {
       await assertScope(trx, organization.id, input.deployment_ids);
-      const [row] = await trx('api_keys')
-        .insert({
-          organization_id: organization.id,
-          created_by_user_id: principal.user.id,
-          name,
-          key_prefix: keyPrefixOf(key),
-          key_hash: hashToken(key),
-          expires_at: expiresAt,
-        })
-        .returning('*');
-      const created = row as KeyRow;
-      await trx('api_key_deployments').insert(input.deployment_ids.map((deployment_id) => ({ api_key_id: created.id, deployment_id })));
+      const created = await insertKey(trx, {
+        organization_id: organization.id,
+        created_by_user_id: principal.user.id,
+        name,
+        key_prefix: keyPrefixOf(key),
+        key_hash: hashToken(key),
+        expires_at: expiresAt,
+      });
+      await setScope(trx, created.id, input.deployment_ids, { replace: false });
       const [apiKey] = await this.#withDeployments([created], trx);
       return { key, api_key: apiKey as ApiKey };
     });
   }
 
   async deploymentOptions(principal: SessionPrincipal): Promise<{ items: ApiKeyDeployment[] }> {
-    const items = await this.#db('deployments')
-      .where({ organization_id: requireOrganization(principal).id })
-      .whereNot({ status: 'terminated' })
-      .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }])
-      .select('id', 'model_name', 'status');
-    return { items };
+    return { items: await scopableDeployments(this.#db, requireOrganization(principal).id) };
   }
 
   async update(principal: SessionPrincipal, id: number, input: UpdateApiKeyRequest): Promise<ApiKey> {
     const organization = requireOrganization(principal);
     const updated = await this.#db.transaction(async (trx) => {
-      const key: KeyRow | undefined = await trx('api_keys').where({ id, organization_id: organization.id }).forUpdate().first();
+      const key = await findKey(trx, organization.id, id, { forUpdate: true });
       if (!key) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
       if (key.status === 'revoked') throw new AppError('API_KEY_REVOKED', 'This key is revoked; revoked keys cannot be changed. Create a new one.');
-      const changes: Record<string, unknown> = {};
+      const changes: Parameters<typeof updateKey>[2] = {};
       if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
       if (input.expires_at !== undefined) changes.expires_at = futureOrNull(input.expires_at);
       if (input.status !== undefined) changes.status = input.status;
       if (input.deployment_ids !== undefined) {
         await assertScope(trx, organization.id, input.deployment_ids);
-        await trx('api_key_deployments').where({ api_key_id: id }).delete();
-        await trx('api_key_deployments').insert(input.deployment_ids.map((deployment_id) => ({ api_key_id: id, deployment_id })));
+        await setScope(trx, id, input.deployment_ids, { replace: true });
       }
-      const [row] = Object.keys(changes).length ? await trx('api_keys').where({ id }).update(changes).returning('*') : [key];
-      return (await this.#withDeployments([row as KeyRow], trx))[0] as ApiKey;
+      const row = await updateKey(trx, key, changes);
+      return (await this.#withDeployments([row], trx))[0] as ApiKey;
     });
     this.#forget(id);
     return updated;
@@ -128,13 +115,10 @@ export class ApiKeysService {
   /** Revokes for good; revoking a revoked key returns it unchanged. */
   async revoke(principal: SessionPrincipal, id: number): Promise<ApiKey> {
     const organization = requireOrganization(principal);
-    const [row] = await this.#db('api_keys')
-      .where({ id, organization_id: organization.id })
-      .update({ status: 'revoked', revoked_at: this.#db.raw('coalesce(revoked_at, now())') })
-      .returning('*');
+    const row = await revokeKey(this.#db, organization.id, id);
     if (!row) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
     this.#forget(id);
-    return (await this.#withDeployments([row as KeyRow]))[0] as ApiKey;
+    return (await this.#withDeployments([row]))[0] as ApiKey;
   }
 
   /**
@@ -192,13 +176,9 @@ export class ApiKeysService {
 
   /** The key's state, or undefined when no key has this hash. */
   async #lookup(hash: string): Promise<CacheEntry | undefined> {
-    const row = await this.#db('api_keys as k')
-      .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
-      .where('k.key_hash', hash)
-      .groupBy('k.id')
-      .first('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', this.#db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'));
+    const row = await findKeyState(this.#db, hash);
     if (!row || !constantTimeEqual(row.key_hash, hash)) return undefined;
-    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids as string[]) };
+    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids) };
     if (row.status === 'revoked') return { at: 0, principal, refusal: { code: 'api_key_revoked', message: 'The API key was revoked.' } };
     if (row.status === 'disabled') return { at: 0, principal, refusal: { code: 'api_key_disabled', message: 'The API key is disabled.' } };
     if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, principal, refusal: { code: 'api_key_expired', message: 'The API key has expired.' } };
@@ -209,25 +189,15 @@ export class ApiKeysService {
   #touch(keyId: number, now: number): void {
     if (now - (this.#lastUsedWrites.get(keyId) ?? 0) < LAST_USED_EVERY_MS) return;
     this.#lastUsedWrites.set(keyId, now);
-    void this.#db('api_keys')
-      .where({ id: keyId })
-      .where((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<', this.#db.raw("now() - interval '1 minute'")))
-      .update({ last_used_at: this.#db.fn.now() })
-      .catch(() => this.#lastUsedWrites.delete(keyId));
+    void touchKey(this.#db, keyId).catch(() => this.#lastUsedWrites.delete(keyId));
   }
 
   #forget(keyId: number): void {
     for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId) this.#cache.delete(hash);
   }
 
-  async #withDeployments(rows: KeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
-    const scopes = rows.length
-      ? await db('api_key_deployments as s')
-          .join('deployments as d', 'd.id', 's.deployment_id')
-          .whereIn('s.api_key_id', rows.map((row) => row.id))
-          .orderBy('d.created_at')
-          .select('s.api_key_id', 'd.id', 'd.model_name', 'd.status')
-      : [];
+  async #withDeployments(rows: ApiKeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
+    const scopes = await scopesOf(db, rows.map((row) => row.id));
     return rows.map((row) => ({
       id: row.id,
       organization_id: row.organization_id,
@@ -245,8 +215,8 @@ export class ApiKeysService {
 
 /** Every scoped deployment must belong to the organization and not be terminated. */
 async function assertScope(trx: Knex.Transaction, organizationId: number, deploymentIds: readonly string[]): Promise<void> {
-  const found = await trx('deployments').where({ organization_id: organizationId }).whereNot({ status: 'terminated' }).whereIn('id', deploymentIds).select('id');
-  const known = new Set(found.map((row: { id: string }) => row.id));
+  const found = await scopableDeployments(trx, organizationId, deploymentIds);
+  const known = new Set(found.map((row) => row.id));
   const unknown = deploymentIds.filter((id) => !known.has(id));
   if (unknown.length) {
     throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {

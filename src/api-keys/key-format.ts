@@ -1,4 +1,5 @@
 import { randomInt } from 'node:crypto';
+import { crc32 } from 'node:zlib';
 
 /**
  * The API key format (DESIGN.md §3): `svc-sk-` + 32 random base62 characters + a 6-character base62
@@ -10,18 +11,6 @@ const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 const RANDOM_LENGTH = 32;
 const CHECKSUM_LENGTH = 6;
 const SHAPE = new RegExp(`^${KEY_PREFIX}[0-9A-Za-z]{${RANDOM_LENGTH + CHECKSUM_LENGTH}}$`);
-
-const CRC_TABLE = Array.from({ length: 256 }, (_, n) => {
-  let c = n;
-  for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-  return c >>> 0;
-});
-
-function crc32(text: string): number {
-  let crc = 0xffffffff;
-  for (let i = 0; i < text.length; i++) crc = (CRC_TABLE[(crc ^ text.charCodeAt(i)) & 0xff] as number) ^ (crc >>> 8);
-  return (crc ^ 0xffffffff) >>> 0;
-}
 
 function base62(value: number, length: number): string {
   let out = '';

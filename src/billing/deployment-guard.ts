@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
-import { ACTIVE_STATUSES } from '../deployments/deployment-states.ts';
+import { countActiveDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
+import { lockBillingAccount } from './billing.repository.ts';
 
 /**
  * Every billing check on creating a deployment, in one place, run inside the creating transaction.
@@ -8,10 +9,9 @@ import { AppError } from '../errors.ts';
  * (Payment setup and spending limits join here with the billing work.)
  */
 export async function assertMayCreateDeployment(trx: Knex.Transaction, organizationId: number): Promise<void> {
-  const account = await trx('billing_accounts').where({ organization_id: organizationId }).forUpdate().first('max_active_resources');
+  const account = await lockBillingAccount(trx, organizationId);
   if (!account) throw new AppError('PAYMENT_SETUP_INCOMPLETE', 'Your organization has no billing account.');
-  const counted = await trx('deployments').where({ organization_id: organizationId }).whereIn('status', ACTIVE_STATUSES).count({ active: '*' });
-  const active = Number(counted[0]?.active ?? 0);
+  const active = await countActiveDeployments(trx, organizationId);
   if (active >= account.max_active_resources) {
     throw new AppError(
       'ACTIVE_DEPLOYMENT_LIMIT_REACHED',

@@ -18,6 +18,8 @@
  */
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
+import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts';
+import { listClusters } from '../clusters/clusters.repository.ts';
 import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../clusters/clusters.service.ts';
 import { loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
@@ -82,8 +84,7 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       ].join('\n');
     }
     case 'cluster list': {
-      const rows = await deps.db('clusters').orderBy('name').select('name', 'provider', 'region', 'endpoint', 'auth_mode', 'status', 'status_reason', 'engine_version', 'hosted');
-      return rows
+      return (await listClusters(deps.db))
         .map((c) =>
           [c.name, `${c.provider}/${c.region}`, c.endpoint, `auth ${c.auth_mode}`, c.status_reason ? `${c.status}: ${c.status_reason}` : c.status, c.engine_version ?? 'version unknown', ...(c.hosted ? ['hosted'] : [])].join('\t'),
         )
@@ -91,8 +92,7 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
     }
     case 'model enable':
     case 'model disable': {
-      const updated = await deps.db('deployable_models').where({ model_name: name() }).update({ enabled: action === 'enable' });
-      if (!updated) throw new UsageError(`no catalog model is named ${name()}`);
+      if (!(await setModelEnabled(deps.db, name(), action === 'enable'))) throw new UsageError(`no catalog model is named ${name()}`);
       return `${name()} is ${action === 'enable' ? 'enabled' : 'disabled'}`;
     }
     case 'model restrict': {
@@ -100,8 +100,7 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       if (!list) throw new UsageError('--organizations is required (ids, comma-separated, or "all")');
       const ids = list === 'all' ? null : list.split(',').map((id) => Number(id.trim()));
       if (ids?.some((id) => !Number.isInteger(id) || id <= 0)) throw new UsageError('--organizations takes organization ids, e.g. 7,12');
-      const updated = await deps.db('deployable_models').where({ model_name: name() }).update({ allowed_organization_ids: ids });
-      if (!updated) throw new UsageError(`no catalog model is named ${name()}`);
+      if (!(await restrictModel(deps.db, name(), ids))) throw new UsageError(`no catalog model is named ${name()}`);
       return ids ? `${name()} is offered only to organizations ${ids.join(', ')}` : `${name()} is offered to every organization`;
     }
     default:

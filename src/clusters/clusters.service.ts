@@ -3,6 +3,19 @@ import type { Logger } from 'pino';
 import { EngineError, XinferenceClient, type ManagementCredentials } from '../adapters/xinference.ts';
 import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
+import type { ClusterRow } from '../db/models/clusters.ts';
+import {
+  findClientColumns,
+  findClusterByName,
+  listInstanceTypes,
+  markCredentialsInvalid,
+  markMissingUnavailable,
+  reactivateCluster,
+  recordSync,
+  upsertCluster,
+  upsertInstance,
+  type ClientColumns,
+} from './clusters.repository.ts';
 import { gpuTypeOf } from './gpu-names.ts';
 
 /** Seal purposes: the inference API key (what the relay sends), and the management user. */
@@ -30,21 +43,6 @@ export interface ClusterRegistration {
   hosted?: boolean;
 }
 
-export interface ClusterRow {
-  id: string;
-  name: string;
-  provider: string;
-  region: string;
-  endpoint: string;
-  auth_mode: 'advanced' | 'none';
-  sealed_credential: string | null;
-  sealed_management_credential: string | null;
-  status: 'active' | 'disabled' | 'credentials_invalid';
-  status_reason: string | null;
-  engine_version: string | null;
-  hosted: boolean;
-}
-
 export interface SyncResult {
   engineVersion: string;
   instances: Array<{ worker: string; instanceType: string; gpus: number }>;
@@ -54,9 +52,6 @@ export interface SyncResult {
 
 /** A registration the engine or the rules refuse; the message is for the operator. */
 export class ClusterRegistrationError extends Error {}
-
-const CLIENT_COLUMNS = ['id', 'name', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'status', 'status_reason', 'engine_version'] as const;
-type ClientRow = Pick<ClusterRow, (typeof CLIENT_COLUMNS)[number]>;
 
 /**
  * The registry of GPU clusters: registering one (its credentials checked against the engine and
@@ -88,25 +83,17 @@ export class ClustersService {
     const endpoint = checkedEndpoint(input.endpoint, input.insecureHttp ?? false);
     await this.#verify(input.name, endpoint, input.auth);
     const { auth } = input;
-    const [row] = await this.#db('clusters')
-      .insert({
-        name: input.name,
-        provider: input.provider,
-        region: input.region,
-        endpoint,
-        auth_mode: auth.mode,
-        sealed_credential: auth.mode === 'advanced' ? this.#keyring.encrypt(SEAL, auth.apiKey) : null,
-        sealed_management_credential:
-          auth.mode === 'advanced' ? this.#keyring.encrypt(MANAGEMENT_SEAL, JSON.stringify({ username: auth.username, password: auth.password })) : null,
-        hosted: input.hosted ?? false,
-        status: 'active',
-        status_reason: null,
-        status_changed_at: this.#db.fn.now(),
-      })
-      .onConflict('name')
-      .merge(['provider', 'region', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'hosted', 'status', 'status_reason', 'status_changed_at'])
-      .returning('*');
-    return row as ClusterRow;
+    return upsertCluster(this.#db, {
+      name: input.name,
+      provider: input.provider,
+      region: input.region,
+      endpoint,
+      auth_mode: auth.mode,
+      sealed_credential: auth.mode === 'advanced' ? this.#keyring.encrypt(SEAL, auth.apiKey) : null,
+      sealed_management_credential:
+        auth.mode === 'advanced' ? this.#keyring.encrypt(MANAGEMENT_SEAL, JSON.stringify({ username: auth.username, password: auth.password })) : null,
+      hosted: input.hosted ?? false,
+    });
   }
 
   /** Checks a registered cluster's stored credentials again; a cluster that passes is active again. */
@@ -114,16 +101,11 @@ export class ClustersService {
     const cluster = await this.byName(name);
     if (!cluster) throw new ClusterRegistrationError(`no cluster is named ${name}`);
     await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
-    const [row] = await this.#db('clusters')
-      .where({ id: cluster.id })
-      .whereIn('status', ['active', 'credentials_invalid'])
-      .update({ status: 'active', status_reason: null, status_changed_at: this.#db.fn.now() })
-      .returning('*');
-    return (row as ClusterRow | undefined) ?? cluster;
+    return (await reactivateCluster(this.#db, cluster.id)) ?? cluster;
   }
 
   async byName(name: string): Promise<ClusterRow | undefined> {
-    return this.#db('clusters').where({ name }).first();
+    return findClusterByName(this.#db, name);
   }
 
   /**
@@ -132,14 +114,10 @@ export class ClustersService {
    * Also for the relay to call when the engine refuses the inference key.
    */
   async markCredentialsInvalid(clusterId: string, reason: string): Promise<void> {
-    const [updated] = await this.#db('clusters')
-      .where({ id: clusterId })
-      .whereNot({ status: 'credentials_invalid' })
-      .update({ status: 'credentials_invalid', status_reason: reason.slice(0, 1000), status_changed_at: this.#db.fn.now() })
-      .returning(['name']);
-    if (updated) {
+    const name = await markCredentialsInvalid(this.#db, clusterId, reason.slice(0, 1000));
+    if (name !== undefined) {
       this.#log.error(
-        { cluster: (updated as { name: string }).name, cluster_id: clusterId, reason, alert: 'cluster_credentials_invalid' },
+        { cluster: name, cluster_id: clusterId, reason, alert: 'cluster_credentials_invalid' },
         'the engine refused the cluster credentials: its calls are stopped until an operator runs `cluster register` or `cluster check`',
       );
     }
@@ -154,7 +132,7 @@ export class ClustersService {
     const client = await this.clientOf(clusterId);
     const engineVersion = await client.version();
     const workers = await client.workers();
-    const types = await this.#db('instance_types').select('id', 'name', 'gpu_type', 'gpu_count', 'gpu_memory_gb', 'price_per_second');
+    const types = await listInstanceTypes(this.#db);
     const result: SyncResult = { engineVersion, instances: [], unmatched: [], unavailable: [] };
     await this.#db.transaction(async (trx) => {
       for (const worker of workers) {
@@ -170,20 +148,11 @@ export class ClustersService {
           result.unmatched.push({ worker: worker.address, reason: `no instance type has ${worker.gpuCount} x ${gpuType} ("${worker.gpuName}")` });
           continue;
         }
-        await trx('instances')
-          .insert({ cluster_id: clusterId, instance_type_id: type.id, engine_worker: worker.address, status: 'available' })
-          .onConflict(['cluster_id', 'engine_worker'])
-          .merge(['instance_type_id', 'status']);
+        await upsertInstance(trx, { cluster_id: clusterId, instance_type_id: type.id, engine_worker: worker.address });
         result.instances.push({ worker: worker.address, instanceType: type.name, gpus: worker.gpuCount });
       }
-      const seen = workers.map((worker) => worker.address);
-      const gone = await trx('instances')
-        .where({ cluster_id: clusterId, status: 'available' })
-        .whereNotIn('engine_worker', seen.length ? seen : [''])
-        .update({ status: 'unavailable' })
-        .returning('engine_worker');
-      result.unavailable = gone.map((row: { engine_worker: string }) => row.engine_worker);
-      await trx('clusters').where({ id: clusterId }).update({ last_synced_at: trx.fn.now(), engine_version: engineVersion });
+      result.unavailable = await markMissingUnavailable(trx, clusterId, workers.map((worker) => worker.address));
+      await recordSync(trx, clusterId, engineVersion);
     });
     return result;
   }
@@ -192,7 +161,7 @@ export class ClustersService {
    * The engine client of a cluster, reused while its endpoint, credentials and version stay the
    * same. A cluster whose credentials were refused gets no client: its calls stay stopped.
    */
-  client(cluster: ClientRow): XinferenceClient {
+  client(cluster: ClientColumns): XinferenceClient {
     if (cluster.status === 'credentials_invalid') {
       throw new EngineError(
         'credentials',
@@ -227,7 +196,7 @@ export class ClustersService {
   }
 
   async clientOf(clusterId: string): Promise<XinferenceClient> {
-    const cluster: ClientRow | undefined = await this.#db('clusters').where({ id: clusterId }).first(...CLIENT_COLUMNS);
+    const cluster = await findClientColumns(this.#db, clusterId);
     if (!cluster) throw new Error(`cluster ${clusterId} does not exist`);
     return this.client(cluster);
   }

@@ -1,7 +1,6 @@
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import knex, { type Knex } from 'knex';
-import { Model } from 'objection';
 import type { Logger } from 'pino';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
@@ -15,7 +14,7 @@ export interface DatabaseOptions {
   log?: Logger;
 }
 
-/** A knex instance on Postgres, bound to objection's models. */
+/** A knex instance on Postgres; objection's models run on it when a query names it (`Model.query(db)`). */
 export function createDatabase(options: DatabaseOptions): Knex {
   const db = knex({
     client: 'pg',
@@ -30,7 +29,6 @@ export function createDatabase(options: DatabaseOptions): Knex {
       debug: (message: unknown) => options.log?.debug({ knex: message }, 'database debug'),
     },
   });
-  Model.knex(db);
   return db;
 }
 

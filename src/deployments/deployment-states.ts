@@ -3,5 +3,69 @@ import type { components } from '../../generated/api.d.ts';
 export type DeploymentStatus = components['schemas']['DeploymentStatus'];
 export type FailureStage = components['schemas']['DeploymentFailureStage'];
 
+/**
+ * What moves a deployment: the owner's request (`delete`), or the outcome of a provisioning step
+ * (`placed`: an instance chosen and its GPUs allocated; `launched`: the engine took the launch;
+ * `ready`: every replica ready; `fail`: a step failed for good or the engine lost the model;
+ * `cleaned_up`: the engine confirmed the model gone and the GPUs were released).
+ */
+export type DeploymentEvent = 'placed' | 'launched' | 'ready' | 'fail' | 'delete' | 'cleaned_up';
+
+/**
+ * The deployment state machine: every allowed transition, and the only place that lists them.
+ * `requested` → `provisioning` → `starting` → `running`; any of them → `failed`; DELETE →
+ * `terminating` → `terminated`. Deleting a terminated deployment leaves it as it is; deleting one
+ * that is terminating is refused until its cleanup has finished.
+ */
+const TRANSITIONS: { readonly [from in DeploymentStatus]: { readonly [event in DeploymentEvent]?: DeploymentStatus } } = {
+  requested: { placed: 'provisioning', fail: 'failed', delete: 'terminating' },
+  provisioning: { launched: 'starting', fail: 'failed', delete: 'terminating' },
+  starting: { ready: 'running', fail: 'failed', delete: 'terminating' },
+  running: { fail: 'failed', delete: 'terminating' },
+  failed: { delete: 'terminating' },
+  terminating: { cleaned_up: 'terminated' },
+  terminated: { delete: 'terminated' },
+};
+
+const STATUSES = Object.keys(TRANSITIONS) as DeploymentStatus[];
+
+/** The status `event` moves a deployment in `from` to, or null when the event is not allowed there. */
+export function transition(from: DeploymentStatus, event: DeploymentEvent): DeploymentStatus | null {
+  return TRANSITIONS[from][event] ?? null;
+}
+
+/** `transition` for a caller that checked the event is allowed in `from`: throws when it is not. */
+export function nextStatus(from: DeploymentStatus, event: DeploymentEvent): DeploymentStatus {
+  const to = transition(from, event);
+  if (!to) throw new Error(`a deployment in ${from} cannot take the event ${event}`);
+  return to;
+}
+
+/** Whether `event` is allowed in `status`. */
+export function allows(status: DeploymentStatus, event: DeploymentEvent): boolean {
+  return transition(status, event) !== null;
+}
+
+/** The statuses in which `event` is allowed (for a guarded update: `where status in (...)`). */
+export function statusesAllowing(event: DeploymentEvent): DeploymentStatus[] {
+  return STATUSES.filter((status) => allows(status, event));
+}
+
+/** The status in which a deployment serves inference. */
+export const SERVING: DeploymentStatus = 'running';
+
+/** Whether a deployment in `status` serves now or may still come to serve (a later transition reaches `running`). */
+export function maySoonServe(status: DeploymentStatus): boolean {
+  const seen = new Set<DeploymentStatus>();
+  const pending = [status];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    if (next === SERVING) return true;
+    if (seen.has(next)) continue;
+    seen.add(next);
+    pending.push(...Object.values(TRANSITIONS[next]));
+  }
+  return false;
+}
+
 /** Statuses that hold or may soon hold resources; they count against `max_active_resources`. */
 export const ACTIVE_STATUSES: readonly DeploymentStatus[] = ['requested', 'provisioning', 'starting', 'running', 'terminating'];

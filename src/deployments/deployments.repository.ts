@@ -1,38 +1,218 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
+import { DeploymentRow } from '../db/models/deployments.ts';
+import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
+import { InstanceRow } from '../db/models/instances.ts';
+import { forUpdateOf } from '../db/query.ts';
+import { ACTIVE_STATUSES, type DeploymentStatus } from './deployment-states.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
-export interface DeploymentRow {
-  id: string;
-  user_id: number;
-  organization_id: number;
-  deployable_model_id: string;
-  model_name: string;
-  model_format: string;
-  model_size_in_billions: string;
-  quantization: string;
-  model_engine: string;
-  status: Deployment['status'];
-  cluster_id: string | null;
-  instance_id: string | null;
-  gpu_allocation_id: string | null;
-  engine_model_uid: string | null;
-  selected_instance_type: string | null;
-  selection_reason: string | null;
-  failure_stage: Deployment['failure_stage'];
-  failure_reason: string | null;
-  status_changed_at: Date;
-  /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
-  engine_unhealthy_since: Date | null;
-  created_at: Date;
-  updated_at: Date;
-  terminated_at: Date | null;
+/** Every query of the deployments area: deployments, their GPU allocations, and placement on instances. */
+type Db = Knex | Knex.Transaction;
+
+/** A user's deployments in one organization: what the API shows them. */
+export interface Scope {
+  userId: number;
+  organizationId: number;
 }
 
-export function deploymentsOf(db: Knex | Knex.Transaction, scope: { userId: number; organizationId: number }): Knex.QueryBuilder {
-  return db('deployments').where({ user_id: scope.userId, organization_id: scope.organizationId });
+function deploymentsOf(db: Db, scope: Scope) {
+  return DeploymentRow.query(db).where({ user_id: scope.userId, organization_id: scope.organizationId });
 }
+
+// ---- the API's side
+
+/** A page of the scope's deployments, newest first, and how many there are. */
+export async function listDeploymentsOf(db: Db, scope: Scope, page: { limit: number; offset: number }): Promise<{ rows: DeploymentRow[]; total: number }> {
+  const [rows, total] = await Promise.all([
+    deploymentsOf(db, scope)
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(page.limit)
+      .offset(page.offset),
+    deploymentsOf(db, scope).resultSize(),
+  ]);
+  return { rows, total };
+}
+
+/** One deployment of the scope (undefined for an id that is not a UUID); locked when asked. */
+export async function findDeploymentOf(db: Db, scope: Scope, id: string, options: { forUpdate?: boolean } = {}): Promise<DeploymentRow | undefined> {
+  if (!isUuid(id)) return undefined;
+  const query = deploymentsOf(db, scope).where({ id });
+  return options.forUpdate ? query.forUpdate().first() : query.first();
+}
+
+/** Stores a new deployment (`requested`). */
+export async function insertDeployment(
+  db: Db,
+  deployment: Pick<
+    DeploymentRow,
+    'user_id' | 'organization_id' | 'deployable_model_id' | 'model_name' | 'model_format' | 'model_size_in_billions' | 'quantization' | 'model_engine'
+  >,
+): Promise<DeploymentRow> {
+  return DeploymentRow.query(db).insert(deployment).returning('*');
+}
+
+/** How many of the organization's deployments count against its limit. */
+export async function countActiveDeployments(db: Db, organizationId: number): Promise<number> {
+  return DeploymentRow.query(db).where({ organization_id: organizationId }).whereIn('status', ACTIVE_STATUSES).resultSize();
+}
+
+/** Hands a user's deployments in an organization to another user (the first leaves it). */
+export async function transferDeployments(db: Db, move: { organizationId: number; fromUserId: number; toUserId: number }): Promise<void> {
+  await DeploymentRow.query(db).where({ organization_id: move.organizationId, user_id: move.fromUserId }).patch({ user_id: move.toUserId });
+}
+
+// ---- provisioning's side
+
+export async function findDeployment(db: Db, id: string, options: { forUpdate?: boolean } = {}): Promise<DeploymentRow | undefined> {
+  const query = DeploymentRow.query(db).findById(id);
+  return options.forUpdate ? query.forUpdate() : query;
+}
+
+/** Columns a transition may set besides the status. */
+type TransitionChanges = Partial<
+  Pick<
+    DeploymentRow,
+    | 'cluster_id'
+    | 'instance_id'
+    | 'gpu_allocation_id'
+    | 'selected_instance_type'
+    | 'selection_reason'
+    | 'engine_model_uid'
+    | 'failure_stage'
+    | 'failure_reason'
+    | 'engine_unhealthy_since'
+  >
+>;
+
+/**
+ * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
+ * with `changes`; false when it had moved on. The caller takes `to` from the state machine. The
+ * time of the move is `status_changed_at`, and also `terminated_at` for a move to `terminated`.
+ */
+export async function moveDeployment(
+  db: Db,
+  id: string,
+  move: { from: DeploymentStatus | readonly DeploymentStatus[]; to: DeploymentStatus; changes?: TransitionChanges },
+): Promise<boolean> {
+  const moved = await DeploymentRow.query(db)
+    .findById(id)
+    .whereIn('status', typeof move.from === 'string' ? [move.from] : move.from)
+    .patch({ ...move.changes, status: move.to, status_changed_at: db.fn.now(), ...(move.to === 'terminated' ? { terminated_at: db.fn.now() } : {}) });
+  return moved > 0;
+}
+
+/** The deployment's status if it is one of these, its row locked until the transaction ends; else undefined. */
+export async function lockInStatus(trx: Knex.Transaction, id: string, statuses: readonly DeploymentStatus[]): Promise<DeploymentStatus | undefined> {
+  return (await DeploymentRow.query(trx).findById(id).whereIn('status', statuses).forUpdate().select('status'))?.status;
+}
+
+/** Deployments in these statuses that have not moved since `before`. */
+export async function findUnmovedSince(db: Db, statuses: readonly DeploymentStatus[], before: Date): Promise<Array<Pick<DeploymentRow, 'id' | 'status'>>> {
+  return DeploymentRow.query(db).whereIn('status', statuses).where('status_changed_at', '<=', before).select('id', 'status');
+}
+
+/** Failed deployments, failed since `before`, that still hold GPUs (their cleanup is due). */
+export async function findFailedHoldingGpus(db: Db, before: Date): Promise<Array<Pick<DeploymentRow, 'id' | 'status'>>> {
+  return DeploymentRow.query(db)
+    .alias('d')
+    .join('gpu_allocations as a', 'a.deployment_id', 'd.id')
+    .where({ 'd.status': 'failed', 'a.status': 'active' })
+    .where('d.status_changed_at', '<=', before)
+    .select('d.id', 'd.status');
+}
+
+/** Deployments in `status` placed on a cluster. */
+export async function findPlacedIn(db: Db, status: DeploymentStatus): Promise<DeploymentRow[]> {
+  return DeploymentRow.query(db).where({ status }).whereNotNull('cluster_id');
+}
+
+/**
+ * Records when the engine began reporting a deployment in `status` not ready (kept from the first
+ * report), or that it is ready again (`since` null).
+ */
+export async function recordEngineHealth(db: Db, id: string, status: DeploymentStatus, since: 'now' | null): Promise<void> {
+  const query = DeploymentRow.query(db).findById(id).where({ status });
+  if (since === 'now') await query.whereNull('engine_unhealthy_since').patch({ engine_unhealthy_since: db.fn.now() });
+  else await query.patch({ engine_unhealthy_since: null });
+}
+
+// ---- GPU allocations and placement
+
+/** An available instance of an active, dedicated cluster, with its type and the GPUs allocated on it. */
+export interface PlacementOption {
+  id: string;
+  cluster_id: string;
+  name: string;
+  gpu_type: string;
+  gpu_count: number;
+  gpu_memory_gb: number;
+  price_per_second: string;
+  used_gpus: number;
+}
+
+/**
+ * The instances a deployment may be placed on, locked until the transaction ends: locking them
+ * serialises allocation, so no GPU is booked twice.
+ */
+export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<PlacementOption[]> {
+  const rows = await forUpdateOf(
+    InstanceRow.query(trx)
+      .alias('i')
+      .join('instance_types as t', 't.id', 'i.instance_type_id')
+      .join('clusters as c', 'c.id', 'i.cluster_id')
+      .where({ 'i.status': 'available', 'c.status': 'active', 'c.hosted': false }),
+    'i',
+  )
+    .select('i.id', 'i.cluster_id', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second')
+    .castTo<Array<Omit<PlacementOption, 'used_gpus'>>>();
+  const used = rows.length
+    ? await GpuAllocationRow.query(trx)
+        .where({ status: 'active' })
+        .whereIn('instance_id', rows.map((row) => row.id))
+        .groupBy('instance_id')
+        .select('instance_id', trx.raw('sum(gpu_count) as gpus'))
+        .castTo<Array<{ instance_id: string; gpus: string }>>()
+    : [];
+  const usedBy = new Map(used.map((row) => [row.instance_id, Number(row.gpus)]));
+  return rows.map((row) => ({ ...row, used_gpus: usedBy.get(row.id) ?? 0 }));
+}
+
+/** Books GPUs of an instance for the deployment; the allocation's id. */
+export async function insertAllocation(db: Db, allocation: Pick<GpuAllocationRow, 'deployment_id' | 'instance_id' | 'gpu_count'>): Promise<string> {
+  const { id } = await GpuAllocationRow.query(db).insert(allocation);
+  return id;
+}
+
+export async function holdsGpus(db: Db, deploymentId: string): Promise<boolean> {
+  return Boolean(await GpuAllocationRow.query(db).where({ deployment_id: deploymentId, status: 'active' }).select('id').first());
+}
+
+/** Releases the deployment's active allocation. */
+export async function releaseAllocation(db: Db, deploymentId: string): Promise<void> {
+  await GpuAllocationRow.query(db).where({ deployment_id: deploymentId, status: 'active' }).patch({ status: 'released', released_at: db.fn.now() });
+}
+
+/** What launching a placed deployment needs: its allocation's GPUs, its worker, the model's type. */
+export type PlacedDeployment = DeploymentRow & { gpu_count: number; engine_worker: string; model_type: string };
+
+export async function findPlacedDeployment(db: Db, id: string): Promise<PlacedDeployment | undefined> {
+  return DeploymentRow.query(db)
+    .alias('d')
+    .join('gpu_allocations as a', 'a.id', 'd.gpu_allocation_id')
+    .join('instances as i', 'i.id', 'd.instance_id')
+    .join('deployable_models as m', 'm.id', 'd.deployable_model_id')
+    .where('d.id', id)
+    .select('d.*', 'a.gpu_count', 'i.engine_worker', 'm.model_type')
+    .first()
+    .castTo<PlacedDeployment | undefined>();
+}
+
+// ---- mapping
 
 export function toDeployment(row: DeploymentRow): Deployment {
   return {

@@ -1,13 +1,22 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
-import type { SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
 import { assertMayCreateDeployment } from '../billing/deployment-guard.ts';
 import type { CatalogService } from '../catalog/catalog.service.ts';
+import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
-import { requireOrganization } from '../organizations/organizations.service.ts';
-import { deploymentsOf, isUuid, toDeployment, type Deployment, type DeploymentRow } from './deployments.repository.ts';
+import { transition } from './deployment-states.ts';
+import {
+  findDeploymentOf,
+  insertDeployment,
+  listDeploymentsOf,
+  moveDeployment,
+  toDeployment,
+  type Deployment,
+  type Scope,
+} from './deployments.repository.ts';
 import { resolveLaunch } from './launch-spec.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
 
@@ -39,12 +48,8 @@ export class DeploymentsService {
   async list(principal: SessionPrincipal, page: { limit?: number; offset?: number }): Promise<Page<Deployment>> {
     const limit = page.limit ?? 100;
     const offset = page.offset ?? 0;
-    const scope = this.#scope(principal);
-    const [rows, [{ total }]] = await Promise.all([
-      deploymentsOf(this.#db, scope).orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(limit).offset(offset),
-      deploymentsOf(this.#db, scope).count({ total: '*' }),
-    ]);
-    return { items: (rows as DeploymentRow[]).map(toDeployment), total: Number(total), limit, offset };
+    const { rows, total } = await listDeploymentsOf(this.#db, this.#scope(principal), { limit, offset });
+    return { items: rows.map(toDeployment), total, limit, offset };
   }
 
   async get(principal: SessionPrincipal, id: string): Promise<Deployment> {
@@ -67,49 +72,43 @@ export class DeploymentsService {
 
     return this.#db.transaction(async (trx) => {
       await assertMayCreateDeployment(trx, organization.id);
-      const [row] = await trx('deployments')
-        .insert({
-          user_id: principal.user.id,
-          organization_id: organization.id,
-          deployable_model_id: model.id,
-          model_name: model.model_name,
-          model_format: launch.modelFormat,
-          model_size_in_billions: launch.modelSizeInBillions,
-          quantization: launch.quantization,
-          model_engine: launch.modelEngine,
-        })
-        .returning('*');
-      const deployment = row as DeploymentRow;
+      const deployment = await insertDeployment(trx, {
+        user_id: principal.user.id,
+        organization_id: organization.id,
+        deployable_model_id: model.id,
+        model_name: model.model_name,
+        model_format: launch.modelFormat,
+        model_size_in_billions: String(launch.modelSizeInBillions),
+        quantization: launch.quantization,
+        model_engine: launch.modelEngine,
+      });
       await enqueue(this.#boss, trx, PROVISION_QUEUE, { deploymentId: deployment.id }, { singletonKey: deployment.id });
       return toDeployment(deployment);
     });
   }
 
-  /** Starts termination; 409 while a cleanup runs; a terminated deployment is returned as it is. */
+  /** Starts termination (the state machine's `delete`); 409 while a cleanup runs; a terminated deployment is returned as it is. */
   async delete(principal: SessionPrincipal, id: string): Promise<Deployment> {
     return this.#db.transaction(async (trx) => {
       const deployment = await this.#find(trx, principal, id, true);
-      if (deployment.status === 'terminated') return toDeployment(deployment);
-      if (deployment.status === 'terminating') {
+      const to = transition(deployment.status, 'delete');
+      if (!to) {
         throw new AppError('DEPLOYMENT_DELETION_PENDING', 'The cleanup of this deployment is still running; try again when it has finished.');
       }
-      const [updated] = await trx('deployments')
-        .where({ id })
-        .update({ status: 'terminating', status_changed_at: trx.fn.now() })
-        .returning('*');
+      if (to === deployment.status) return toDeployment(deployment);
+      await moveDeployment(trx, id, { from: deployment.status, to });
       await enqueue(this.#boss, trx, TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
-      return toDeployment(updated as DeploymentRow);
+      return toDeployment(await this.#find(trx, principal, id));
     });
   }
 
-  #scope(principal: SessionPrincipal) {
+  #scope(principal: SessionPrincipal): Scope {
     return { userId: principal.user.id, organizationId: requireOrganization(principal).id };
   }
 
   async #find(db: Knex | Knex.Transaction, principal: SessionPrincipal, id: string, forUpdate = false): Promise<DeploymentRow> {
-    const query = isUuid(id) ? deploymentsOf(db, this.#scope(principal)).where({ id }) : undefined;
-    const row = query && (await (forUpdate ? query.forUpdate() : query).first());
+    const row = await findDeploymentOf(db, this.#scope(principal), id, { forUpdate });
     if (!row) throw new AppError('NOT_FOUND', `Deployment ${id} was not found.`);
-    return row as DeploymentRow;
+    return row;
   }
 }

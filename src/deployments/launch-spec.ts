@@ -1,4 +1,10 @@
-import type { ModelSpec } from '../catalog/catalog.service.ts';
+/** A launch combination of a catalog model, as the serving engine names it. */
+export interface ModelSpec {
+  modelFormat: string;
+  modelSizeInBillions: number;
+  quantizations: string[];
+  modelEngine: string;
+}
 
 export interface LaunchRequest {
   modelFormat?: string;

@@ -4,9 +4,33 @@ import type { Logger } from 'pino';
 import { EngineError, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
+import type { DeploymentRow } from '../db/models/deployments.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
-import type { DeploymentRow } from './deployments.repository.ts';
-import type { FailureStage } from './deployment-states.ts';
+import {
+  allows,
+  nextStatus,
+  SERVING,
+  statusesAllowing,
+  transition,
+  type DeploymentEvent,
+  type DeploymentStatus,
+  type FailureStage,
+} from './deployment-states.ts';
+import {
+  findDeployment,
+  findFailedHoldingGpus,
+  findPlacedDeployment,
+  findPlacedIn,
+  findUnmovedSince,
+  holdsGpus,
+  insertAllocation,
+  lockInStatus,
+  lockPlacementCandidates,
+  moveDeployment,
+  recordEngineHealth,
+  releaseAllocation,
+  type PlacedDeployment,
+} from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement, type Candidate } from './instance-selection.ts';
 
 export const PROVISION_QUEUE = 'provision-deployment';
@@ -14,20 +38,28 @@ export const AWAIT_READY_QUEUE = 'await-deployment-ready';
 export const TERMINATE_QUEUE = 'terminate-deployment';
 export const RECONCILE_QUEUE = 'reconcile-deployments';
 
-/** States in which a deployment may still hold GPUs and a model on its engine. */
-const LIVE_STATUSES: DeploymentRow['status'][] = ['requested', 'provisioning', 'starting', 'running'];
+/** The job whose step moves a deployment on by each event of the state machine. */
+const STEP_OF: { readonly [event in DeploymentEvent]?: string } = {
+  placed: PROVISION_QUEUE,
+  launched: PROVISION_QUEUE,
+  ready: AWAIT_READY_QUEUE,
+  cleaned_up: TERMINATE_QUEUE,
+};
+const STEPPED_EVENTS = Object.keys(STEP_OF) as DeploymentEvent[];
+
+/** The job that moves a deployment in `status` on, if a step does (the reconciler resumes it). */
+function stepOf(status: DeploymentStatus): string | undefined {
+  const event = STEPPED_EVENTS.find((candidate) => allows(status, candidate));
+  return event && STEP_OF[event];
+}
+
+/** Statuses a provisioning step moves on from: a deployment stuck in one has lost its step. */
+const STEPPED_STATUSES = [...new Set(STEPPED_EVENTS.flatMap(statusesAllowing))];
 
 interface DeploymentJob {
   deploymentId: string;
   /** A terminate job for a model launched after its deployment had left provisioning. */
   strayLaunch?: boolean;
-}
-
-/** What launching a placed deployment needs. */
-interface PlacedDeployment extends DeploymentRow {
-  gpu_count: number;
-  engine_worker: string;
-  model_type: string;
 }
 
 /** The engine's id of a deployment's model: fixed by the deployment id, so a retried launch is recognised. */
@@ -85,7 +117,7 @@ export class Provisioner {
       await this.fail(deploymentId, stage, `The engine refused to launch the model: ${error.message}`, log);
       return;
     }
-    const moved = await this.#move(deploymentId, 'provisioning', 'starting');
+    const moved = await this.#move(deploymentId, placed.status, 'launched');
     if (moved) {
       await this.#soon(AWAIT_READY_QUEUE, deploymentId, 0);
       return;
@@ -100,8 +132,8 @@ export class Provisioner {
    * failed (at `capacity` when the engine ran out of GPU memory or slots, else at `model_launch`).
    */
   async awaitReady(deploymentId: string, log: Logger): Promise<void> {
-    const deployment: DeploymentRow | undefined = await this.#db('deployments').where({ id: deploymentId }).first();
-    if (deployment?.status !== 'starting' || !deployment.cluster_id || !deployment.engine_model_uid) return;
+    const deployment = await findDeployment(this.#db, deploymentId);
+    if (!deployment || !allows(deployment.status, 'ready') || !deployment.cluster_id || !deployment.engine_model_uid) return;
     let state: ModelState;
     try {
       const client = await this.#clusters.clientOf(deployment.cluster_id);
@@ -113,7 +145,7 @@ export class Provisioner {
       state = { state: 'loading', progress: 0 };
     }
     if (state.state === 'ready') {
-      if (await this.#move(deploymentId, 'starting', 'running')) log.info({ deployment_id: deploymentId }, 'deployment running');
+      if (await this.#move(deploymentId, deployment.status, 'ready')) log.info({ deployment_id: deploymentId }, 'deployment running');
       return;
     }
     if (state.state === 'error') return this.fail(deploymentId, state.capacity ? 'capacity' : 'model_launch', state.message, log);
@@ -130,7 +162,7 @@ export class Provisioner {
    * cleanup of a failed deployment that still holds GPUs. A launch in progress is waited out.
    */
   async terminate(deploymentId: string, log: Logger, strayLaunch = false): Promise<void> {
-    const deployment: DeploymentRow | undefined = await this.#db('deployments').where({ id: deploymentId }).first();
+    const deployment = await findDeployment(this.#db, deploymentId);
     if (!deployment) return;
     if (strayLaunch) {
       // A launch that landed after its deployment had left provisioning: only the engine is cleaned.
@@ -142,22 +174,20 @@ export class Provisioner {
       }
       return;
     }
-    const cleanup = deployment.status === 'failed' && (await this.#holdsGpus(deploymentId));
-    if (deployment.status !== 'terminating' && !cleanup) return;
+    const terminating = allows(deployment.status, 'cleaned_up');
+    const cleanup = deployment.status === 'failed' && (await holdsGpus(this.#db, deploymentId));
+    if (!terminating && !cleanup) return;
     if ((await this.#stopOnEngine(deployment)) === 'pending') {
       log.info({ deployment_id: deploymentId }, 'waiting for the engine to finish launching the model before deleting it');
       await this.#soon(TERMINATE_QUEUE, deploymentId, this.#settings.readinessPollSeconds);
       return;
     }
     await this.#db.transaction(async (trx) => {
-      const locked = await trx('deployments').where({ id: deploymentId, status: deployment.status }).forUpdate().first('id');
-      if (!locked) return;
+      const status = await lockInStatus(trx, deploymentId, [deployment.status]);
+      if (!status) return;
       await releaseAllocation(trx, deploymentId);
-      if (deployment.status === 'terminating') {
-        await trx('deployments')
-          .where({ id: deploymentId })
-          .update({ status: 'terminated', terminated_at: trx.fn.now(), status_changed_at: trx.fn.now() });
-      }
+      const to = transition(status, 'cleaned_up');
+      if (to) await moveDeployment(trx, deploymentId, { from: status, to });
     });
     log.info({ deployment_id: deploymentId }, cleanup ? 'failed deployment cleaned up: its GPUs are free' : 'deployment terminated');
   }
@@ -167,8 +197,8 @@ export class Provisioner {
    * gone; otherwise they stay allocated and the cleanup step (the terminate job) confirms later.
    */
   async fail(deploymentId: string, stage: FailureStage, reason: string, log: Logger): Promise<void> {
-    const deployment: DeploymentRow | undefined = await this.#db('deployments').where({ id: deploymentId }).first();
-    if (!deployment || !LIVE_STATUSES.includes(deployment.status)) return;
+    const deployment = await findDeployment(this.#db, deploymentId);
+    if (!deployment || !allows(deployment.status, 'fail')) return;
     let stopped = false;
     try {
       stopped = (await this.#stopOnEngine(deployment)) === 'stopped';
@@ -176,13 +206,14 @@ export class Provisioner {
       log.warn({ deployment_id: deploymentId, err: String(error) }, 'could not stop the model; its GPUs stay allocated until the engine confirms');
     }
     const failed = await this.#db.transaction(async (trx) => {
-      const locked = await trx('deployments').where({ id: deploymentId }).whereIn('status', LIVE_STATUSES).forUpdate().first('id');
-      if (!locked) return false;
+      const status = await lockInStatus(trx, deploymentId, statusesAllowing('fail'));
+      if (!status) return false;
       if (stopped) await releaseAllocation(trx, deploymentId);
-      await trx('deployments')
-        .where({ id: deploymentId })
-        .update({ status: 'failed', failure_stage: stage, failure_reason: reason.slice(0, 1000), status_changed_at: trx.fn.now(), engine_unhealthy_since: null });
-      return true;
+      return moveDeployment(trx, deploymentId, {
+        from: status,
+        to: nextStatus(status, 'fail'),
+        changes: { failure_stage: stage, failure_reason: reason.slice(0, 1000), engine_unhealthy_since: null },
+      });
     });
     if (!failed) return;
     log.warn({ deployment_id: deploymentId, failure_stage: stage }, 'deployment failed');
@@ -197,22 +228,17 @@ export class Provisioner {
    */
   async reconcile(log: Logger): Promise<void> {
     const stuckBefore = new Date(Date.now() - this.#settings.stuckAfterSeconds * 1000);
-    const stuck: Array<{ id: string; status: string }> = await this.#db('deployments')
-      .whereIn('status', ['requested', 'provisioning', 'starting', 'terminating'])
-      .where('status_changed_at', '<=', stuckBefore)
-      .select('id', 'status');
-    const holding: Array<{ id: string; status: string }> = await this.#db('deployments as d')
-      .join('gpu_allocations as a', 'a.deployment_id', 'd.id')
-      .where({ 'd.status': 'failed', 'a.status': 'active' })
-      .where('d.status_changed_at', '<=', stuckBefore)
-      .select('d.id', 'd.status');
-    for (const { id, status } of [...stuck, ...holding]) {
-      const queue = status === 'terminating' || status === 'failed' ? TERMINATE_QUEUE : status === 'starting' ? AWAIT_READY_QUEUE : PROVISION_QUEUE;
-      await this.#boss.send(queue, { deploymentId: id }, { singletonKey: id });
+    const stuck = await findUnmovedSince(this.#db, STEPPED_STATUSES, stuckBefore);
+    const holding = await findFailedHoldingGpus(this.#db, stuckBefore);
+    for (const { id, status } of stuck) {
+      const queue = stepOf(status);
+      if (queue) await this.#boss.send(queue, { deploymentId: id }, { singletonKey: id });
     }
+    // The cleanup of a failed deployment whose model the engine had not confirmed gone.
+    for (const { id } of holding) await this.#boss.send(TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
     if (stuck.length || holding.length) log.info({ resumed: stuck.length, cleanups: holding.length }, 'reconciler resumed deployments');
 
-    const running: DeploymentRow[] = await this.#db('deployments').where({ status: 'running' }).whereNotNull('cluster_id');
+    const running = await findPlacedIn(this.#db, SERVING);
     for (const deployment of running) {
       try {
         await this.#checkRunning(deployment, log);
@@ -227,7 +253,7 @@ export class Provisioner {
     const state = await client.state(deployment.engine_model_uid as string);
     if (state.state === 'ready') {
       if (deployment.engine_unhealthy_since) {
-        await this.#db('deployments').where({ id: deployment.id, status: 'running' }).update({ engine_unhealthy_since: null });
+        await recordEngineHealth(this.#db, deployment.id, deployment.status, null);
         log.info({ deployment_id: deployment.id }, 'the engine serves the model again');
       }
       return;
@@ -238,7 +264,7 @@ export class Provisioner {
     }
     const what = state.state === 'loading' ? 'The engine reports the model loading again.' : state.message;
     if (!deployment.engine_unhealthy_since) {
-      await this.#db('deployments').where({ id: deployment.id, status: 'running' }).whereNull('engine_unhealthy_since').update({ engine_unhealthy_since: this.#db.fn.now() });
+      await recordEngineHealth(this.#db, deployment.id, deployment.status, 'now');
       log.warn({ deployment_id: deployment.id, engine_state: state.state }, 'the engine reports a running model not ready; waiting for its recovery');
       return;
     }
@@ -248,80 +274,65 @@ export class Provisioner {
     }
   }
 
-  async #holdsGpus(deploymentId: string): Promise<boolean> {
-    return Boolean(await this.#db('gpu_allocations').where({ deployment_id: deploymentId, status: 'active' }).first('id'));
-  }
-
   /** Chooses the instance and allocates GPUs once; returns what the launch needs, or nothing to do. */
   async #place(deploymentId: string, log: Logger): Promise<PlacedDeployment | undefined> {
     return this.#db.transaction(async (trx) => {
-      const deployment: DeploymentRow | undefined = await trx('deployments').where({ id: deploymentId }).forUpdate().first();
-      if (!deployment || (deployment.status !== 'requested' && deployment.status !== 'provisioning')) return undefined;
-      if (deployment.status === 'requested') {
-        const required = requiredGpuMemoryGb(Number(deployment.model_size_in_billions), deployment.quantization);
-        // Locking the candidate instances serialises allocation: no GPU is booked twice.
-        const rows = await trx('instances as i')
-          .join('instance_types as t', 't.id', 'i.instance_type_id')
-          .join('clusters as c', 'c.id', 'i.cluster_id')
-          .where({ 'i.status': 'available', 'c.status': 'active', 'c.hosted': false })
-          .forUpdate('i')
-          .select('i.id', 'i.cluster_id', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second');
-        const used: Array<{ instance_id: string; gpus: string }> = await trx('gpu_allocations')
-          .where({ status: 'active' })
-          .whereIn('instance_id', rows.map((row) => row.id))
-          .groupBy('instance_id')
-          .select('instance_id', trx.raw('sum(gpu_count) as gpus'));
-        const usedBy = new Map(used.map((row) => [row.instance_id, Number(row.gpus)]));
-        const candidates: Candidate[] = rows.map((row) => ({
-          instanceId: row.id,
-          clusterId: row.cluster_id,
-          freeGpus: row.gpu_count - (usedBy.get(row.id) ?? 0),
-          instanceType: {
-            name: row.name,
-            gpuType: row.gpu_type,
-            gpuCount: row.gpu_count,
-            gpuMemoryGb: row.gpu_memory_gb,
-            pricePerSecond: Number(row.price_per_second),
-          },
-        }));
-        const selection = selectPlacement(candidates, required);
-        if (!selection.ok) {
-          await trx('deployments')
-            .where({ id: deploymentId })
-            .update({ status: 'failed', failure_stage: selection.stage, failure_reason: selection.reason, status_changed_at: trx.fn.now() });
-          log.warn({ deployment_id: deploymentId, failure_stage: selection.stage }, 'deployment failed');
-          return undefined;
-        }
-        const { placement } = selection;
-        const [allocation] = await trx('gpu_allocations')
-          .insert({ deployment_id: deploymentId, instance_id: placement.instanceId, gpu_count: placement.gpuCount })
-          .returning('id');
-        await trx('deployments')
-          .where({ id: deploymentId })
-          .update({
-            status: 'provisioning',
-            cluster_id: placement.clusterId,
-            instance_id: placement.instanceId,
-            gpu_allocation_id: (allocation as { id: string }).id,
-            selected_instance_type: placement.instanceType.name,
-            selection_reason: placement.reason,
-            engine_model_uid: engineModelUid(deploymentId),
-            status_changed_at: trx.fn.now(),
-          });
+      const deployment = await findDeployment(trx, deploymentId, { forUpdate: true });
+      if (!deployment) return undefined;
+      if (allows(deployment.status, 'placed')) {
+        if (!(await this.#allocate(trx, deployment, log))) return undefined;
+      } else if (!allows(deployment.status, 'launched')) {
+        return undefined;
       }
-      const placed: PlacedDeployment | undefined = await trx('deployments as d')
-        .join('gpu_allocations as a', 'a.id', 'd.gpu_allocation_id')
-        .join('instances as i', 'i.id', 'd.instance_id')
-        .join('deployable_models as m', 'm.id', 'd.deployable_model_id')
-        .where('d.id', deploymentId)
-        .first('d.*', 'a.gpu_count', 'i.engine_worker', 'm.model_type');
-      return placed;
+      return findPlacedDeployment(trx, deploymentId);
     });
   }
 
-  async #move(deploymentId: string, from: string, to: string): Promise<boolean> {
-    const moved = await this.#db('deployments').where({ id: deploymentId, status: from }).update({ status: to, status_changed_at: this.#db.fn.now() });
-    return moved > 0;
+  /** requested → provisioning: the cheapest instance with room gets the GPUs; false when none has (→ failed). */
+  async #allocate(trx: Knex.Transaction, deployment: DeploymentRow, log: Logger): Promise<boolean> {
+    const required = requiredGpuMemoryGb(Number(deployment.model_size_in_billions), deployment.quantization);
+    const candidates: Candidate[] = (await lockPlacementCandidates(trx)).map((row) => ({
+      instanceId: row.id,
+      clusterId: row.cluster_id,
+      freeGpus: row.gpu_count - row.used_gpus,
+      instanceType: {
+        name: row.name,
+        gpuType: row.gpu_type,
+        gpuCount: row.gpu_count,
+        gpuMemoryGb: row.gpu_memory_gb,
+        pricePerSecond: Number(row.price_per_second),
+      },
+    }));
+    const selection = selectPlacement(candidates, required);
+    if (!selection.ok) {
+      await moveDeployment(trx, deployment.id, {
+        from: deployment.status,
+        to: nextStatus(deployment.status, 'fail'),
+        changes: { failure_stage: selection.stage, failure_reason: selection.reason },
+      });
+      log.warn({ deployment_id: deployment.id, failure_stage: selection.stage }, 'deployment failed');
+      return false;
+    }
+    const { placement } = selection;
+    const allocationId = await insertAllocation(trx, { deployment_id: deployment.id, instance_id: placement.instanceId, gpu_count: placement.gpuCount });
+    return moveDeployment(trx, deployment.id, {
+      from: deployment.status,
+      to: nextStatus(deployment.status, 'placed'),
+      changes: {
+        cluster_id: placement.clusterId,
+        instance_id: placement.instanceId,
+        gpu_allocation_id: allocationId,
+        selected_instance_type: placement.instanceType.name,
+        selection_reason: placement.reason,
+        engine_model_uid: engineModelUid(deployment.id),
+      },
+    });
+  }
+
+  /** Takes the state machine's `event` from `from`, if the deployment is still there. */
+  async #move(deploymentId: string, from: DeploymentStatus, event: DeploymentEvent): Promise<boolean> {
+    const to = transition(from, event);
+    return to !== null && moveDeployment(this.#db, deploymentId, { from, to });
   }
 
   async #soon(queue: string, deploymentId: string, afterSeconds: number): Promise<void> {
@@ -334,10 +345,6 @@ export class Provisioner {
     const client = await this.#clusters.clientOf(deployment.cluster_id);
     return client.stop(deployment.engine_model_uid);
   }
-}
-
-async function releaseAllocation(trx: Knex.Transaction, deploymentId: string): Promise<void> {
-  await trx('gpu_allocations').where({ deployment_id: deploymentId, status: 'active' }).update({ status: 'released', released_at: trx.fn.now() });
 }
 
 /** The provisioning jobs: each step keyed by deployment id (one queued at a time), and the reconciler. */

@@ -3,6 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import type { Mailer, OutgoingEmail } from '../adapters/mailer.ts';
 import type { Keyring } from '../crypto.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
+import { findQueuedEmail, insertEmail, recordSendFailure, recordSent } from './email.repository.ts';
 
 export const SEND_EMAIL_QUEUE = 'send-email';
 const SEAL = 'email-body';
@@ -30,10 +31,13 @@ export class EmailOutbox {
 
   async enqueue(trx: Knex.Transaction, email: QueuedEmail): Promise<number> {
     const body = this.#keyring.encrypt(SEAL, JSON.stringify({ text: email.text, html: email.html }));
-    const [row] = await trx('emails')
-      .insert({ to_address: email.to, subject: email.subject, template: email.template, sealed_body: body, invitation_id: email.invitationId ?? null })
-      .returning('id');
-    const id = (row as { id: number }).id;
+    const id = await insertEmail(trx, {
+      to_address: email.to,
+      subject: email.subject,
+      template: email.template,
+      sealed_body: body,
+      invitation_id: email.invitationId ?? null,
+    });
     await enqueue(this.#boss, trx, SEND_EMAIL_QUEUE, { emailId: id });
     return id;
   }
@@ -52,26 +56,18 @@ export function sendEmailJob(deps: {
     retryDelaySeconds: deps.retry.delaySeconds,
     concurrency: 4,
     async handle({ emailId }, { log, lastAttempt }) {
-      const email = await deps.db('emails').where({ id: emailId, status: 'queued' }).first();
+      const email = await findQueuedEmail(deps.db, emailId);
       if (!email?.sealed_body) return;
       const body = JSON.parse(deps.keyring.decrypt(SEAL, email.sealed_body)) as { text: string; html?: string };
       try {
         await deps.mailer.send({ to: email.to_address, subject: email.subject, ...body });
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
-        await deps.db('emails')
-          .where({ id: emailId })
-          .update({
-            attempts: deps.db.raw('attempts + 1'),
-            last_error: message.slice(0, 500),
-            ...(lastAttempt ? { status: 'failed', sealed_body: null } : {}),
-          });
+        await recordSendFailure(deps.db, emailId, message.slice(0, 500), lastAttempt);
         log.warn({ email_id: emailId, template: email.template, err: message, last_attempt: lastAttempt }, 'email not sent');
         throw error;
       }
-      await deps.db('emails')
-        .where({ id: emailId })
-        .update({ status: 'sent', sent_at: deps.db.fn.now(), attempts: deps.db.raw('attempts + 1'), last_error: null, sealed_body: null });
+      await recordSent(deps.db, emailId);
       log.info({ email_id: emailId, template: email.template }, 'email sent');
     },
   };

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { Principal } from '../accounts/principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
+import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
 
@@ -66,20 +67,20 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
       throw new AppError('FORBIDDEN', `This API key may not call the deployment ${model}.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
     }
   } else {
-    const running = reachable.filter((c) => c.model_name === model && c.status === 'running');
+    const running = reachable.filter((c) => c.model_name === model && c.status === SERVING);
     if (running.length > 1) {
       throw new AppError('VALIDATION_FAILED', `Several of your running deployments serve \`${model}\`; send a deployment id as \`model\`.`, {
         inference: { code: 'model_ambiguous', param: 'model' },
       });
     }
     chosen = running[0];
-    if (!chosen && caller.kind === 'apiKey' && candidates.some((c) => c.model_name === model && c.status === 'running')) {
+    if (!chosen && caller.kind === 'apiKey' && candidates.some((c) => c.model_name === model && c.status === SERVING)) {
       throw new AppError('FORBIDDEN', `This API key may not call \`${model}\`.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
     }
   }
   if (!chosen) throw notFound(model);
-  if (chosen.status !== 'running' || !chosen.endpoint || !chosen.engine_model_uid || !chosen.cluster_id) {
-    if (['failed', 'terminating', 'terminated'].includes(chosen.status)) {
+  if (chosen.status !== SERVING || !chosen.endpoint || !chosen.engine_model_uid || !chosen.cluster_id) {
+    if (!maySoonServe(chosen.status as DeploymentStatus)) {
       throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
         inference: { code: 'deployment_stopped', param: 'model' },
       });
@@ -157,7 +158,7 @@ export class InferenceRouter {
   async models(principal: Principal) {
     const candidates = await this.#candidates(principal);
     return candidates
-      .filter((c) => c.status === 'running' && (principal.kind === 'session' || principal.deploymentIds.has(c.id)))
+      .filter((c) => c.status === SERVING && (principal.kind === 'session' || principal.deploymentIds.has(c.id)))
       .map((c) => ({
         id: c.id,
         object: 'model' as const,

@@ -1,5 +1,5 @@
 import { clientAddress } from '../http/client-address.ts';
-import { toSessionResponse } from '../accounts/accounts.service.ts';
+import { toSessionResponse } from '../accounts/session-response.ts';
 import type { SessionCookies } from '../accounts/cookies.ts';
 import type { Handlers } from '../http/types.ts';
 import type { InvitationsService } from './invitations.service.ts';

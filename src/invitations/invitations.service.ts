@@ -1,18 +1,35 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { insertPasswordUser, isUniqueViolation, normalizeEmail } from '../accounts/accounts.service.ts';
-import { markEmailVerified } from '../accounts/email-verification.service.ts';
+import { findUserByEmail, insertUser, markEmailVerified, setCurrentOrganization } from '../accounts/accounts.repository.ts';
+import { newUserProfile } from '../accounts/identity-rules.ts';
 import { assertNewPassword, hashPassword } from '../accounts/passwords.ts';
-import { roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
 import type { NewSession, SessionStore } from '../accounts/sessions.ts';
 import { hashToken, randomToken } from '../crypto.ts';
+import { isUniqueViolation } from '../db/errors.ts';
+import type { InvitationRow } from '../db/models/invitations.ts';
 import type { EmailOutbox } from '../email/email.outbox.ts';
 import { invitationEmail } from '../email/templates.ts';
 import { AppError } from '../errors.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
-import { requireOrganization } from '../organizations/organizations.service.ts';
+import { findMembership, insertMembership, isMemberByEmail } from '../organizations/organizations.repository.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
-import { invitationsQuery, toInvitation, type Invitation, type InvitationRow } from './invitations.repository.ts';
+import { normalizeEmail } from '../validation.ts';
+import { assertAnswerable, isUnanswered } from './invitation-status.ts';
+import {
+  expireLapsed,
+  findInvitation,
+  findInvitationView,
+  findInvitationViewByToken,
+  insertInvitation,
+  listInvitationsOf,
+  listOpenInvitationsTo,
+  recordAnswer,
+  reissueInvitation,
+  revokeInvitation,
+  toInvitation,
+  type Invitation,
+} from './invitations.repository.ts';
 
 type CreateInvitationRequest = components['schemas']['CreateInvitationRequest'];
 type InvitationPreview = components['schemas']['InvitationPreview'];
@@ -50,28 +67,22 @@ export class InvitationsService {
     const email = normalizeEmail(input.email);
     try {
       return await this.#db.transaction(async (trx) => {
-        const member = await trx('memberships as m')
-          .join('users as u', 'u.id', 'm.user_id')
-          .where('m.organization_id', organization.id)
-          .whereRaw('lower(u.email) = ?', [email])
-          .first('m.id');
-        if (member) throw new AppError('ALREADY_A_MEMBER', `${email} is already a member of ${organization.name}.`);
+        if (await isMemberByEmail(trx, organization.id, email)) {
+          throw new AppError('ALREADY_A_MEMBER', `${email} is already a member of ${organization.name}.`);
+        }
         // A pending invitation past its expiry no longer blocks a new one.
-        await expirePending(trx, { organization_id: organization.id, invitee_email: email });
-        const invitee = await trx('users').whereRaw('lower(email) = ?', [email]).first('id');
+        await expireLapsed(trx, { organizationId: organization.id, email });
+        const invitee = await findUserByEmail(trx, email);
         const token = randomToken(24);
-        const [created] = await trx('invitations')
-          .insert({
-            organization_id: organization.id,
-            invitee_email: email,
-            invitee_user_id: invitee?.id ?? null,
-            invited_by_user_id: principal.user.id,
-            role,
-            token_hash: hashToken(token),
-            expires_at: new Date(Date.now() + LIFETIME_MS),
-          })
-          .returning('id');
-        const id = (created as { id: number }).id;
+        const id = await insertInvitation(trx, {
+          organization_id: organization.id,
+          invitee_email: email,
+          invitee_user_id: invitee?.id ?? null,
+          invited_by_user_id: principal.user.id,
+          role,
+          token_hash: hashToken(token),
+          expires_at: new Date(Date.now() + LIFETIME_MS),
+        });
         await this.#sendEmail(trx, id, token, principal);
         return this.#read(trx, id);
       });
@@ -85,11 +96,7 @@ export class InvitationsService {
 
   async list(principal: SessionPrincipal): Promise<Invitation[]> {
     const organization = requireOrganization(principal);
-    const rows: InvitationRow[] = await invitationsQuery(this.#db).where('i.organization_id', organization.id).orderBy([
-      { column: 'i.created_at', order: 'desc' },
-      { column: 'i.id', order: 'desc' },
-    ]);
-    return rows.map(toInvitation);
+    return (await listInvitationsOf(this.#db, organization.id)).map(toInvitation);
   }
 
   /** A new token and a new 7-day expiry, and the email again; an expired invitation becomes pending. */
@@ -97,16 +104,13 @@ export class InvitationsService {
     const organization = requireOrganization(principal);
     try {
       return await this.#db.transaction(async (trx) => {
-        const invitation = await trx('invitations').where({ id: invitationId, organization_id: organization.id }).forUpdate().first();
-        if (!invitation) throw new AppError('INVITATION_NOT_FOUND', `Invitation ${invitationId} was not found in ${organization.name}.`);
+        const invitation = await this.#ofOrganization(trx, organization, invitationId);
         assertMayInvite(principal, invitation.role);
-        if (invitation.status !== 'pending' && invitation.status !== 'expired') {
+        if (!isUnanswered(invitation)) {
           throw new AppError('INVITATION_NOT_PENDING', `Invitation ${invitationId} was ${invitation.status}; it cannot be resent.`);
         }
         const token = randomToken(24);
-        await trx('invitations')
-          .where({ id: invitationId })
-          .update({ token_hash: hashToken(token), status: 'pending', expires_at: new Date(Date.now() + LIFETIME_MS) });
+        await reissueInvitation(trx, invitationId, { token_hash: hashToken(token), expires_at: new Date(Date.now() + LIFETIME_MS) });
         await this.#sendEmail(trx, invitationId, token, principal);
         return this.#read(trx, invitationId);
       });
@@ -122,13 +126,12 @@ export class InvitationsService {
   async revoke(principal: SessionPrincipal, invitationId: number): Promise<Invitation> {
     const organization = requireOrganization(principal);
     return this.#db.transaction(async (trx) => {
-      const invitation = await trx('invitations').where({ id: invitationId, organization_id: organization.id }).forUpdate().first();
-      if (!invitation) throw new AppError('INVITATION_NOT_FOUND', `Invitation ${invitationId} was not found in ${organization.name}.`);
+      const invitation = await this.#ofOrganization(trx, organization, invitationId);
       assertMayInvite(principal, invitation.role);
-      if (invitation.status !== 'pending' && invitation.status !== 'expired') {
+      if (!isUnanswered(invitation)) {
         throw new AppError('INVITATION_NOT_PENDING', `Invitation ${invitationId} was ${invitation.status}; it cannot be revoked.`);
       }
-      await trx('invitations').where({ id: invitationId }).update({ status: 'revoked' });
+      await revokeInvitation(trx, invitationId);
       return this.#read(trx, invitationId);
     });
   }
@@ -139,19 +142,11 @@ export class InvitationsService {
    */
   async listMine(principal: SessionPrincipal): Promise<Invitation[]> {
     if (!principal.user.emailVerified) return [];
-    const rows: InvitationRow[] = await invitationsQuery(this.#db)
-      .where('i.invitee_email', normalizeEmail(principal.user.email))
-      .where('i.status', 'pending')
-      .where('i.expires_at', '>', this.#db.fn.now())
-      .orderBy([
-        { column: 'i.created_at', order: 'desc' },
-        { column: 'i.id', order: 'desc' },
-      ]);
-    return rows.map(toInvitation);
+    return (await listOpenInvitationsTo(this.#db, normalizeEmail(principal.user.email))).map(toInvitation);
   }
 
   async preview(token: string): Promise<InvitationPreview> {
-    const row: InvitationRow | undefined = await invitationsQuery(this.#db).where('i.token_hash', hashToken(token)).first();
+    const row = await findInvitationViewByToken(this.#db, hashToken(token));
     if (!row) throw notFound();
     return {
       organization_name: row.organization_name,
@@ -164,9 +159,9 @@ export class InvitationsService {
 
   /** Refuses a token that cannot be accepted (404, 410, 409), before an SSO sign-in on its behalf. */
   async assertOpen(token: string): Promise<void> {
-    const invitation = await this.#db('invitations').where({ token_hash: hashToken(token) }).first('status', 'expires_at');
+    const invitation = await findInvitation(this.#db, { tokenHash: hashToken(token) });
     if (!invitation) throw notFound();
-    assertPending(invitation);
+    assertAnswerable(invitation);
   }
 
   /**
@@ -174,7 +169,7 @@ export class InvitationsService {
    * by email, so using it proves the address.
    */
   async respondByToken(principal: SessionPrincipal, token: string, response: Response): Promise<Invitation> {
-    return this.#respond(principal, response, (trx) => trx('invitations').where({ token_hash: hashToken(token) }), 'token');
+    return this.#respond(principal, response, { tokenHash: hashToken(token) }, 'token');
   }
 
   /**
@@ -186,7 +181,7 @@ export class InvitationsService {
     if (!principal.user.emailVerified) {
       throw new AppError('EMAIL_NOT_VERIFIED', 'Verify your email first (open the link we emailed you), or use the link of the invitation email.');
     }
-    return this.#respond(principal, response, (trx) => trx('invitations').where({ id: invitationId }), 'id');
+    return this.#respond(principal, response, { id: invitationId }, 'id');
   }
 
   /**
@@ -195,17 +190,18 @@ export class InvitationsService {
    */
   async register(input: RegisterWithInvitationRequest, clientAddress: string): Promise<NewSession> {
     await this.#limiter.hit({ key: `invitation-register:address:${clientAddress}`, max: 30, windowSeconds: 15 * 60 });
-    const found = await this.#db('invitations').where({ token_hash: hashToken(input.token) }).first('invitee_email', 'status', 'expires_at');
+    const found = await findInvitation(this.#db, { tokenHash: hashToken(input.token) });
     if (!found) throw notFound();
-    assertPending(found);
+    assertAnswerable(found);
     assertNewPassword(input.password, found.invitee_email);
     const passwordHash = await hashPassword(input.password);
     try {
       return await this.#db.transaction(async (trx) => {
-        const invitation = await trx('invitations').where({ token_hash: hashToken(input.token) }).forUpdate().first();
+        const invitation = await findInvitation(trx, { tokenHash: hashToken(input.token) }, { forUpdate: true });
         if (!invitation) throw notFound();
-        assertPending(invitation);
-        const userId = await insertPasswordUser(trx, invitation.invitee_email, passwordHash, input);
+        assertAnswerable(invitation);
+        const email = invitation.invitee_email;
+        const userId = await insertUser(trx, { email, password_hash: passwordHash, ...newUserProfile(input, email) });
         await markEmailVerified(trx, userId);
         await join(trx, invitation, userId);
         return this.#sessions.create(trx, { userId, organizationId: invitation.organization_id, authMethod: 'password' });
@@ -220,30 +216,31 @@ export class InvitationsService {
 
   /** Marks every pending invitation past its expiry as expired (the scheduled job). */
   async expireOverdue(): Promise<number> {
-    return expirePending(this.#db, {});
+    return expireLapsed(this.#db, 'all');
   }
 
   async #respond(
     principal: SessionPrincipal,
     response: Response,
-    find: (trx: Knex.Transaction) => Knex.QueryBuilder,
+    lookup: { tokenHash: string } | { id: number },
     by: 'token' | 'id',
   ): Promise<Invitation> {
     return this.#db.transaction(async (trx) => {
-      const invitation = await find(trx).forUpdate().first();
+      const invitation = await findInvitation(trx, lookup, { forUpdate: true });
       const mine = invitation && invitation.invitee_email === normalizeEmail(principal.user.email);
       if (!invitation || (!mine && by === 'id')) throw notFound();
       if (!mine) {
         throw new AppError('INVITATION_EMAIL_MISMATCH', `This invitation is addressed to another email; sign in as ${invitation.invitee_email}.`);
       }
-      assertPending(invitation);
+      assertAnswerable(invitation);
       if (response === 'accept') {
-        const member = await trx('memberships').where({ organization_id: invitation.organization_id, user_id: principal.user.id }).first('id');
-        if (member) throw new AppError('ALREADY_A_MEMBER', 'You are already a member of this organization.');
+        if (await findMembership(trx, invitation.organization_id, principal.user.id)) {
+          throw new AppError('ALREADY_A_MEMBER', 'You are already a member of this organization.');
+        }
         await join(trx, invitation, principal.user.id);
         await this.#sessions.setOrganization(trx, principal.sessionId, invitation.organization_id);
       } else {
-        await trx('invitations').where({ id: invitation.id }).update({ status: 'rejected', responded_at: trx.fn.now() });
+        await recordAnswer(trx, invitation.id, { status: 'rejected' });
       }
       if (by === 'token') await markEmailVerified(trx, principal.user.id);
       return this.#read(trx, invitation.id);
@@ -251,7 +248,8 @@ export class InvitationsService {
   }
 
   async #sendEmail(trx: Knex.Transaction, invitationId: number, token: string, inviter: SessionPrincipal): Promise<void> {
-    const invitation = await trx('invitations').where({ id: invitationId }).first('invitee_email', 'role', 'expires_at');
+    const invitation = await findInvitation(trx, { id: invitationId });
+    if (!invitation) throw notFound();
     await this.#outbox.enqueue(trx, {
       to: invitation.invitee_email,
       template: 'invitation',
@@ -266,8 +264,15 @@ export class InvitationsService {
     });
   }
 
+  /** The organization's invitation, locked for a change; 404 when it has none such. */
+  async #ofOrganization(trx: Knex.Transaction, organization: { id: number; name: string }, invitationId: number): Promise<InvitationRow> {
+    const invitation = await findInvitation(trx, { id: invitationId, organizationId: organization.id }, { forUpdate: true });
+    if (!invitation) throw new AppError('INVITATION_NOT_FOUND', `Invitation ${invitationId} was not found in ${organization.name}.`);
+    return invitation;
+  }
+
   async #read(db: Knex | Knex.Transaction, invitationId: number): Promise<Invitation> {
-    const row: InvitationRow | undefined = await invitationsQuery(db).where('i.id', invitationId).first();
+    const row = await findInvitationView(db, invitationId);
     if (!row) throw notFound();
     return toInvitation(row);
   }
@@ -280,26 +285,11 @@ function assertMayInvite(principal: SessionPrincipal, role: string): void {
   }
 }
 
-function assertPending(invitation: { status: string; expires_at: Date }): void {
-  if (invitation.status === 'expired' || (invitation.status === 'pending' && invitation.expires_at.getTime() <= Date.now())) {
-    throw new AppError('INVITATION_EXPIRED', 'This invitation has expired; ask for a new one.');
-  }
-  if (invitation.status !== 'pending') {
-    throw new AppError('INVITATION_NOT_PENDING', `This invitation was already ${invitation.status}.`);
-  }
-}
-
 /** The invitee joins with the invitation's role; the organization becomes their current one. */
-async function join(trx: Knex.Transaction, invitation: { id: number; organization_id: number; role: string }, userId: number): Promise<void> {
-  await trx('memberships').insert({ organization_id: invitation.organization_id, user_id: userId, role: invitation.role });
-  await trx('invitations')
-    .where({ id: invitation.id })
-    .update({ status: 'accepted', responded_at: trx.fn.now(), invitee_user_id: userId });
-  await trx('users').where({ id: userId }).update({ current_organization_id: invitation.organization_id });
-}
-
-function expirePending(db: Knex | Knex.Transaction, where: Record<string, unknown>): Promise<number> {
-  return db('invitations').where({ ...where, status: 'pending' }).where('expires_at', '<=', db.fn.now()).update({ status: 'expired' });
+async function join(trx: Knex.Transaction, invitation: Pick<InvitationRow, 'id' | 'organization_id' | 'role'>, userId: number): Promise<void> {
+  await insertMembership(trx, { organization_id: invitation.organization_id, user_id: userId, role: invitation.role });
+  await recordAnswer(trx, invitation.id, { status: 'accepted', userId });
+  await setCurrentOrganization(trx, userId, invitation.organization_id);
 }
 
 function notFound(): AppError {

@@ -1,40 +1,104 @@
 import type { Knex } from 'knex';
-import { randomToken } from '../crypto.ts';
+import type { Role } from '../accounts/principal.ts';
+import { MembershipRow } from '../db/models/memberships.ts';
+import { OrganizationRow } from '../db/models/organizations.ts';
 
-export interface NewOrganization {
+/** Every query of the organizations area: organizations and their memberships. */
+type Db = Knex | Knex.Transaction;
+
+// ---- organizations
+
+export async function slugTaken(db: Db, slug: string): Promise<boolean> {
+  return Boolean(await OrganizationRow.query(db).where({ slug }).select('id').first());
+}
+
+export async function insertOrganization(db: Db, organization: Pick<OrganizationRow, 'name' | 'slug'>): Promise<OrganizationRow> {
+  return OrganizationRow.query(db).insert(organization).returning('*');
+}
+
+export async function findOrganization(db: Db, organizationId: number): Promise<OrganizationRow | undefined> {
+  return OrganizationRow.query(db).findById(organizationId);
+}
+
+/** The organization after the changes (as it is when there are none); undefined when it is gone. */
+export async function updateOrganization(
+  db: Db,
+  organizationId: number,
+  changes: Partial<Pick<OrganizationRow, 'name' | 'description'>>,
+): Promise<OrganizationRow | undefined> {
+  if (!Object.keys(changes).length) return findOrganization(db, organizationId);
+  const [row] = await OrganizationRow.query(db).where({ id: organizationId }).patch(changes).returning('*');
+  return row;
+}
+
+/** Locks the organization's row: changes to its members run one at a time. */
+export async function lockOrganization(trx: Knex.Transaction, organizationId: number): Promise<void> {
+  await OrganizationRow.query(trx).findById(organizationId).forUpdate().select('id');
+}
+
+// ---- members
+
+/** A membership with the member's email and name, as the interface lists members. */
+export interface MemberView {
   id: number;
+  user_id: number;
+  email: string;
   name: string;
-  slug: string;
+  role: Role;
+  created_at: Date;
 }
 
-/** A URL-safe slug of a name: lower-case ASCII letters, digits and single dashes. */
-export function slugify(name: string): string {
-  const slug = name
-    .normalize('NFKD')
-    .replace(/[\u0300-\u036f]/g, '')
-    .toLowerCase()
-    .replace(/[^a-z0-9]+/g, '-')
-    .replace(/^-+|-+$/g, '')
-    .slice(0, 48)
-    .replace(/-+$/g, '');
-  return slug || 'organization';
+function membersOf(db: Db, organizationId: number) {
+  return MembershipRow.query(db)
+    .alias('m')
+    .join('users as u', 'u.id', 'm.user_id')
+    .where('m.organization_id', organizationId)
+    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', 'm.created_at');
 }
 
-/**
- * Creates an organization with its owner (`super_admin`) and its billing account, and makes it the
- * owner's current organization, in the caller's transaction. A taken slug gets a random suffix.
- */
-export async function createOrganizationWithOwner(
-  trx: Knex.Transaction,
-  input: { name: string; ownerId: number; maxActiveResources: number },
-): Promise<NewOrganization> {
-  const base = slugify(input.name);
-  const taken = await trx('organizations').where('slug', base).first('id');
-  const slug = taken ? `${base}-${randomToken(5).slice(0, 6)}` : base;
-  const [organization] = await trx('organizations').insert({ name: input.name, slug }).returning(['id', 'name', 'slug']);
-  if (!organization) throw new Error('organization insert returned nothing');
-  await trx('memberships').insert({ organization_id: organization.id, user_id: input.ownerId, role: 'super_admin' });
-  await trx('billing_accounts').insert({ organization_id: organization.id, max_active_resources: input.maxActiveResources });
-  await trx('users').where({ id: input.ownerId }).update({ current_organization_id: organization.id });
-  return organization as NewOrganization;
+/** The organization's members, oldest membership first. */
+export async function listMembers(db: Db, organizationId: number): Promise<MemberView[]> {
+  return membersOf(db, organizationId)
+    .orderBy([{ column: 'm.created_at' }, { column: 'm.id' }])
+    .castTo<MemberView[]>();
+}
+
+export async function findMember(db: Db, organizationId: number, membershipId: number): Promise<MemberView | undefined> {
+  return membersOf(db, organizationId).where('m.id', membershipId).first().castTo<MemberView | undefined>();
+}
+
+/** Whether someone with this email (lower-cased) is a member of the organization. */
+export async function isMemberByEmail(db: Db, organizationId: number, email: string): Promise<boolean> {
+  return Boolean(await membersOf(db, organizationId).whereRaw('lower(u.email) = ?', [email]).first());
+}
+
+export async function findMembership(db: Db, organizationId: number, userId: number): Promise<MembershipRow | undefined> {
+  return MembershipRow.query(db).where({ organization_id: organizationId, user_id: userId }).first();
+}
+
+/** The memberships of these users in the organization (those who have one). */
+export async function membershipsOf(db: Db, organizationId: number, userIds: readonly number[]): Promise<MembershipRow[]> {
+  return MembershipRow.query(db).where({ organization_id: organizationId }).whereIn('user_id', userIds);
+}
+
+/** The longest-standing super_admin of the organization other than `exceptUserId`, if any. */
+export async function otherSuperAdmin(db: Db, organizationId: number, exceptUserId: number): Promise<MembershipRow | undefined> {
+  return MembershipRow.query(db)
+    .where({ organization_id: organizationId, role: 'super_admin' })
+    .whereNot({ user_id: exceptUserId })
+    .orderBy([{ column: 'created_at' }, { column: 'id' }])
+    .first();
+}
+
+/** Adds a member; fails on the (organization_id, user_id) unique constraint when they are one already. */
+export async function insertMembership(db: Db, membership: Pick<MembershipRow, 'organization_id' | 'user_id' | 'role'>): Promise<void> {
+  await MembershipRow.query(db).insert(membership);
+}
+
+export async function setMembershipRole(db: Db, membershipId: number, role: Role): Promise<void> {
+  await MembershipRow.query(db).findById(membershipId).patch({ role });
+}
+
+export async function deleteMembership(db: Db, membershipId: number): Promise<void> {
+  await MembershipRow.query(db).deleteById(membershipId);
 }

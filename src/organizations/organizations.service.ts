@@ -1,9 +1,29 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { roleAtLeast, type Role, type SessionPrincipal } from '../accounts/principal.ts';
-import { notBlank } from '../accounts/accounts.service.ts';
+import { setCurrentOrganization, clearCurrentOrganization } from '../accounts/accounts.repository.ts';
+import { requireOrganization, roleAtLeast, type Role, type SessionPrincipal } from '../accounts/principal.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
+import { insertBillingAccount } from '../billing/billing.repository.ts';
+import { randomToken } from '../crypto.ts';
+import type { OrganizationRow } from '../db/models/organizations.ts';
+import { transferDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
+import { notBlank } from '../validation.ts';
+import {
+  deleteMembership,
+  findMember,
+  findOrganization,
+  insertMembership,
+  insertOrganization,
+  listMembers,
+  lockOrganization,
+  membershipsOf,
+  otherSuperAdmin,
+  setMembershipRole,
+  slugTaken,
+  updateOrganization,
+  type MemberView,
+} from './organizations.repository.ts';
 
 type Organization = components['schemas']['Organization'];
 type Member = components['schemas']['Member'];
@@ -19,35 +39,48 @@ const GUARDED_ROLES: ReadonlySet<Role> = new Set(['admin', 'super_admin']);
 export class OrganizationsService {
   readonly #db: Knex;
   readonly #sessions: SessionStore;
+  readonly #maxActiveResources: number;
 
-  constructor(db: Knex, sessions: SessionStore) {
-    this.#db = db;
-    this.#sessions = sessions;
+  constructor(deps: { db: Knex; sessions: SessionStore; maxActiveResources: number }) {
+    this.#db = deps.db;
+    this.#sessions = deps.sessions;
+    this.#maxActiveResources = deps.maxActiveResources;
+  }
+
+  /**
+   * Creates an organization with its owner (`super_admin`) and its billing account, and makes it the
+   * owner's current organization, in the caller's transaction. A taken slug gets a random suffix.
+   */
+  async createWithOwner(trx: Knex.Transaction, input: { name: string; ownerId: number }): Promise<OrganizationRow> {
+    const base = slugify(input.name);
+    const slug = (await slugTaken(trx, base)) ? `${base}-${randomToken(5).slice(0, 6)}` : base;
+    const organization = await insertOrganization(trx, { name: input.name, slug });
+    await insertMembership(trx, { organization_id: organization.id, user_id: input.ownerId, role: 'super_admin' });
+    await insertBillingAccount(trx, { organization_id: organization.id, max_active_resources: this.#maxActiveResources });
+    await setCurrentOrganization(trx, input.ownerId, organization.id);
+    return organization;
   }
 
   async get(principal: SessionPrincipal): Promise<Organization> {
     const { id } = requireOrganization(principal);
-    const row = await this.#db('organizations').where({ id }).first();
+    const row = await findOrganization(this.#db, id);
     if (!row) throw new AppError('NOT_FOUND', 'Your organization no longer exists.');
     return toOrganization(row, principal);
   }
 
   async update(principal: SessionPrincipal, input: UpdateOrganizationRequest): Promise<Organization> {
     const { id } = requireOrganization(principal);
-    const changes: Record<string, string | null> = {};
+    const changes: { name?: string; description?: string | null } = {};
     if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
     if (input.description !== undefined) changes.description = input.description;
-    const [row] = Object.keys(changes).length
-      ? await this.#db('organizations').where({ id }).update(changes).returning('*')
-      : await this.#db('organizations').where({ id }).select('*');
+    const row = await updateOrganization(this.#db, id, changes);
     if (!row) throw new AppError('NOT_FOUND', 'Your organization no longer exists.');
     return toOrganization(row, principal);
   }
 
   async members(principal: SessionPrincipal): Promise<Member[]> {
     const { id } = requireOrganization(principal);
-    const rows = await membersQuery(this.#db, id).orderBy([{ column: 'm.created_at' }, { column: 'm.id' }]);
-    return rows.map(toMember);
+    return (await listMembers(this.#db, id)).map(toMember);
   }
 
   /** Gives a member another role; only a super_admin touches admins and super_admins. */
@@ -60,8 +93,10 @@ export class OrganizationsService {
         throw new AppError('FORBIDDEN', 'Only a super_admin may change the role of an admin or super_admin, or give those roles.');
       }
       if (member.role === 'super_admin' && role !== 'super_admin') await assertAnotherSuperAdmin(trx, organization.id, userId);
-      if (member.role !== role) await trx('memberships').where({ id: member.id }).update({ role });
-      return toMember(await membersQuery(trx, organization.id).where('m.id', member.id).first());
+      if (member.role !== role) await setMembershipRole(trx, member.id, role);
+      const changed = await findMember(trx, organization.id, member.id);
+      if (!changed) throw new Error(`membership ${member.id} vanished inside its own transaction`);
+      return toMember(changed);
     });
   }
 
@@ -84,31 +119,15 @@ export class OrganizationsService {
       }
       if (member.role === 'super_admin') await assertAnotherSuperAdmin(trx, organization.id, userId);
       const heir = leaving ? await longestStandingSuperAdmin(trx, organization.id, userId) : principal.user.id;
-      await trx('deployments').where({ organization_id: organization.id, user_id: userId }).update({ user_id: heir });
-      await trx('memberships').where({ id: member.id }).delete();
-      await trx('users').where({ id: userId, current_organization_id: organization.id }).update({ current_organization_id: null });
+      await transferDeployments(trx, { organizationId: organization.id, fromUserId: userId, toUserId: heir });
+      await deleteMembership(trx, member.id);
+      await clearCurrentOrganization(trx, userId, organization.id);
       await this.#sessions.invalidateInOrganization(trx, userId, organization.id);
     });
   }
 }
 
-interface MemberRow {
-  id: number;
-  user_id: number;
-  email: string;
-  name: string;
-  role: Role;
-  created_at: Date;
-}
-
-function membersQuery(db: Knex | Knex.Transaction, organizationId: number): Knex.QueryBuilder {
-  return db('memberships as m')
-    .join('users as u', 'u.id', 'm.user_id')
-    .where('m.organization_id', organizationId)
-    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', 'm.created_at');
-}
-
-function toMember(row: MemberRow): Member {
+function toMember(row: MemberView): Member {
   return { id: row.id, user_id: row.user_id, email: row.email, name: row.name, role: row.role, joined_at: row.created_at.toISOString() };
 }
 
@@ -123,11 +142,8 @@ async function lockForChange(
   principal: SessionPrincipal,
   userId: number,
 ): Promise<{ member: { id: number; role: Role }; actorRole: Role | null }> {
-  await trx('organizations').where({ id: organization.id }).forUpdate().first('id');
-  const rows: Array<{ id: number; user_id: number; role: Role }> = await trx('memberships')
-    .where({ organization_id: organization.id })
-    .whereIn('user_id', [userId, principal.user.id])
-    .select('id', 'user_id', 'role');
+  await lockOrganization(trx, organization.id);
+  const rows = await membershipsOf(trx, organization.id, [userId, principal.user.id]);
   const actor = rows.find((row) => row.user_id === principal.user.id);
   if (!actor) throw new AppError('FORBIDDEN', `You are no longer a member of ${organization.name}.`);
   const member = rows.find((row) => row.user_id === userId);
@@ -136,36 +152,39 @@ async function lockForChange(
 }
 
 async function assertAnotherSuperAdmin(trx: Knex.Transaction, organizationId: number, userId: number): Promise<void> {
-  const other = await trx('memberships').where({ organization_id: organizationId, role: 'super_admin' }).whereNot({ user_id: userId }).first('id');
-  if (!other) {
+  if (!(await otherSuperAdmin(trx, organizationId, userId))) {
     throw new AppError('LAST_SUPER_ADMIN', 'This is the organization’s only super_admin: make someone else super_admin first.');
   }
 }
 
 async function longestStandingSuperAdmin(trx: Knex.Transaction, organizationId: number, exceptUserId: number): Promise<number> {
-  const row = await trx('memberships')
-    .where({ organization_id: organizationId, role: 'super_admin' })
-    .whereNot({ user_id: exceptUserId })
-    .orderBy([{ column: 'created_at' }, { column: 'id' }])
-    .first('user_id');
+  const row = await otherSuperAdmin(trx, organizationId, exceptUserId);
   if (!row) throw new Error(`organization ${organizationId} has no other super_admin`);
   return row.user_id;
 }
 
-export function requireOrganization(principal: SessionPrincipal): { id: number; name: string } {
-  if (!principal.organization) throw new AppError('FORBIDDEN', 'You have no organization yet: complete your profile first.');
-  return principal.organization;
+/** A URL-safe slug of a name: lower-case ASCII letters, digits and single dashes. */
+export function slugify(name: string): string {
+  const slug = name
+    .normalize('NFKD')
+    .replace(/[\u0300-\u036f]/g, '')
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 48)
+    .replace(/-+$/g, '');
+  return slug || 'organization';
 }
 
-function toOrganization(row: Record<string, unknown>, principal: SessionPrincipal): Organization {
+function toOrganization(row: OrganizationRow, principal: SessionPrincipal): Organization {
   return {
-    id: row.id as number,
-    name: row.name as string,
-    slug: row.slug as string,
-    description: (row.description as string | null) ?? null,
-    status: row.status as string,
+    id: row.id,
+    name: row.name,
+    slug: row.slug,
+    description: row.description ?? null,
+    status: row.status,
     role: principal.role ?? 'viewer',
-    created_at: (row.created_at as Date).toISOString(),
-    updated_at: (row.updated_at as Date).toISOString(),
+    created_at: row.created_at.toISOString(),
+    updated_at: row.updated_at.toISOString(),
   };
 }

@@ -7,8 +7,8 @@ import { createTestDatabase } from '../helpers/database.ts';
 class Probe extends BaseModel {
   static override tableName = 'base_model_probe';
   declare id: number;
-  declare displayName: string;
-  declare updatedAt: Date;
+  declare display_name: string;
+  declare updated_at: Date;
 }
 
 describe('the objection base model', () => {
@@ -23,7 +23,7 @@ describe('the objection base model', () => {
     await database.drop();
   });
 
-  it('maps snake_case columns to camelCase, and the baseline trigger keeps updated_at', async () => {
+  it('reads and writes columns by their own names, and the baseline trigger keeps updated_at', async () => {
     await db.transaction(async (trx) => {
       await trx.raw(`
         create temporary table base_model_probe (
@@ -35,13 +35,17 @@ describe('the objection base model', () => {
           for each row execute function set_updated_at();
       `);
       const longAgo = new Date('2020-01-01T00:00:00Z');
-      const created = await Probe.query(trx).insert({ displayName: 'first', updatedAt: longAgo }).returning('*');
-      expect(created).toMatchObject({ displayName: 'first', updatedAt: longAgo });
+      const created = await Probe.query(trx).insert({ display_name: 'first', updated_at: longAgo }).returning('*');
+      expect(created).toMatchObject({ display_name: 'first', updated_at: longAgo });
       expect(await trx('base_model_probe').where({ id: created.id }).first()).toMatchObject({ display_name: 'first' });
 
-      const updated = await Probe.query(trx).patchAndFetchById(created.id, { displayName: 'second' });
-      expect(updated.displayName).toBe('second');
-      expect(updated.updatedAt.getTime()).toBeGreaterThan(longAgo.getTime());
+      const updated = await Probe.query(trx).patchAndFetchById(created.id, { display_name: 'second' });
+      expect(updated.display_name).toBe('second');
+      expect(updated.updated_at.getTime()).toBeGreaterThan(longAgo.getTime());
     });
+  });
+
+  it('is bound to no connection: a query names the knex or transaction it runs on', async () => {
+    await expect(Probe.query().select('id')).rejects.toThrow(/no database connection/i);
   });
 });

@@ -1,4 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { InvitationStatus } from '../../src/db/models/invitations.ts';
+import { lapsedSql, openSql, statusAt, statusSql } from '../../src/invitations/invitation-status.ts';
 import { PASSWORD, registeredUser, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
 import { invite } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
@@ -232,6 +234,24 @@ describe('expiry', () => {
     await app.db('invitations').where({ id: invitation.id }).update({ expires_at: new Date(Date.now() - 1000) });
     await app.container.boss.send('expire-invitations', {});
     await waitUntil(async () => (await app.db('invitations').where({ id: invitation.id }).first()).status === 'expired', 'the expiry job');
+  });
+
+  it('reads every stored status and expiry in SQL as the TypeScript rule does', async () => {
+    const statuses: InvitationStatus[] = ['pending', 'accepted', 'rejected', 'expired', 'revoked'];
+    const offsets = ['-1 day', '-1 second', '0 seconds', '1 second', '1 day'];
+    const { rows } = await app.db.raw<{ rows: Array<{ stored: InvitationStatus; expires_at: Date; now: Date; status: InvitationStatus; open: boolean; lapsed: boolean }> }>(
+      `select i.status as stored, i.expires_at, now() as now, ${statusSql('i')} as status, ${openSql('i')} as open, ${lapsedSql('i')} as lapsed
+       from unnest(?::text[]) as s(status) cross join unnest(?::interval[]) as o(offset_by)
+       cross join lateral (select s.status, now() + o.offset_by as expires_at) as i`,
+      [statuses, offsets],
+    );
+    expect(rows).toHaveLength(statuses.length * offsets.length);
+    for (const row of rows) {
+      const expected = statusAt({ status: row.stored, expires_at: row.expires_at }, row.now);
+      expect(row.status, `${row.stored} expiring at ${row.expires_at.toISOString()}`).toBe(expected);
+      expect(row.open).toBe(expected === 'pending');
+      expect(row.lapsed).toBe(row.stored === 'pending' && expected === 'expired');
+    }
   });
 });
 

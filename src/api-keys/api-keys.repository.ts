@@ -1,0 +1,113 @@
+import type { Knex } from 'knex';
+import { ApiKeyDeploymentRow } from '../db/models/api-key-deployments.ts';
+import { ApiKeyRow } from '../db/models/api-keys.ts';
+import { DeploymentRow } from '../db/models/deployments.ts';
+
+/** Every query of the API keys area: keys, their scopes, and the deployments a scope may name. */
+type Db = Knex | Knex.Transaction;
+
+/** A deployment as a key's scope shows it. */
+export interface ScopedDeployment {
+  id: string;
+  model_name: string;
+  status: DeploymentRow['status'];
+}
+
+/** What authenticating a key needs: its state and its scope. */
+export interface KeyState {
+  id: number;
+  organization_id: number;
+  key_hash: string;
+  status: ApiKeyRow['status'];
+  expires_at: Date | null;
+  deployment_ids: string[];
+}
+
+export async function listKeysOf(db: Db, organizationId: number): Promise<ApiKeyRow[]> {
+  return ApiKeyRow.query(db)
+    .where({ organization_id: organizationId })
+    .orderBy([
+      { column: 'created_at', order: 'desc' },
+      { column: 'id', order: 'desc' },
+    ]);
+}
+
+export async function findKey(db: Db, organizationId: number, keyId: number, options: { forUpdate?: boolean } = {}): Promise<ApiKeyRow | undefined> {
+  const query = ApiKeyRow.query(db).where({ id: keyId, organization_id: organizationId });
+  return options.forUpdate ? query.forUpdate().first() : query.first();
+}
+
+export async function insertKey(
+  db: Db,
+  key: Pick<ApiKeyRow, 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'key_hash' | 'expires_at'>,
+): Promise<ApiKeyRow> {
+  return ApiKeyRow.query(db).insert(key).returning('*');
+}
+
+/** The key after the changes (as it is when there are none). */
+export async function updateKey(db: Db, key: ApiKeyRow, changes: Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'status'>>): Promise<ApiKeyRow> {
+  if (!Object.keys(changes).length) return key;
+  const [row] = await ApiKeyRow.query(db).where({ id: key.id }).patch(changes).returning('*');
+  return row ?? key;
+}
+
+/** Revokes the organization's key (keeping the first revocation time); undefined when it has none such. */
+export async function revokeKey(db: Db, organizationId: number, keyId: number): Promise<ApiKeyRow | undefined> {
+  const [row] = await ApiKeyRow.query(db)
+    .where({ id: keyId, organization_id: organizationId })
+    .patch({ status: 'revoked', revoked_at: db.raw('coalesce(revoked_at, now())') })
+    .returning('*');
+  return row;
+}
+
+/** Replaces a key's scope. */
+export async function setScope(db: Db, keyId: number, deploymentIds: readonly string[], options: { replace: boolean }): Promise<void> {
+  if (options.replace) await ApiKeyDeploymentRow.query(db).where({ api_key_id: keyId }).delete();
+  await ApiKeyDeploymentRow.query(db).insert(deploymentIds.map((deployment_id) => ({ api_key_id: keyId, deployment_id })));
+}
+
+/** The scoped deployments of each key, oldest deployment first. */
+export async function scopesOf(db: Db, keyIds: readonly number[]): Promise<Array<ScopedDeployment & { api_key_id: number }>> {
+  if (!keyIds.length) return [];
+  return ApiKeyDeploymentRow.query(db)
+    .alias('s')
+    .join('deployments as d', 'd.id', 's.deployment_id')
+    .whereIn('s.api_key_id', keyIds)
+    .orderBy('d.created_at')
+    .select('s.api_key_id', 'd.id', 'd.model_name', 'd.status')
+    .castTo<Array<ScopedDeployment & { api_key_id: number }>>();
+}
+
+/** The organization's deployments a key may be scoped to (all but terminated ones), newest first; only `ids` when given. */
+export async function scopableDeployments(db: Db, organizationId: number, ids?: readonly string[]): Promise<ScopedDeployment[]> {
+  const query = DeploymentRow.query(db)
+    .where({ organization_id: organizationId })
+    .whereNot({ status: 'terminated' })
+    .orderBy([
+      { column: 'created_at', order: 'desc' },
+      { column: 'id', order: 'desc' },
+    ])
+    .select('id', 'model_name', 'status');
+  if (ids) query.whereIn('id', ids);
+  return query.castTo<ScopedDeployment[]>();
+}
+
+/** The state and scope of the key with this hash, or undefined. */
+export async function findKeyState(db: Db, keyHash: string): Promise<KeyState | undefined> {
+  return ApiKeyRow.query(db)
+    .alias('k')
+    .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
+    .where('k.key_hash', keyHash)
+    .groupBy('k.id')
+    .select('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'))
+    .first()
+    .castTo<KeyState | undefined>();
+}
+
+/** Records that the key was used, unless that was recorded in the last minute. */
+export async function touchKey(db: Db, keyId: number): Promise<void> {
+  await ApiKeyRow.query(db)
+    .findById(keyId)
+    .where((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<', db.raw("now() - interval '1 minute'")))
+    .patch({ last_used_at: db.fn.now() });
+}

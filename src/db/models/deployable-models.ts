@@ -1,0 +1,24 @@
+import type { components } from '../../../generated/api.d.ts';
+import { BaseModel } from '../base-model.ts';
+
+/** `deployable_models`: the catalog; `allowed_organization_ids` restricts a model to some organizations. */
+export class DeployableModelRow extends BaseModel {
+  static override tableName = 'deployable_models';
+  declare id: string;
+  declare model_name: string;
+  declare display_name: string;
+  declare provider: string;
+  declare family: string;
+  declare model_type: components['schemas']['DeployableModelType'];
+  declare description: string;
+  declare tags: string[];
+  declare enabled: boolean;
+  declare hosted: boolean;
+  declare sort_order: number;
+  /** Null: every organization sees the model. */
+  declare allowed_organization_ids: number[] | null;
+  /** Generated full-text search vector (name, family, provider, tags, description). */
+  declare search: string;
+  declare created_at: Date;
+  declare updated_at: Date;
+}

@@ -17,7 +17,6 @@ type InferenceHandlers = Pick<
   'createChatCompletion' | 'createEmbedding' | 'createRerank' | 'createImage' | 'createTranscription' | 'listModels'
 >;
 
-const TRANSCRIPTION_LIMIT = 25 * 1024 * 1024;
 /** Largest engine answer a transcript is rendered from (a verbose_json of 25 MiB of audio is far smaller). */
 const TRANSCRIPT_ANSWER_LIMIT = 8 * 1024 * 1024;
 
@@ -179,7 +178,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
     }),
     createTranscription: async (context) => {
       const principal = callerOf(context);
-      const form = await TranscriptionForm.open(context.req, TRANSCRIPTION_LIMIT);
+      const form = await TranscriptionForm.open(context.req, context.bodyLimit);
       try {
         const target = await router.resolve(principal, form.model);
         const delivery = await relay.forward({

@@ -6,7 +6,7 @@ import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
 import { authorize } from './authorization.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
-import { setRoute } from './request-log.ts';
+import { logFailedAnswer, setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
 
 /** The handler shape the dispatcher works with; each handler's own type is checked in its map. */
@@ -104,7 +104,10 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         auth,
         bodyLimit: operationRules.bodyLimit,
         requestId: req.id,
-        log: req.log,
+        // Made on first use (request-log.ts): most requests never log.
+        get log() {
+          return req.log;
+        },
         req,
         res,
       };
@@ -133,8 +136,9 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     postResponseHandler: (context: Context, req: Request, res: Response) => {
       const reply = context.response as LooseReply | undefined;
       if (!reply || res.headersSent) return;
-      if (validateResponses) assertDocumented(api, context.operation, reply, req.log);
+      if (validateResponses) assertDocumented(api, context.operation, reply, req);
       send(res, reply);
+      logFailedAnswer(req, res);
     },
     validationFail: (context: Context, req: Request, res: Response) => {
       // A body the handler reads as it streams (multipart) is checked part by part there
@@ -200,7 +204,7 @@ function authenticatedPrincipal(context: Context): unknown {
  * its status. A response documented without content (a redirect) has no body: openapi-backend's
  * `validateResponse` would check it against `default` instead.
  */
-function assertDocumented(api: OpenAPIBackend, operation: Operation, reply: LooseReply, log: Request['log']): void {
+function assertDocumented(api: OpenAPIBackend, operation: Operation, reply: LooseReply, req: Request): void {
   const documented = operation.responses?.[String(reply.status)];
   const errors =
     documented !== undefined && !('$ref' in documented) && !documented.content
@@ -209,7 +213,7 @@ function assertDocumented(api: OpenAPIBackend, operation: Operation, reply: Loos
         : [{ message: 'must have no body' }]
       : api.validateResponse(reply.body, operation, reply.status).errors;
   if (errors) {
-    log.error({ operationId: operation.operationId, status: reply.status, errors }, 'response does not match the OpenAPI document');
+    req.log.error({ operationId: operation.operationId, status: reply.status, errors }, 'response does not match the OpenAPI document');
     throw new AppError('INTERNAL_ERROR', 'The server produced a response that does not match its contract.');
   }
 }

@@ -4,7 +4,7 @@ import type { Document } from 'openapi-backend';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
-import { requestLog, setRoute } from './http/request-log.ts';
+import { installRequestLog, setRoute } from './http/request-log.ts';
 import { authenticateBeforeBody, bytesInWords, jsonBodies } from './http/request-body.ts';
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
@@ -37,7 +37,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.set('query parser', 'simple');
   app.set('trust proxy', options.trustProxy);
 
-  app.use(requestLog(options.logger));
+  installRequestLog(app, options.logger);
   app.use(securityHeaders({ hsts: options.hsts ?? false }));
   app.use((req, res, next) => {
     if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');

@@ -1,8 +1,11 @@
-import { pino, type Logger } from 'pino';
+import { pino, type DestinationStream, type Logger } from 'pino';
 
-/** Structured JSON logs. Secrets never reach them: credentials are redacted wherever they appear. */
-export function createLogger(level: string): Logger {
-  return pino({
+/**
+ * Structured JSON logs, to stdout unless given a destination. Secrets never reach them: credentials
+ * are redacted wherever they appear.
+ */
+export function createLogger(level: string, destination?: DestinationStream): Logger {
+  const options = {
     level,
     base: { service: 'model-deployment-service' },
     redact: {
@@ -18,5 +21,6 @@ export function createLogger(level: string): Logger {
       ],
       censor: '[redacted]',
     },
-  });
+  };
+  return destination ? pino(options, destination) : pino(options);
 }

@@ -1,61 +1,42 @@
+import type { Logger } from 'pino';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
-import { LOCAL_CLUSTER_NAME, startLocalCluster } from './local/local-cluster.ts';
+import { Lifecycle } from './lifecycle.ts';
+import { LOCAL_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
 import { startMailDev } from './local/maildev.ts';
 import { createLogger } from './logger.ts';
-import { startService } from './service.ts';
+import { startRuntime } from './runtime.ts';
 
-/** Composition root: database, local stand-ins, the service; stops cleanly on SIGTERM/SIGINT. */
-async function main(config: Config): Promise<void> {
-  const log = createLogger(config.logLevel);
-  // Registered first, so a signal during start-up also stops whatever has started so far.
-  const stops: Array<() => Promise<void>> = [];
-  let stopping = false;
-  const shutdown = async (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
-    for (const stop of stops) {
-      try {
-        await stop();
-      } catch (error) {
-        log.error({ err: error }, 'error while shutting down');
-      }
-    }
-    log.info('stopped');
-    process.exit(0);
-  };
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-
-  const database = await resolveDatabase(config, log);
-  stops.push(database.stop);
+/**
+ * Composition root: the database, the local stand-ins, the runtime, each registered in one
+ * lifecycle as it starts; SIGTERM/SIGINT (also during start-up) stop them in reverse order.
+ */
+async function start(config: Config, log: Logger, lifecycle: Lifecycle): Promise<void> {
+  const database = await lifecycle.start('database', () => resolveDatabase(config, log), (resolved) => resolved.stop());
 
   let smtpUrl = config.smtpUrl;
   let inbox: string | undefined;
   if (!smtpUrl) {
     log.info('SMTP_URL is not set: starting MailDev (local stand-in)');
-    const maildev = await startMailDev({ ...config.maildev, log });
-    stops.unshift(maildev.stop);
+    const maildev = await lifecycle.start('MailDev', () => startMailDev({ ...config.maildev, log }), (started) => started.stop());
     smtpUrl = maildev.smtpUrl;
     inbox = maildev.webUrl;
   }
 
-  const service = await startService({ config, log, databaseUrl: database.url, smtpUrl, onStarted: (stop) => stops.unshift(stop) });
+  // Started before the runtime so that it stops after it (in-flight requests and jobs still reach it).
+  const simulator =
+    config.clusterSimulator.enabled && config.role !== 'api'
+      ? await lifecycle.start(
+          'cluster simulator',
+          () => startLocalSimulator({ log, port: config.clusterSimulator.port, modelLoadMs: config.clusterSimulator.modelLoadMs }),
+          (started) => started.stop(),
+        )
+      : undefined;
 
-  let simulator: string | undefined;
-  if (config.clusterSimulator.enabled && config.role !== 'api') {
-    const cluster = await startLocalCluster({
-      clusters: service.container.clusters,
-      log,
-      port: config.clusterSimulator.port,
-      modelLoadMs: config.clusterSimulator.modelLoadMs,
-    });
-    stops.splice(stops.length - 2, 0, cluster.stop);
-    simulator = cluster.url;
-  }
+  const runtime = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl, lifecycle });
+  if (simulator) await registerLocalCluster(runtime.container.clusters, simulator, log);
 
-  if (service.server) {
+  if (runtime.server) {
     const base = config.publicUrl;
     process.stdout.write(
       [
@@ -67,22 +48,44 @@ async function main(config: Config): Promise<void> {
         `  OpenAPI       ${base}/openapi.json`,
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
-        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
+        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator.url}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
         '',
         '',
       ].join('\n'),
     );
   }
-  log.info({ role: config.role, port: service.port }, 'started');
+  log.info({ role: config.role, port: runtime.port }, 'started');
 }
 
+let config: Config;
 try {
-  await main(loadConfig());
+  config = loadConfig();
 } catch (error) {
-  if (error instanceof ConfigError) {
-    process.stderr.write(`${error.message}\n`);
-  } else {
-    process.stderr.write(`Start-up failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  }
+  process.stderr.write(`${error instanceof ConfigError ? error.message : `Start-up failed: ${String(error)}`}\n`);
   process.exit(1);
+}
+const log = createLogger(config.logLevel);
+const lifecycle = new Lifecycle(log);
+let signalled = false;
+const shutdown = async (signal: string) => {
+  if (signalled) return;
+  signalled = true;
+  log.info({ signal }, 'shutting down: finishing in-flight requests and jobs');
+  await lifecycle.stop();
+  log.info('stopped');
+  process.exit(0);
+};
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+
+try {
+  await start(config, log, lifecycle);
+} catch (error) {
+  // After a signal, start-up fails because its parts are being stopped: the shutdown ends the process.
+  if (!signalled) {
+    log.debug({ err: error }, 'start-up failed');
+    await lifecycle.stop();
+    process.stderr.write(`Start-up failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  }
 }

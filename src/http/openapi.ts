@@ -6,7 +6,7 @@ import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
 import { authorize } from './authorization.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
-import { setRoute } from './request-log.ts';
+import { logFailedAnswer, setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
 
 /** The handler shape the dispatcher works with; each handler's own type is checked in its map. */
@@ -83,12 +83,12 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     );
   }
 
-  const operationHandlers = new Map<string, (context: Context, req: Request, res: Response) => Promise<void>>();
+  const operationHandlers = new Map<string, (context: Context, req: Request, res: Response) => Promise<LooseReply | undefined>>();
   for (const operationId of Object.keys(handlers) as OperationId[]) {
     const handler = handlers[operationId] as unknown as LooseHandler;
     const operationRules = rules.get(operationId) as OperationRules;
     const needsCredential = operationRules.security.length > 0 && operationRules.security.every((requirement) => Object.keys(requirement).length > 0);
-    const dispatch = async (context: Context, req: Request, res: Response) => {
+    const dispatch = async (context: Context, req: Request, res: Response): Promise<LooseReply | undefined> => {
       const auth = authenticatedPrincipal(context) as Principal | undefined;
       // The handler's type promises a caller wherever the operation requires one (types.ts AuthOf).
       if (needsCredential && !auth) throw new Error(`The operation ${operationId} requires a credential but no security handler resolved a caller`);
@@ -104,31 +104,15 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         auth,
         bodyLimit: operationRules.bodyLimit,
         requestId: req.id,
-        log: req.log,
+        // Made on first use (request-log.ts): most requests never log.
+        get log() {
+          return req.log;
+        },
         req,
         res,
       };
-      const reply = await handler(handlerContext);
-      if (res.headersSent) return;
-      if (validateResponses) {
-        // A response documented without content (a redirect) has no body; openapi-backend would check it against `default`.
-        const result = documentedWithoutContent(context.operation, reply.status)
-          ? { errors: reply.body === undefined ? null : [{ message: 'must have no body' }] }
-          : api.validateResponse(reply.body, context.operation, reply.status);
-        if (result.errors) {
-          req.log.error({ operationId, status: reply.status, errors: result.errors }, 'response does not match the OpenAPI document');
-          throw new AppError('INTERNAL_ERROR', 'The server produced a response that does not match its contract.');
-        }
-      }
-      res.status(reply.status);
-      if (reply.headers) res.set(reply.headers);
-      if (reply.body === undefined) {
-        res.end();
-      } else if (typeof reply.body === 'string' && res.get('Content-Type')) {
-        res.send(reply.body);
-      } else {
-        res.json(reply.body);
-      }
+      // Sent by postResponseHandler, unless the handler answered itself (a relayed stream).
+      return handler(handlerContext);
     };
     operationHandlers.set(operationId, dispatch);
     api.register(operationId, dispatch);
@@ -146,6 +130,15 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     },
     unauthorizedHandler: (context: Context, req: Request) => {
       throw securityFailure(context, Boolean(req.get('authorization')));
+    },
+    // The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then
+    // sent; a handler that answered itself (a relayed stream) has sent its headers already.
+    postResponseHandler: (context: Context, req: Request, res: Response) => {
+      const reply = context.response as LooseReply | undefined;
+      if (!reply || res.headersSent) return;
+      if (validateResponses) assertDocumented(api, context.operation, reply, req);
+      send(res, reply);
+      logFailedAnswer(req, res);
     },
     validationFail: (context: Context, req: Request, res: Response) => {
       // A body the handler reads as it streams (multipart) is checked part by part there
@@ -206,9 +199,35 @@ function authenticatedPrincipal(context: Context): unknown {
   return undefined;
 }
 
-function documentedWithoutContent(operation: Context['operation'], status: number): boolean {
-  const response = operation.responses?.[String(status)];
-  return response !== undefined && !('$ref' in response) && !response.content;
+/**
+ * Throws (a 500, logged) when the reply is not what the document says the operation answers with
+ * its status. A response documented without content (a redirect) has no body: openapi-backend's
+ * `validateResponse` would check it against `default` instead.
+ */
+function assertDocumented(api: OpenAPIBackend, operation: Operation, reply: LooseReply, req: Request): void {
+  const documented = operation.responses?.[String(reply.status)];
+  const errors =
+    documented !== undefined && !('$ref' in documented) && !documented.content
+      ? reply.body === undefined
+        ? null
+        : [{ message: 'must have no body' }]
+      : api.validateResponse(reply.body, operation, reply.status).errors;
+  if (errors) {
+    req.log.error({ operationId: operation.operationId, status: reply.status, errors }, 'response does not match the OpenAPI document');
+    throw new AppError('INTERNAL_ERROR', 'The server produced a response that does not match its contract.');
+  }
+}
+
+function send(res: Response, reply: LooseReply): void {
+  res.status(reply.status);
+  if (reply.headers) res.set(reply.headers);
+  if (reply.body === undefined) {
+    res.end();
+  } else if (typeof reply.body === 'string' && res.get('Content-Type')) {
+    res.send(reply.body);
+  } else {
+    res.json(reply.body);
+  }
 }
 
 /** Where the route middleware leaves the operation it matched, for openapi-backend's routing step. */

@@ -1,6 +1,7 @@
 import type { Request, Response } from 'express';
 import type { AppError } from '../errors.ts';
 import type { components } from '../../generated/api.d.ts';
+import { logFailedAnswer } from './request-log.ts';
 
 type Problem = components['schemas']['Problem'];
 type InferenceError = components['schemas']['InferenceError'];
@@ -73,4 +74,5 @@ export function sendError(req: Request, res: Response, error: AppError): void {
   } else {
     res.status(error.status).set(error.headers).json(toProblem(error, req.id));
   }
+  logFailedAnswer(req, res);
 }

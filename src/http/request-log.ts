@@ -1,28 +1,51 @@
 import { randomUUID } from 'node:crypto';
-import type { NextFunction, Request, Response } from 'express';
+import { performance } from 'node:perf_hooks';
+import type { Express, NextFunction, Request, Response } from 'express';
 import type { Logger } from 'pino';
 
 const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
 /**
- * Gives every request an id (a well-formed inbound `X-Request-Id` is kept), echoes it on the
- * response, binds a child logger, and logs one line when the response ends. The line names the
- * route template, not the raw URL, so tokens carried in paths or queries never reach the logs.
+ * Request ids and access lines, with nothing done per request that the log level would not write
+ * (README: request ids and access lines). Every request gets an id (a well-formed inbound
+ * `X-Request-Id` is kept), echoed on the response. `req.log` is a child logger bound to that id,
+ * made the first time something logs with it. One line per answer names the route template, never
+ * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for
+ * every request (a 5xx at level error), from a finish listener; at `warn` and `error` only the 5xx
+ * answers, written by the code that sends them (`logFailedAnswer`), so there is no listener.
  */
-export function requestLog(logger: Logger) {
-  return function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
+export function installRequestLog(app: Express, logger: Logger): void {
+  Object.defineProperty(app.request, 'log', {
+    configurable: true,
+    get(this: Request): Logger {
+      const log = logger.child({ request_id: this.id });
+      Object.defineProperty(this, 'log', { value: log, writable: true, configurable: true });
+      return log;
+    },
+    set(this: Request, value: Logger) {
+      Object.defineProperty(this, 'log', { value, writable: true, configurable: true });
+    },
+  });
+  const everyAnswer = logger.isLevelEnabled('info');
+  app.use(function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
     const inbound = req.get('x-request-id');
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
-    req.log = logger.child({ request_id: req.id });
     res.setHeader('X-Request-Id', req.id);
-    const started = process.hrtime.bigint();
-    res.on('finish', () => {
-      const durationMs = Number(process.hrtime.bigint() - started) / 1e6;
-      const level = res.statusCode >= 500 ? 'error' : 'info';
-      req.log[level]({ method: req.method, route: routeOf(res), status: res.statusCode, duration_ms: Math.round(durationMs * 100) / 100 }, 'request');
-    });
+    res.locals.startedAt = performance.now();
+    if (everyAnswer) res.once('finish', () => accessLine(req, res));
     next();
-  };
+  });
+}
+
+/** The access line of a 5xx answer, where no finish listener writes one (`warn` and `error`); call it once the status is set. */
+export function logFailedAnswer(req: Request, res: Response): void {
+  if (res.statusCode >= 500 && !req.log.isLevelEnabled('info')) accessLine(req, res);
+}
+
+function accessLine(req: Request, res: Response): void {
+  const started = res.locals.startedAt as number;
+  const level = res.statusCode >= 500 ? 'error' : 'info';
+  req.log[level]({ method: req.method, route: routeOf(res), status: res.statusCode, duration_ms: Math.round((performance.now() - started) * 100) / 100 }, 'request');
 }
 
 /** Handlers record the matched route template here; unmatched requests log as such. */

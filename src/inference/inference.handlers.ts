@@ -124,7 +124,6 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       const delivery = await relay.forward({
         req: context.req,
         res: context.res,
-        log: context.log,
         target,
         path,
         body: payload,
@@ -184,7 +183,6 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
         const delivery = await relay.forward({
           req: context.req,
           res: context.res,
-          log: context.log,
           target,
           path: '/v1/audio/transcriptions',
           // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.

@@ -2,7 +2,6 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import got, { type Got } from 'got';
-import type { Logger } from 'pino';
 import { AppError } from '../errors.ts';
 import { toInferenceError } from '../http/problem.ts';
 import { AnswerWatch } from './answer-watch.ts';
@@ -84,7 +83,6 @@ export class Relay {
   async forward(input: {
     req: Request;
     res: Response;
-    log: Logger;
     target: Target;
     path: string;
     body: string | Readable;
@@ -94,7 +92,7 @@ export class Relay {
     /** Made when the engine's 200 answer arrives (the request, a form included, is then complete). */
     rewrite?: () => AnswerRewrite | undefined;
   }): Promise<Delivery | undefined> {
-    const { req, res, log } = input;
+    const { req, res } = input;
     let stalled = false;
     let timer: NodeJS.Timeout | undefined;
     const watch = (ms: number) => {
@@ -139,7 +137,7 @@ export class Relay {
         upstream.once('error', reject);
       });
       if (response.statusCode >= 400) {
-        const failure = engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), log);
+        const failure = engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), req.log);
         if (response.statusCode === 401 || response.statusCode === 403) {
           this.#credentialsRefused(input.target, `the engine answered ${response.statusCode} to the cluster's inference API key on ${input.path}`);
         }
@@ -147,7 +145,7 @@ export class Relay {
       }
       const media = mediaTypeOf(response.headers['content-type']);
       if (response.statusCode !== 200 || !media || !input.accepts.includes(media)) {
-        log.warn({ engine_status: response.statusCode, engine_content_type: response.headers['content-type'] }, 'the engine answered something the route does not relay');
+        req.log.warn({ engine_status: response.statusCode, engine_content_type: response.headers['content-type'] }, 'the engine answered something the route does not relay');
         upstream.destroy();
         throw upstreamFailure('The model answered in a form this route does not serve.');
       }
@@ -166,7 +164,7 @@ export class Relay {
         onPause: () => clearTimeout(timer),
       });
       let rest: string | undefined = '';
-      if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), log);
+      if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), req);
       if (ended === 'completed' && rest !== undefined) {
         res.end(rest);
         return { outcome: 'completed', answer };
@@ -177,7 +175,7 @@ export class Relay {
       }
       if (ended === 'client-left' || clientLeft) return { outcome: 'aborted', answer };
       const failure = stalled ? upstreamTimeout() : upstreamFailure();
-      log.warn({ stalled }, 'the engine failed after its answer started');
+      req.log.warn({ stalled }, 'the engine failed after its answer started');
       if (!res.headersSent) {
         res.removeHeader('Content-Type');
         throw failure;
@@ -195,7 +193,7 @@ export class Relay {
       if (own instanceof AppError) throw own;
       if (clientLeft || req.destroyed) return undefined;
       if (stalled || (error as { code?: string }).code === 'ETIMEDOUT') throw upstreamTimeout();
-      log.warn({ err: String(error) }, 'the engine could not be reached');
+      req.log.warn({ err: String(error) }, 'the engine could not be reached');
       throw upstreamFailure('The model could not be reached.');
     } finally {
       clearTimeout(timer);
@@ -219,11 +217,11 @@ function mediaTypeOf(header: string | undefined): MediaType | undefined {
 }
 
 /** What a rewrite gives, or undefined (logged) when it found the answer unusable. */
-function rewritten(step: () => string, log: Logger): string | undefined {
+function rewritten(step: () => string, req: Request): string | undefined {
   try {
     return step();
   } catch (error) {
-    log.warn({ err: String(error) }, 'the engine answered something the proxy cannot rewrite for this route');
+    req.log.warn({ err: String(error) }, 'the engine answered something the proxy cannot rewrite for this route');
     return undefined;
   }
 }

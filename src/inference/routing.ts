@@ -5,6 +5,9 @@ import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
+import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
+
+export type { Candidate } from './inference.repository.ts';
 
 /** Where an inference request goes. */
 export interface Target {
@@ -16,22 +19,6 @@ export interface Target {
   /** The engine's base URL and the cluster credential to send it. */
   endpoint: string;
   authorization: string | undefined;
-}
-
-/** A deployment the caller's organization has, with its cluster, as routing sees it. */
-export interface Candidate {
-  id: string;
-  organization_id: number;
-  user_id: number;
-  model_name: string;
-  status: string;
-  engine_model_uid: string | null;
-  cluster_id: string | null;
-  endpoint: string | null;
-  sealed_credential: string | null;
-  /** The cluster's status: `credentials_invalid` once its engine refused the platform's credentials. */
-  cluster_status: string | null;
-  created_at: Date;
 }
 
 /** Who is calling, as far as routing is concerned: a session reaches its candidates, a key its scope. */
@@ -181,30 +168,11 @@ export class InferenceRouter {
     const cached = this.#cache.get(key);
     const started = Date.now();
     if (cached && started - cached.at < CACHE_MS) return cached.candidates;
-    const query = this.#db('deployments as d')
-      .leftJoin('clusters as c', 'c.id', 'd.cluster_id')
-      .whereNot('d.status', 'terminated')
-      .select(
-        'd.id',
-        'd.organization_id',
-        'd.user_id',
-        'd.model_name',
-        'd.status',
-        'd.engine_model_uid',
-        'd.cluster_id',
-        'd.created_at',
-        'c.endpoint',
-        'c.sealed_credential',
-        'c.status as cluster_status',
-      )
-      .orderBy('d.created_at', 'desc');
-    if (principal.kind === 'session') {
-      query.where({ 'd.user_id': principal.user.id, 'd.organization_id': principal.organization?.id ?? 0 });
-    } else {
-      // The whole organization, to tell "outside the key's scope" from "unknown".
-      query.where('d.organization_id', principal.organizationId);
-    }
-    const candidates: Candidate[] = await query;
+    // A key reaches the whole organization, to tell "outside the key's scope" from "unknown".
+    const candidates = await findRoutingCandidates(
+      this.#db,
+      principal.kind === 'session' ? { userId: principal.user.id, organizationId: principal.organization?.id ?? 0 } : { organizationId: principal.organizationId },
+    );
     this.#cache.set(key, { at: started, candidates });
     return candidates;
   }

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
+import { insertUsageRecords } from './inference.repository.ts';
 
 /** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
 export type UsageUnit = 'token' | 'image' | 'request';
@@ -70,28 +71,26 @@ export class UsageRecorder {
     const batch = this.#buffer.splice(0);
     if (!batch.length) return;
     try {
-      await this.#db('usage_records')
-        .insert(
-          batch.map((u) => ({
-            usage_id: u.usageId,
-            request_id: u.requestId,
-            organization_id: u.organizationId,
-            deployment_id: u.deploymentId,
-            api_key_id: u.apiKeyId,
-            user_id: u.userId,
-            route: u.route,
-            model: u.model,
-            prompt_tokens: u.promptTokens,
-            completion_tokens: u.completionTokens,
-            total_tokens: u.totalTokens,
-            unit: u.unit,
-            quantity: u.quantity,
-            outcome: u.outcome,
-            estimated: u.estimated,
-          })),
-        )
-        .onConflict('usage_id')
-        .ignore();
+      await insertUsageRecords(
+        this.#db,
+        batch.map((u) => ({
+          usage_id: u.usageId,
+          request_id: u.requestId,
+          organization_id: u.organizationId,
+          deployment_id: u.deploymentId,
+          api_key_id: u.apiKeyId,
+          user_id: u.userId,
+          route: u.route,
+          model: u.model,
+          prompt_tokens: u.promptTokens,
+          completion_tokens: u.completionTokens,
+          total_tokens: u.totalTokens,
+          unit: u.unit,
+          quantity: u.quantity,
+          outcome: u.outcome,
+          estimated: u.estimated,
+        })),
+      );
     } catch (error) {
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');
     }

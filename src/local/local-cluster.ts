@@ -11,21 +11,19 @@ export const DEFAULT_WORKERS: SimulatedWorker[] = [
   { name: 'sim-h100-0', gpuName: 'NVIDIA H100 80GB HBM3', gpuCount: 8, gpuMemoryGb: 80 },
 ];
 
-/**
- * Starts the GPU cluster simulator (a local stand-in for a Xinference 3.x cluster, authentication
- * on), registers it as a cluster with its admin user and an API key, and syncs its inventory,
- * exactly as an operator would a real one.
- */
-export async function startLocalCluster(options: {
-  clusters: ClustersService;
+/** Settings of the local simulator beyond its defaults (three workers, 3 s model loads, 20 ms per token). */
+export interface LocalSimulatorOptions {
   log: Logger;
   port?: number;
   modelLoadMs?: number;
   tokenLatencyMs?: number;
   workers?: SimulatedWorker[];
   simulator?: Partial<ClusterSimulatorOptions>;
-}): Promise<ClusterSimulator> {
-  const simulator = await startClusterSimulator({
+}
+
+/** Starts the GPU cluster simulator (a local stand-in for a Xinference 3.x cluster, authentication on). */
+export function startLocalSimulator(options: LocalSimulatorOptions): Promise<ClusterSimulator> {
+  return startClusterSimulator({
     port: options.port ?? 0,
     workers: options.workers ?? DEFAULT_WORKERS,
     modelLoadMs: options.modelLoadMs ?? 3000,
@@ -33,19 +31,30 @@ export async function startLocalCluster(options: {
     log: options.log,
     ...options.simulator,
   });
+}
+
+/**
+ * Registers the simulator as the cluster `local-simulator` with its admin user and an API key, and
+ * syncs its inventory, exactly as an operator would a real one.
+ */
+export async function registerLocalCluster(clusters: ClustersService, simulator: ClusterSimulator, log: Logger): Promise<void> {
+  const { credentials } = simulator;
+  const cluster = await clusters.register({
+    name: LOCAL_CLUSTER_NAME,
+    provider: 'local',
+    region: 'simulator',
+    endpoint: simulator.url,
+    auth: credentials ? { mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey } : { mode: 'none' },
+  });
+  const synced = await clusters.sync(cluster.id);
+  log.info({ cluster: LOCAL_CLUSTER_NAME, instances: synced.instances }, 'GPU cluster simulator (local stand-in) registered');
+}
+
+/** Starts the simulator and registers it (the tests' cluster); stops it again when registering fails. */
+export async function startLocalCluster(options: LocalSimulatorOptions & { clusters: ClustersService }): Promise<ClusterSimulator> {
+  const simulator = await startLocalSimulator(options);
   try {
-    const { credentials } = simulator;
-    const cluster = await options.clusters.register({
-      name: LOCAL_CLUSTER_NAME,
-      provider: 'local',
-      region: 'simulator',
-      endpoint: simulator.url,
-      auth: credentials
-        ? { mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey }
-        : { mode: 'none' },
-    });
-    const synced = await options.clusters.sync(cluster.id);
-    options.log.info({ cluster: LOCAL_CLUSTER_NAME, instances: synced.instances }, 'GPU cluster simulator (local stand-in) registered');
+    await registerLocalCluster(options.clusters, simulator, options.log);
   } catch (error) {
     await simulator.stop();
     throw error;

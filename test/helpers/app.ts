@@ -10,7 +10,7 @@ import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 import type { ClusterSimulator, SimulatedWorker } from '../../src/local/cluster-simulator.ts';
 import { startLocalCluster } from '../../src/local/local-cluster.ts';
-import { startService } from '../../src/service.ts';
+import { startRuntime } from '../../src/runtime.ts';
 import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
 
@@ -56,7 +56,7 @@ export async function startTestApp(
   const settings = { NODE_ENV: 'test', PORT: '0', HOST: '127.0.0.1', PUBLIC_URL: APP_ORIGIN, APP_SECRET: TEST_APP_SECRET, ...env };
   const config = loadConfig(settings);
   const log = createLogger('silent');
-  const service = await startService({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
+  const service = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
   const simulator = options.cluster ? await startLocalCluster({ clusters: service.container.clusters, log, ...options.cluster }) : undefined;
   return {
     url: `http://127.0.0.1:${service.port}`,

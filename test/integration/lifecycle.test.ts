@@ -116,4 +116,17 @@ describe('the service process', () => {
     expect(code).toBe(1);
     expect(stderr).toMatch(/PORT/);
   });
+
+  it('ends a start-up failure in one line naming its cause, without a stack', async () => {
+    const closed = await freePort();
+    const child = spawn(process.execPath, ['src/main.ts'], {
+      env: { ...process.env, NODE_ENV: 'test', DATABASE_URL: `postgres://postgres@127.0.0.1:${closed}/none`, SMTP_URL: `smtp://127.0.0.1:${closed}`, PORT: '0', LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(1);
+    expect(stderr).toBe(`Start-up failed: connect ECONNREFUSED 127.0.0.1:${closed}\n`);
+  });
 });

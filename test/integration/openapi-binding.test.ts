@@ -6,6 +6,7 @@ import { AppError } from '../../src/errors.ts';
 import { buildHandlers } from '../../src/http/handlers.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import type { Handlers } from '../../src/http/types.ts';
+import { pino } from 'pino';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 import { securityHandlers } from '../../src/container.ts';
@@ -275,5 +276,46 @@ describe('handler registration', () => {
         validateResponses: true,
       }),
     ).rejects.toThrow(/getExtra accepts the session cookie but its x-required-role is undefined/);
+  });
+});
+
+describe('response validation (openapi-backend postResponseHandler)', () => {
+  async function serve(validateResponses: boolean, lines: string[]) {
+    const app = await createApp({
+      logger: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }),
+      document,
+      handlers,
+      security: { SessionCookie: () => undefined, ApiKeyBearer: () => undefined },
+      allowedOrigins: [],
+      trustProxy: false,
+      validateResponses,
+    });
+    const server = await listen(app, 0, '127.0.0.1');
+    const address = server.address();
+    return { url: `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`, close: () => closeServer(server, 1_000) };
+  }
+
+  it('logs a response that breaks the contract, naming the operation and status', async () => {
+    const lines: string[] = [];
+    const app = await serve(true, lines);
+    try {
+      expect((await fetch(`${app.url}/items/13`)).status).toBe(500);
+      const logged = lines.map((line) => JSON.parse(line) as Record<string, unknown>).find((line) => line.msg === 'response does not match the OpenAPI document');
+      expect(logged).toMatchObject({ level: 50, operationId: 'getItem', status: 200 });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('sends replies unchecked when response validation is off', async () => {
+    const app = await serve(false, []);
+    try {
+      const response = await fetch(`${app.url}/items/13`);
+      expect(response.status).toBe(200);
+      expect(await jsonOf(response)).toEqual({ id: 'thirteen' });
+      expect(await (await fetch(`${app.url}/go?with_body=true`, { redirect: 'manual' })).text()).toBe('{"to":"x"}');
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -1,5 +1,8 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import busboy, { type Busboy } from 'busboy';
 import type { Model, SimulatedCluster } from './cluster.ts';
 import { solidJpeg } from './jpeg.ts';
 import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valueError } from './http.ts';
@@ -295,13 +298,11 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
   }
 
   async function transcriptions(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const boundary = /boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(req.headers['content-type'] ?? '');
-    const boundaryValue = boundary?.[1] ?? boundary?.[2];
-    if (!boundaryValue) {
+    const form = await readMultipart(req);
+    if (!form) {
       req.resume();
       return sendJson(res, 422, { detail: [{ type: 'missing', loc: ['body', 'model'], msg: 'Field required', input: null }] });
     }
-    const form = await readMultipart(req, boundaryValue);
     const missing = ['model', 'file'].filter((field) => (field === 'file' ? form.fileBytes === undefined : !form.fields.has(field)));
     if (missing.length > 0) {
       return sendJson(res, 422, { detail: missing.map((field) => ({ type: 'missing', loc: ['body', field], msg: 'Field required', input: null })) });
@@ -415,82 +416,32 @@ function unitVector(text: string, dimensions: number): number[] {
 
 interface MultipartForm {
   fields: Map<string, string>;
-  /** Bytes of the `file` part, counted as they stream past; undefined when there is none. */
+  /** Bytes of the file parts, counted as they stream past; undefined when there is none. */
   fileBytes: number | undefined;
 }
 
 /**
- * Reads a multipart/form-data body as a stream: small fields are kept, the file part is only
- * counted, never held in memory beyond the current chunk.
+ * Reads a multipart/form-data body with busboy, as Xinference's server (Starlette) reads a form: a
+ * part with a filename is a file (for busboy also one typed application/octet-stream), any other a
+ * text field. Text fields are kept (up to 1 MiB each);
+ * file parts are only counted, never held in memory. Undefined when the body is not multipart with
+ * a boundary (nothing was read then).
  */
-async function readMultipart(req: IncomingMessage, boundary: string): Promise<MultipartForm> {
-  const delimiter = Buffer.from(`\r\n--${boundary}`);
-  const headerEnd = Buffer.from('\r\n\r\n');
-  const form: MultipartForm = { fields: new Map(), fileBytes: undefined };
-  // The first delimiter has no leading CRLF; prepending one lets one search find them all.
-  let buffer: Buffer = Buffer.from('\r\n');
-  let phase: 'preamble' | 'after-delimiter' | 'headers' | 'body' | 'done' = 'preamble';
-  let part: { name: string; isFile: boolean; value: Buffer[]; size: number } | undefined;
-
-  const consume = (data: Buffer) => {
-    if (!part || data.length === 0) return;
-    if (part.isFile) {
-      form.fileBytes = (form.fileBytes ?? 0) + data.length;
-    } else if (part.size < 1024 * 1024) {
-      part.value.push(data);
-      part.size += data.length;
-    }
-  };
-  const closePart = () => {
-    if (part && !part.isFile) form.fields.set(part.name, Buffer.concat(part.value).toString('utf8'));
-    if (part?.isFile && form.fileBytes === undefined) form.fileBytes = 0;
-    part = undefined;
-  };
-
-  for await (const chunk of req) {
-    if (phase === 'done') continue;
-    buffer = buffer.length === 0 ? (chunk as Buffer) : Buffer.concat([buffer, chunk as Buffer]);
-    for (;;) {
-      if (phase === 'preamble' || phase === 'body') {
-        const at = buffer.indexOf(delimiter);
-        if (at === -1) {
-          const keep = Math.min(buffer.length, delimiter.length - 1);
-          if (phase === 'body') consume(buffer.subarray(0, buffer.length - keep));
-          buffer = Buffer.from(buffer.subarray(buffer.length - keep));
-          break;
-        }
-        if (phase === 'body') {
-          consume(buffer.subarray(0, at));
-          closePart();
-        }
-        buffer = buffer.subarray(at + delimiter.length);
-        phase = 'after-delimiter';
-      } else if (phase === 'after-delimiter') {
-        if (buffer.length < 2) break;
-        if (buffer[0] === 0x2d && buffer[1] === 0x2d) {
-          phase = 'done';
-          break;
-        }
-        const lineEnd = buffer.indexOf('\r\n');
-        if (lineEnd === -1) break;
-        buffer = buffer.subarray(lineEnd + 2);
-        phase = 'headers';
-      } else if (phase === 'headers') {
-        const at = buffer.indexOf(headerEnd);
-        if (at === -1) {
-          if (buffer.length > 16 * 1024) throw new Error('multipart part headers too large');
-          break;
-        }
-        const headers = buffer.subarray(0, at).toString('utf8');
-        buffer = buffer.subarray(at + headerEnd.length);
-        const disposition = /content-disposition:[^\r\n]*/i.exec(headers)?.[0] ?? '';
-        const name = /\bname="([^"]*)"/i.exec(disposition)?.[1] ?? '';
-        part = { name, isFile: /\bfilename="/i.test(disposition) || name === 'file', value: [], size: 0 };
-        phase = 'body';
-      } else {
-        break;
-      }
-    }
+async function readMultipart(req: IncomingMessage): Promise<MultipartForm | undefined> {
+  let parser: Busboy;
+  try {
+    parser = busboy({ headers: req.headers, limits: { fieldSize: 1024 * 1024 } });
+  } catch {
+    return undefined;
   }
+  const form: MultipartForm = { fields: new Map(), fileBytes: undefined };
+  parser.on('field', (name: string, value: string) => form.fields.set(name, value));
+  parser.on('file', (_name: string, stream: Readable) => {
+    form.fileBytes ??= 0;
+    // A failed upload is reported by the pipeline; the part's stream then errors with it too.
+    stream.on('error', () => undefined);
+    stream.on('data', (chunk: Buffer) => (form.fileBytes = (form.fileBytes ?? 0) + chunk.length));
+  });
+  await pipeline(req, parser);
   return form;
 }

@@ -8,40 +8,40 @@ import { buildHandlers } from './http/handlers.ts';
 import { closeServer, listen } from './http/server.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
 import { startReconciler } from './deployments/provisioning.ts';
+import { Lifecycle } from './lifecycle.ts';
 import { loadOpenApiDocument } from './openapi-document.ts';
 
-export interface ServiceOptions {
+export interface RuntimeOptions {
   config: Config;
   log: Logger;
   databaseUrl: string;
   smtpUrl: string;
-  /** Called with each stop step as soon as the part it stops has started (so a signal during start-up stops it). */
-  onStarted?: (stop: () => Promise<void>) => void;
+  /**
+   * The process's lifecycle: the runtime's parts stop at this point of it, and a signal during
+   * start-up stops those already started. Without one, `stop()` of the runtime is the only way.
+   */
+  lifecycle?: Lifecycle;
 }
 
-export interface RunningService {
+export interface Runtime {
   container: Container;
   server: Server | undefined;
   /** The port the API listens on (the real one when PORT is 0). */
   port: number | undefined;
-  /** Stops HTTP (finishing in-flight requests), then jobs (finishing running ones), then the pool. */
+  /** Stops HTTP (finishing in-flight requests), then usage records, jobs (finishing running ones), the mailer, the pool. */
   stop(): Promise<void>;
 }
 
 /**
- * The service as `ROLE` asks: migrations, the job queue (consuming in `worker` and `all`), and the
- * HTTP API (in `api` and `all`). Used by `main.ts` and by the tests alike.
+ * The runtime as `ROLE` asks: the pool and migrations, the job queue (consuming in `worker` and
+ * `all`), and the HTTP API (in `api` and `all`). Used by `main.ts` and by the tests alike.
  */
-export async function startService(options: ServiceOptions): Promise<RunningService> {
+export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const { config, log } = options;
-  const stops: Array<() => Promise<void>> = [];
-  const started = (stop: () => Promise<void>) => {
-    stops.unshift(stop);
-    options.onStarted?.(stop);
-  };
+  const lifecycle = options.lifecycle ? await options.lifecycle.child('runtime') : new Lifecycle(log);
 
   const db = createDatabase({ url: options.databaseUrl, poolMax: config.databasePoolMax, log });
-  started(() => db.destroy());
+  await lifecycle.started('database pool', () => db.destroy());
   const applied = await migrateToLatest(db);
   if (applied.length) log.info({ migrations: applied }, 'migrations applied');
 
@@ -49,13 +49,15 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
   const boss = createJobQueue({ url: options.databaseUrl, work, log });
   const document = loadOpenApiDocument();
   const container = createContainer({ config, log, db, boss, document, smtpUrl: options.smtpUrl });
-  started(async () => container.mailer.close());
-  await startJobQueue(boss, { work, jobs: jobDefinitions(container), log });
-  started(() => stopJobQueue(boss, config.shutdownTimeoutMs));
+  await lifecycle.started('mailer', () => container.mailer.close());
+  await lifecycle.start(
+    'job queue',
+    () => startJobQueue(boss, { work, jobs: jobDefinitions(container), log }),
+    () => stopJobQueue(boss, config.shutdownTimeoutMs),
+  );
   if (work) await startReconciler(boss);
 
   let server: Server | undefined;
-  let port: number | undefined;
   if (config.role !== 'worker') {
     const app = await createApp({
       logger: log,
@@ -68,26 +70,15 @@ export async function startService(options: ServiceOptions): Promise<RunningServ
       hsts: config.env === 'production',
     });
     container.usage.start();
-    started(() => container.usage.stop());
-    const listening = await listen(app, config.port, config.host);
-    server = listening;
-    const address = listening.address();
-    port = typeof address === 'object' && address ? address.port : config.port;
-    started(() => closeServer(listening, config.shutdownTimeoutMs));
+    await lifecycle.started('usage records', () => container.usage.stop());
+    server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
   }
+  const address = server?.address();
 
   return {
     container,
     server,
-    port,
-    stop: async () => {
-      for (const stop of stops) {
-        try {
-          await stop();
-        } catch (error) {
-          log.error({ err: error }, 'error while stopping');
-        }
-      }
-    },
+    port: typeof address === 'object' && address ? address.port : server ? config.port : undefined,
+    stop: () => lifecycle.stop(),
   };
 }

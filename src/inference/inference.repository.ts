@@ -1,0 +1,78 @@
+import type { Knex } from 'knex';
+import { DeploymentRow } from '../db/models/deployments.ts';
+import { UsageRecordRow } from '../db/models/usage-records.ts';
+
+/** Every query of the inference area: what a caller may route to, and the usage records. */
+type Db = Knex | Knex.Transaction;
+
+/** A deployment of the caller's organization with its cluster, as routing sees it. */
+export interface Candidate {
+  id: string;
+  organization_id: number;
+  user_id: number;
+  model_name: string;
+  status: string;
+  engine_model_uid: string | null;
+  cluster_id: string | null;
+  endpoint: string | null;
+  sealed_credential: string | null;
+  /** The cluster's status: `credentials_invalid` once its engine refused the platform's credentials. */
+  cluster_status: string | null;
+  created_at: Date;
+}
+
+/** Whose deployments: a session's (its user's, in its organization) or a whole organization's (an API key's). */
+export type CandidateScope = { userId: number; organizationId: number } | { organizationId: number };
+
+/** The scope's deployments that are not terminated, with their clusters, newest first. */
+export async function findRoutingCandidates(db: Db, scope: CandidateScope): Promise<Candidate[]> {
+  const query = DeploymentRow.query(db)
+    .alias('d')
+    .leftJoin('clusters as c', 'c.id', 'd.cluster_id')
+    .whereNot('d.status', 'terminated')
+    .where('d.organization_id', scope.organizationId)
+    .select(
+      'd.id',
+      'd.organization_id',
+      'd.user_id',
+      'd.model_name',
+      'd.status',
+      'd.engine_model_uid',
+      'd.cluster_id',
+      'd.created_at',
+      'c.endpoint',
+      'c.sealed_credential',
+      'c.status as cluster_status',
+    )
+    .orderBy('d.created_at', 'desc');
+  if ('userId' in scope) query.where('d.user_id', scope.userId);
+  return query.castTo<Candidate[]>();
+}
+
+/** The columns of a usage record the service writes (the rest are the database's). */
+export type NewUsageRecord = Pick<
+  UsageRecordRow,
+  | 'usage_id'
+  | 'request_id'
+  | 'organization_id'
+  | 'deployment_id'
+  | 'api_key_id'
+  | 'user_id'
+  | 'route'
+  | 'model'
+  | 'prompt_tokens'
+  | 'completion_tokens'
+  | 'total_tokens'
+  | 'unit'
+  | 'outcome'
+  | 'estimated'
+> & { quantity: number };
+
+/** Stores usage records; one already stored under the same `usage_id` is left as it is. */
+export async function insertUsageRecords(db: Db, records: readonly NewUsageRecord[]): Promise<void> {
+  if (!records.length) return;
+  await UsageRecordRow.query(db)
+    .insert(records.map((record) => ({ ...record, quantity: String(record.quantity) })))
+    .onConflict('usage_id')
+    .ignore();
+}

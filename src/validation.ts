@@ -13,3 +13,10 @@ export function notBlank(value: string, location: string): string {
   }
   return trimmed;
 }
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** A UUID in its canonical text form (deployment ids); Postgres would refuse anything else as `uuid`. */
+export function isUuid(value: string): boolean {
+  return UUID.test(value);
+}

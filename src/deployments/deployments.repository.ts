@@ -5,6 +5,7 @@ import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
 import { InstanceRow } from '../db/models/instances.ts';
 import { forUpdateOf } from '../db/query.ts';
 import { ACTIVE_STATUSES, type DeploymentStatus } from './deployment-states.ts';
+import { isUuid } from '../validation.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
@@ -236,10 +237,4 @@ export function toDeployment(row: DeploymentRow): Deployment {
     updated_at: row.updated_at.toISOString(),
     terminated_at: row.terminated_at?.toISOString() ?? null,
   };
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-export function isUuid(value: string): boolean {
-  return UUID.test(value);
 }

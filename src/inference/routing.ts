@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import type { Principal } from '../accounts/principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
-import { isUuid } from '../deployments/deployments.repository.ts';
+import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
 

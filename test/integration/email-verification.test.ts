@@ -9,7 +9,7 @@ import { jsonOf, type Problem } from '../helpers/http.ts';
 let app: TestApp;
 beforeAll(async () => {
   // Behind a trusted proxy, so a test can speak from a client address of its own (X-Forwarded-For).
-  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' });
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' }, { workers: true });
 });
 afterAll(() => app.close());
 

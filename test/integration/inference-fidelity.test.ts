@@ -76,7 +76,7 @@ async function usageRows(where: Record<string, unknown>) {
 }
 
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 1 } });
+  app = await startTestApp(FAST_PROVISIONING, { workers: true, cluster: { modelLoadMs: 100, tokenLatencyMs: 1 } });
   stub = await EngineStub.start(app.simulator?.url ?? '');
   await app.db('clusters').update({ endpoint: stub.url });
   owner = await registeredUser(app);

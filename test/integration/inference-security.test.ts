@@ -113,7 +113,7 @@ async function usageRows(where: Record<string, unknown>) {
 beforeAll(async () => {
   app = await startTestApp(
     { ...FAST_PROVISIONING, TRUST_PROXY: 'true', INFERENCE_IDLE_TIMEOUT_SECONDS: '1', INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS: '4' },
-    { cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } },
+    { workers: true, cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } },
   );
   stub = await EngineStub.start(app.simulator?.url ?? '');
   await app.db('clusters').update({ endpoint: stub.url });

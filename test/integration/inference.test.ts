@@ -38,7 +38,7 @@ async function newKey(deploymentIds: string[], extra: Record<string, unknown> = 
 const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${app.url}/v1`, maxRetries: 0 });
 
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } });
+  app = await startTestApp(FAST_PROVISIONING, { workers: true, cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } });
   owner = await registeredUser(app);
   await app.db('billing_accounts').update({ max_active_resources: 50 });
   [chat, embedder, whisper] = await Promise.all([

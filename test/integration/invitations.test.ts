@@ -10,7 +10,7 @@ import { waitUntil } from '../helpers/net.ts';
 
 let app: TestApp;
 beforeAll(async () => {
-  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com' });
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com' }, { workers: true });
 });
 afterAll(() => app.close());
 
@@ -300,7 +300,7 @@ describe('resending', () => {
 
 describe('delivery status', () => {
   it('tells the truth when the email cannot be sent', async () => {
-    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '0' });
+    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '0' }, { workers: true });
     try {
       failing.inbox.refuse = true;
       const owner = await registeredUser(failing);

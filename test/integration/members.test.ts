@@ -7,7 +7,7 @@ import { jsonOf, type Problem } from '../helpers/http.ts';
 
 let app: TestApp;
 beforeAll(async () => {
-  app = await startTestApp();
+  app = await startTestApp({}, { workers: true });
   // Deployments stay `requested`: these tests are about who owns them, not about provisioning.
   await app.container.boss.offWork('provision-deployment');
 });

@@ -9,7 +9,7 @@ import { waitUntil } from '../helpers/net.ts';
 let app: TestApp;
 beforeAll(async () => {
   // Behind a trusted proxy, so a test can speak from a client address of its own (X-Forwarded-For).
-  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' });
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' }, { workers: true });
 });
 afterAll(() => app.close());
 
@@ -152,7 +152,7 @@ describe('password reset', () => {
 
 describe('email delivery failures', () => {
   it('records the SMTP error, retries, and marks the email failed after the last attempt', async () => {
-    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' });
+    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' }, { workers: true });
     try {
       failing.inbox.refuse = true;
       const { email } = await registeredUser(failing);

@@ -12,7 +12,7 @@ import { waitUntil } from '../helpers/net.ts';
 let app: TestApp;
 let browser: Browser;
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 300 } });
+  app = await startTestApp(FAST_PROVISIONING, { workers: true, cluster: { modelLoadMs: 300 } });
   browser = (await registeredUser(app)).browser;
   await app.db('billing_accounts').update({ max_active_resources: 50 });
 });
@@ -226,7 +226,7 @@ describe('provisioning on the cluster', () => {
 describe('a deployment failed while its model loads', () => {
   let slow: TestApp;
   beforeAll(async () => {
-    slow = await startTestApp({ ...FAST_PROVISIONING, DEPLOYMENT_START_TIMEOUT_SECONDS: '1' }, { cluster: { modelLoadMs: 4000 } });
+    slow = await startTestApp({ ...FAST_PROVISIONING, DEPLOYMENT_START_TIMEOUT_SECONDS: '1' }, { workers: true, cluster: { modelLoadMs: 4000 } });
   });
   afterAll(() => slow.close());
 

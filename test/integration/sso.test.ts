@@ -15,7 +15,7 @@ let idp: TestIdentityProvider;
 let app: TestApp;
 beforeAll(async () => {
   idp = await new TestIdentityProvider(CALLBACK).start();
-  app = await startTestApp({ ...idp.env, OIDC_PROVIDER_NAME: 'testidp', WEB_APP_URL: WEB_APP });
+  app = await startTestApp({ ...idp.env, OIDC_PROVIDER_NAME: 'testidp', WEB_APP_URL: WEB_APP }, { workers: true });
 });
 afterAll(async () => {
   await app?.close();

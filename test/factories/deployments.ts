@@ -29,7 +29,7 @@ const EVENTS_FROM_REQUESTED: Partial<Record<DeploymentStatus, DeploymentEvent[]>
 /**
  * A deployment of `owner`'s in `state`, created through the API, in one line:
  *
- * - `requested`: as created, in an app without workers (nothing provisions it).
+ * - `requested`: as created (it stays so in an app without workers, or whose provisioning is off).
  * - `running`: provisioned by the real workers on the cluster simulator, waited for through the API
  *   (an app with workers and a cluster).
  * - `terminating`: created and deleted through the API, in an app without workers (nothing cleans it up).
@@ -48,7 +48,8 @@ export async function deployment(
   options: DeploymentOptions = {},
 ): Promise<Deployment> {
   const needsWorkers = state === 'running';
-  const needsIdle = state !== 'running' && state !== 'terminated';
+  // Nothing else may move it meanwhile (an app with workers would provision or clean it up).
+  const needsIdle = state !== 'requested' && state !== 'running' && state !== 'terminated';
   if (needsWorkers && !(app.workers && app.simulator)) throw new Error(`a ${state} deployment needs an app with workers and a cluster`);
   if (needsIdle && app.workers) throw new Error(`a ${state} deployment stays ${state} only in an app without workers`);
 

@@ -123,7 +123,9 @@ function watchFirstEvent(where: string, copy: Response) {
     } catch {
       return; // The client left (or the connection broke) before a first event: nothing to check.
     } finally {
-      await reader.cancel().catch(() => undefined);
+      // Not awaited: a branch of a tee'd stream finishes cancelling only once the other branch (the
+      // test's) is done too.
+      reader.cancel().catch(() => undefined);
     }
     if (first === undefined) return;
     let event: unknown;

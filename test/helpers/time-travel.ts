@@ -30,3 +30,9 @@ export async function expireResetToken(app: Db, token: string): Promise<void> {
 export async function expireVerificationToken(app: Db, token: string): Promise<void> {
   await app.db('email_verification_tokens').where({ token_hash: hashToken(token) }).update({ expires_at: new Date(Date.now() - 1000) });
 }
+
+/** The rate limiter's counter or hold of this key (as stored, prefix included) ends now, its count kept. */
+export async function expireRateLimit(app: Db, key: string): Promise<void> {
+  const updated = await app.db('rate_limit_points').where({ key }).update({ expire: Date.now() - 1 });
+  if (updated !== 1) throw new Error(`no rate limit counter ${key}`);
+}

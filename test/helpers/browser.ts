@@ -79,26 +79,4 @@ export class Browser {
     }
     return response;
   }
-
-  // Untyped calls of the tests not converted yet to `api`; removed once none is left.
-  request(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Response> {
-    const all = body === undefined ? headers : { 'content-type': 'application/json', ...headers };
-    return this.fetch(path, { method, headers: all, body: body === undefined ? undefined : JSON.stringify(body) });
-  }
-
-  get(path: string, headers?: Record<string, string>) {
-    return this.request('GET', path, undefined, headers);
-  }
-
-  post(path: string, body?: unknown, headers?: Record<string, string>) {
-    return this.request('POST', path, body, headers);
-  }
-
-  patch(path: string, body?: unknown, headers?: Record<string, string>) {
-    return this.request('PATCH', path, body, headers);
-  }
-
-  delete(path: string, headers?: Record<string, string>) {
-    return this.request('DELETE', path, undefined, headers);
-  }
 }

@@ -1,8 +1,6 @@
 import type { components } from '../../generated/api.d.ts';
 
 export type Problem = components['schemas']['Problem'];
-export type Deployment = components['schemas']['Deployment'];
-export type InferenceError = components['schemas']['InferenceError'];
 
 /** The JSON body of a response, typed as the caller expects it (for raw requests; the typed client parses its own). */
 export async function jsonOf<T = Record<string, unknown>>(response: Response): Promise<T> {

@@ -5,8 +5,9 @@ type Db = Pick<TestApp, 'db'>;
 
 /**
  * Moves stored times into the past, as if time had passed: what a test of expiry needs and what
- * neither the API nor the repositories offer (on purpose). The only raw writes of the integration
- * tests besides catalog rows the catalog has no write path for; each names what it ages.
+ * neither the API nor the repositories offer (on purpose). With two catalog rows of
+ * provisioning.test.ts and one billing limit of deployments.test.ts, the only raw writes of the
+ * tests; each function names what it ages.
  */
 
 /** The session of this cookie token now has these creation and expiry times. */

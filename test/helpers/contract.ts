@@ -2,6 +2,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 import { createParser } from 'eventsource-parser';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { foundViolations as violations, pendingChecks as pending } from './contract-checks.ts';
 
 /**
  * The client side of the contract tier: every response a test receives through the typed client
@@ -57,10 +58,6 @@ export function templateOf(pathname: string): string | undefined {
 export class ContractViolation extends Error {
   override name = 'ContractViolation';
 }
-
-/** Checks of streams still reading their first event; a test's `afterEach` waits for them. */
-const pending = new Set<Promise<void>>();
-const violations: ContractViolation[] = [];
 
 /**
  * Checks `response` to `method` `template` against the document. Throws a ContractViolation for a
@@ -144,12 +141,7 @@ function watchFirstEvent(where: string, copy: Response) {
   void check.finally(() => pending.delete(check));
 }
 
-/** Waits for the stream checks under way and throws the first violation any of them found. */
-export async function settleContractChecks(): Promise<void> {
-  while (pending.size) await Promise.all([...pending]);
-  const found = violations.splice(0);
-  if (found.length) throw found[0];
-}
+export { settleContractChecks } from './contract-checks.ts';
 
 export type Fetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 

@@ -18,12 +18,11 @@ export interface DeploymentOptions {
 
 const SMALL_MODEL: CreateDeploymentRequest = { model_name: 'qwen2.5-instruct' };
 
-/** The events that take a new (`requested`) deployment to each state the repository is used for. */
+/** The events that take a new (`requested`) deployment to the states the repository is used for. */
 const EVENTS_FROM_REQUESTED: Partial<Record<DeploymentStatus, DeploymentEvent[]>> = {
   provisioning: ['placed'],
   starting: ['placed', 'launched'],
   failed: ['fail'],
-  terminated: ['cleaned_up'], // after the API's DELETE moved it to terminating
 };
 
 /**

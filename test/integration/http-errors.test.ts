@@ -3,6 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { registeredUser } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
 import { jsonOf, unchecked, type Problem } from '../helpers/http.ts';
 
 type StripeEvent = components['schemas']['StripeEvent'];
@@ -46,7 +47,7 @@ describe('HTTP error handling', () => {
 
   it('answers malformed JSON with 400 MALFORMED_REQUEST', async () => {
     // A body that is not JSON, which the typed client cannot send.
-    const response = await fetch(`${app.url}/v1/user/signin`, { method: 'POST', body: '{"email": ', headers: { 'content-type': 'application/json' } });
+    const response = await contractFetch(app.url)(`${app.url}/v1/user/signin`, { method: 'POST', body: '{"email": ', headers: { 'content-type': 'application/json' } });
     await expectProblem(response, 400, 'MALFORMED_REQUEST');
   });
 
@@ -120,8 +121,8 @@ describe('errors on inference routes', () => {
   });
 
   it('authenticate before reading the body: a bad key answers 401 whatever the body', async () => {
-    // A body that is not JSON, which the typed client cannot send.
-    const response = await fetch(`${app.url}/v1/chat/completions`, {
+    // A body that is not JSON, which the typed client cannot send (the answer is still checked against the document).
+    const response = await contractFetch(app.url)(`${app.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer svc-sk-x' },
       body: '{"model": ',

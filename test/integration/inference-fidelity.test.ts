@@ -8,6 +8,7 @@ import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { keyClient, type Api } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
 import { EngineStub, type EngineBehaviour } from '../helpers/engine-stub.ts';
 import { jsonOf } from '../helpers/http.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
@@ -40,13 +41,13 @@ const chatCompletion = (body: CreateChatCompletionRequest) => api().POST('/v1/ch
 const audio = Buffer.alloc(32_000, 1);
 const hello = [{ role: 'user' as const, content: 'hello there' }];
 
-/** A multipart form, which the typed client does not send: plain fetch. */
+/** A multipart form, which the typed client does not send: fetch, its answer checked against the document. */
 function transcribe(responseFormat?: string) {
   const form = new FormData();
   form.set('model', whisper.id);
   form.set('file', new Blob([audio], { type: 'audio/wav' }), 'a.wav');
   if (responseFormat) form.set('response_format', responseFormat);
-  return fetch(`${app.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  return contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
 }
 
 /** Requests that reached the engine's inference routes. */

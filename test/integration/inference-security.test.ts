@@ -10,6 +10,7 @@ import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, keyClient } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
 import { EngineStub, type EngineBehaviour } from '../helpers/engine-stub.ts';
 import { jsonOf } from '../helpers/http.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
@@ -63,9 +64,9 @@ function multipart(boundary: string, parts: FormPart[], preamble = ''): Buffer {
   return Buffer.concat(chunks);
 }
 
-/** A multipart body as bytes, which the typed client cannot send: plain fetch. */
+/** A multipart body as bytes, which the typed client cannot send: fetch, its answer checked against the document. */
 function transcribe(apiKey: string, boundary: string, body: Buffer | ReadableStream, headers: Record<string, string> = {}) {
-  return fetch(`${app.url}/v1/audio/transcriptions`, {
+  return contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${apiKey}`, 'content-type': `multipart/form-data; boundary=${boundary}`, ...headers },
     body,
@@ -397,7 +398,7 @@ describe('usage is keyed on a server-made id and metered in each route’s unit 
 describe('request validation holds whatever the Content-Type (finding 7)', () => {
   it.each(['/v1/user/signin', '/v1/user/register'])('answers a multipart body on %s with 422 in the Problem shape', async (path) => {
     // A content type the operation does not take, which the typed client cannot send.
-    const response = await fetch(`${app.url}${path}`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=x' }, body: '--x--\r\n' });
+    const response = await contractFetch(app.url)(`${app.url}${path}`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=x' }, body: '--x--\r\n' });
     expect(response.status).toBe(422);
     expect(await jsonOf(response)).toMatchObject({ code: 'VALIDATION_FAILED', status: 422, errors: [{ location: 'body' }], request_id: response.headers.get('x-request-id') });
   });
@@ -422,7 +423,7 @@ describe('deep nesting and NUL characters are refused, not a 500 (finding 8)', (
     expect(nul.response.status).toBe(422);
     expect(nul.error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [{ location: 'body/first_name' }] });
     // Nested deeper than JSON.stringify can write: the body as text, with plain fetch.
-    const deep = await fetch(`${app.url}/v1/user/signin`, {
+    const deep = await contractFetch(app.url)(`${app.url}/v1/user/signin`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: `{"email":"a@example.com","password":"whatever1","extra":${nested(100_000)}}`,
@@ -433,7 +434,7 @@ describe('deep nesting and NUL characters are refused, not a 500 (finding 8)', (
 
   it('answers 400 invalid_parameter on an inference route', async () => {
     // Nested deeper than JSON.stringify can write: the body as text, with plain fetch.
-    const deep = await fetch(`${app.url}/v1/chat/completions`, {
+    const deep = await contractFetch(app.url)(`${app.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${chatOnlyKey}`, 'content-type': 'application/json' },
       body: `{"model":"${chat.id}","messages":[{"role":"user","content":"hi"}],"extra":${nested(400_000)}}`,

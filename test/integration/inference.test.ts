@@ -9,6 +9,7 @@ import { deployment, type Deployment } from '../factories/deployments.ts';
 import { team } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, keyClient } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
 import { jsonOf, unchecked } from '../helpers/http.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
@@ -211,8 +212,8 @@ describe('streaming mechanics', () => {
       for (let i = 0; i < 19; i++) yield megabyte;
       yield Buffer.from(`\r\n--${boundary}--\r\n`);
     }
-    // A multipart body streamed as it is made, which the typed client cannot send.
-    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+    // A multipart body streamed as it is made, which the typed client cannot send (the answer is still checked).
+    const response = await contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body: Readable.toWeb(Readable.from(parts())) as ReadableStream,
@@ -228,8 +229,8 @@ describe('streaming mechanics', () => {
       Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${whisper.id}\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n`),
       Buffer.alloc(26 * 1024 * 1024),
     ]);
-    // An oversized multipart body, which the typed client cannot send.
-    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+    // An oversized multipart body, which the typed client cannot send (an answer, if any, is still checked).
+    const response = await contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body,

@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import type { components } from '../../generated/api.d.ts';
 import type { TestApp } from '../helpers/app.ts';
-import { Browser } from '../helpers/browser.ts';
+import { Browser, type Api } from '../helpers/browser.ts';
+
+type RegisterRequest = components['schemas']['RegisterRequest'];
+export type SessionUser = components['schemas']['SessionUser'];
 
 let counter = 0;
 
@@ -11,22 +15,44 @@ export function uniqueEmail(prefix = 'user'): string {
 
 export const PASSWORD = 'correct horse battery staple';
 
+/** A user signed in in a browser of their own; `api` is that browser's typed client. */
+export interface SignedInUser {
+  browser: Browser;
+  api: Api;
+  email: string;
+  password: string;
+  user: SessionUser;
+}
+
 /** Registers a new user (and organization) through the API; returns their signed-in browser. */
-export async function registeredUser(app: TestApp, overrides: Record<string, unknown> = {}) {
+export async function registeredUser(app: TestApp, overrides: Partial<RegisterRequest> = {}): Promise<SignedInUser> {
   const browser = new Browser(app.url);
-  const email = (overrides.email as string | undefined) ?? uniqueEmail();
+  const email = overrides.email ?? uniqueEmail();
   const body = { email, password: PASSWORD, organization: `Org of ${email}`, ...overrides };
-  const response = await browser.post('/v1/user/register', body);
-  if (response.status !== 201) throw new Error(`register failed: ${response.status} ${await response.text()}`);
-  const session = (await response.json()) as { user: { id: number; email: string } };
-  return { browser, email, password: String(body.password), user: session.user };
+  const { data, error, response } = await browser.api.POST('/v1/user/register', { body });
+  if (!data) throw new Error(`register failed: ${response.status} ${JSON.stringify(error)}`);
+  return { browser, api: browser.api, email, password: body.password, user: data.user };
+}
+
+/** Signs `email` in through the API in a new browser. */
+export async function signedIn(app: TestApp, email: string, password = PASSWORD): Promise<SignedInUser> {
+  const browser = new Browser(app.url);
+  const { data, error, response } = await browser.api.POST('/v1/user/signin', { body: { email, password } });
+  if (!data) throw new Error(`sign-in failed: ${response.status} ${JSON.stringify(error)}`);
+  return { browser, api: browser.api, email, password, user: data.user };
 }
 
 /** Subjects of the emails the service sends, to pick one kind out of an inbox. */
 export const SUBJECTS = { verification: 'Confirm your email address', reset: 'Reset your password', invitation: ' invited you to ' } as const;
 
+/** Email goes out through a background job: a test that reads the inbox needs an app with workers. */
+export function assertDeliversEmail(app: TestApp): void {
+  if (!app.workers) throw new Error('this needs the email the service sends: start the app with { workers: true }');
+}
+
 /** The token of the next verification email to `email`, read from the SMTP listener. */
 export async function verificationToken(app: TestApp, email: string): Promise<string> {
+  assertDeliversEmail(app);
   const message = await app.inbox.next(email, { subject: SUBJECTS.verification });
   const token = /\/verify-email\?token=([a-z2-7]+)/.exec(message.text)?.[1];
   if (!token) throw new Error(`no verification link in: ${message.text}`);
@@ -34,10 +60,10 @@ export async function verificationToken(app: TestApp, email: string): Promise<st
 }
 
 /** A registered user who confirmed their email through the link of the verification email. */
-export async function verifiedUser(app: TestApp, overrides: Record<string, unknown> = {}) {
+export async function verifiedUser(app: TestApp, overrides: Partial<RegisterRequest> = {}): Promise<SignedInUser> {
   const registered = await registeredUser(app, overrides);
   const token = await verificationToken(app, registered.email);
-  const response = await new Browser(app.url).post('/v1/user/email-verification/confirm', { token });
-  if (response.status !== 200) throw new Error(`confirm failed: ${response.status} ${await response.text()}`);
-  return registered;
+  const { response, error } = await new Browser(app.url).api.POST('/v1/user/email-verification/confirm', { body: { token } });
+  if (response.status !== 200) throw new Error(`confirm failed: ${response.status} ${JSON.stringify(error)}`);
+  return { ...registered, user: { ...registered.user, email_verified: true } };
 }

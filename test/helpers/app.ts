@@ -28,6 +28,8 @@ export interface TestApp {
   simulator: ClusterSimulator | undefined;
   /** The settings the service runs with (for a second process on the same database). */
   env: Record<string, string>;
+  /** Whether this process runs the background jobs (email, provisioning, the reconciler). */
+  workers: boolean;
   databaseUrl: string;
   close(): Promise<void>;
 }
@@ -42,18 +44,34 @@ export const FAST_PROVISIONING = {
   DEPLOYMENT_RECOVERY_GRACE_SECONDS: '3',
 };
 
+export interface TestAppOptions {
+  /**
+   * Run the background jobs in this process (ROLE=all): email delivery, provisioning and the
+   * reconciler. Off by default (ROLE=api): jobs are queued and wait, nothing polls. An `env` that
+   * names ROLE wins.
+   */
+  workers?: boolean;
+  /** Start the GPU cluster simulator and register it as the cluster. */
+  cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[] };
+}
+
 /**
- * The whole service (HTTP and workers) on a loopback port, in a database of its own, sending email
- * to a real SMTP listener; responses are validated against the contract, so a response that breaks
- * it fails the test.
+ * The service's HTTP API (and, when asked, its background workers) on a loopback port, in a
+ * database of its own, sending email to a real SMTP listener; responses are validated against the
+ * contract, so a response that breaks it fails the test.
  */
-export async function startTestApp(
-  env: Record<string, string> = {},
-  options: { cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[] } } = {},
-): Promise<TestApp> {
+export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const inbox = await new Inbox().start();
-  const settings = { NODE_ENV: 'test', PORT: '0', HOST: '127.0.0.1', PUBLIC_URL: APP_ORIGIN, APP_SECRET: TEST_APP_SECRET, ...env };
+  const settings = {
+    NODE_ENV: 'test',
+    PORT: '0',
+    HOST: '127.0.0.1',
+    PUBLIC_URL: APP_ORIGIN,
+    APP_SECRET: TEST_APP_SECRET,
+    ROLE: options.workers ? 'all' : 'api',
+    ...env,
+  };
   const config = loadConfig(settings);
   const log = createLogger('silent');
   const service = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
@@ -65,6 +83,7 @@ export async function startTestApp(
     inbox,
     simulator,
     env: settings,
+    workers: config.role !== 'api',
     databaseUrl: database.url,
     close: async () => {
       await service.stop();

@@ -1,6 +1,8 @@
 import { once } from 'node:events';
 import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
+import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
+import type { TestApp } from './app.ts';
 
 export interface RecordedRequest {
   method: string;
@@ -44,6 +46,24 @@ export class EngineStub {
     stub.#server.listen(0, '127.0.0.1');
     await once(stub.#server, 'listening');
     stub.url = `http://127.0.0.1:${(stub.#server.address() as AddressInfo).port}`;
+    return stub;
+  }
+
+  /**
+   * A stub in front of the app's simulated cluster, made the cluster's endpoint as an operator
+   * moves a cluster: registered again (`cluster register`), its credentials checked through the stub.
+   */
+  static async inFrontOf(app: Pick<TestApp, 'simulator' | 'container'>): Promise<EngineStub> {
+    const credentials = app.simulator?.credentials;
+    if (!app.simulator || !credentials) throw new Error('the app runs no simulated cluster with authentication');
+    const stub = await EngineStub.start(app.simulator.url);
+    await app.container.clusters.register({
+      name: LOCAL_CLUSTER_NAME,
+      provider: 'local',
+      region: 'simulator',
+      endpoint: stub.url,
+      auth: { mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey },
+    });
     return stub;
   }
 

@@ -1,4 +1,5 @@
-import { parseSetCookie } from './browser.ts';
+import { parseSetCookie, typedClient, type Api } from './browser.ts';
+import { checkResponse, templateOf } from './contract.ts';
 
 interface StoredCookie {
   host: string;
@@ -57,23 +58,37 @@ export class RedirectBrowser {
     throw new Error(`too many redirects from ${url}`);
   }
 
-  /** One request with this browser's cookies; the cookies it sets are kept. No redirect is followed. */
-  async request(method: string, url: string, options: { headers?: Record<string, string>; body?: unknown } = {}): Promise<Response> {
-    const target = this.#rewrite(new URL(url));
-    const headers: Record<string, string> = { ...options.headers };
+  /**
+   * One request with this browser's cookies; the cookies it sets are kept. No redirect is followed.
+   * An answer of the service (an origin it rewrites) is checked against the document, as the typed
+   * client's are.
+   */
+  async fetch(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    const target = this.#rewrite(url);
+    const headers = new Headers(request.headers);
     const cookie = this.#cookiesFor(target)
       .map((c) => `${c.name}=${c.value}`)
       .join('; ');
-    if (cookie) headers.cookie = cookie;
-    if (options.body !== undefined) headers['content-type'] = 'application/json';
-    const response = await fetch(target, {
-      method,
-      headers,
-      body: options.body === undefined ? undefined : JSON.stringify(options.body),
-      redirect: 'manual',
-    });
+    if (cookie) headers.set('cookie', cookie);
+    const body = request.body ? await request.arrayBuffer() : undefined;
+    const response = await fetch(target, { method: request.method, headers, body, redirect: 'manual' });
     for (const header of response.headers.getSetCookie()) this.#store(target, header);
+    const template = this.#rewrites.has(url.origin) ? templateOf(url.pathname) : undefined;
+    if (template) await checkResponse(request.method, template, response);
     return response;
+  }
+
+  /** One request by method and URL, with a JSON `body` if given (see `fetch`). */
+  async request(method: string, url: string, options: { headers?: Record<string, string>; body?: unknown } = {}): Promise<Response> {
+    const headers: Record<string, string> = { ...options.headers };
+    if (options.body !== undefined) headers['content-type'] = 'application/json';
+    return this.fetch(new Request(url, { method, headers, body: options.body === undefined ? undefined : JSON.stringify(options.body) }));
+  }
+
+  /** The service's typed client through this browser, addressed at `origin` (a URL the service names itself by). */
+  api(origin: string): Api {
+    return typedClient(origin, (request) => this.fetch(request), { checked: true });
   }
 
   /** The value of cookie `name` that a request to `url` would carry. */

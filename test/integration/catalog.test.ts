@@ -1,40 +1,36 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { operations } from '../../generated/api.d.ts';
+import { restrictModel, setModelEnabled } from '../../src/catalog/catalog.repository.ts';
 import { registeredUser } from '../factories/accounts.ts';
 import { team } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import type { Api } from '../helpers/browser.ts';
+import { statusOf, unchecked } from '../helpers/http.ts';
 
-interface Model {
-  id: string;
-  model_name: string;
-  provider: string;
-  model_type: string;
-  enabled: boolean;
-  hosted: boolean;
-  tags: string[];
-  specs: Array<{ model_format: string; model_size_in_billions: number; quantizations: string[] }>;
-}
+type Query = NonNullable<operations['listDeployableModels']['parameters']['query']>;
 
 let app: TestApp;
-let browser: Awaited<ReturnType<typeof registeredUser>>['browser'];
+let api: Api;
 beforeAll(async () => {
   app = await startTestApp();
-  browser = (await registeredUser(app)).browser;
+  api = (await registeredUser(app)).api;
 });
 afterAll(() => app.close());
 
-const list = async (query = '') => {
-  const response = await browser.get(`/api/v1/deployable-models${query}`);
+const list = async (query: Query = {}) => {
+  const { data, response } = await api.GET('/api/v1/deployable-models', { params: { query } });
   expect(response.status).toBe(200);
-  return (await jsonOf<{ items: Model[] }>(response)).items;
+  return data?.items ?? [];
 };
+const get = (caller: Api, id: string, query: { enabled_only?: boolean } = {}) =>
+  caller.GET('/api/v1/deployable-models/{model_id}', { params: { path: { model_id: id }, query } });
 
 describe('the catalog', () => {
   it('lists at least 20 real open models, LLMs by default, with their launch combinations', async () => {
     const llms = await list();
     expect(llms.length).toBeGreaterThanOrEqual(15);
     expect(llms.every((m) => m.model_type === 'LLM' && m.enabled)).toBe(true);
-    const all = [...llms, ...(await list('?model_type=embedding')), ...(await list('?model_type=rerank'))];
+    const all = [...llms, ...(await list({ model_type: 'embedding' })), ...(await list({ model_type: 'rerank' }))];
     expect(all.length).toBeGreaterThanOrEqual(20);
     expect(new Set(all.map((m) => m.provider)).size).toBeGreaterThanOrEqual(8);
     const qwen = llms.find((m) => m.model_name === 'qwen2.5-instruct');
@@ -43,61 +39,60 @@ describe('the catalog', () => {
   });
 
   it('filters by type and by provider, whatever its case', async () => {
-    const rerankers = await list('?model_type=rerank');
+    const rerankers = await list({ model_type: 'rerank' });
     expect(rerankers.map((m) => m.model_name)).toContain('bge-reranker-v2-m3');
-    const meta = await list('?provider=meta');
+    const meta = await list({ provider: 'meta' });
     expect(meta.map((m) => m.model_name).sort()).toEqual(['llama-3.1-instruct', 'llama-3.3-instruct']);
   });
 
   it('ranks a free-text search by relevance, names first', async () => {
-    expect((await list('?q=coder'))[0]?.model_name).toBe('qwen2.5-coder-instruct');
-    expect((await list('?q=llama 3.3'))[0]?.model_name).toBe('llama-3.3-instruct');
-    const reasoning = (await list('?q=reasoning')).map((m) => m.model_name);
+    expect((await list({ q: 'coder' }))[0]?.model_name).toBe('qwen2.5-coder-instruct');
+    expect((await list({ q: 'llama 3.3' }))[0]?.model_name).toBe('llama-3.3-instruct');
+    const reasoning = (await list({ q: 'reasoning' })).map((m) => m.model_name);
     expect(reasoning).toEqual(expect.arrayContaining(['QwQ-32B', 'deepseek-r1-distill-qwen']));
-    expect(await list('?q=nothingmatchesthis')).toEqual([]);
+    expect(await list({ q: 'nothingmatchesthis' })).toEqual([]);
   });
 
   it('gets a model by id, and answers 404 for an unknown one', async () => {
     const [first] = await list();
-    const response = await browser.get(`/api/v1/deployable-models/${first?.id}`);
-    expect(await jsonOf(response)).toMatchObject({ id: first?.id, model_name: first?.model_name });
-    const missing = await browser.get('/api/v1/deployable-models/00000000-0000-4000-8000-000000000000');
-    expect(missing.status).toBe(404);
-    expect((await jsonOf<Problem>(missing)).code).toBe('NOT_FOUND');
+    expect((await get(api, first?.id ?? '')).data).toMatchObject({ id: first?.id, model_name: first?.model_name });
+    const missing = await get(api, '00000000-0000-4000-8000-000000000000');
+    expect(missing.response.status).toBe(404);
+    expect(missing.error?.code).toBe('NOT_FOUND');
   });
 
   it('hides a disabled model unless enabled_only is false', async () => {
-    await app.db('deployable_models').where({ model_name: 'QwQ-32B' }).update({ enabled: false });
+    await setModelEnabled(app.db, 'QwQ-32B', false);
     try {
       expect((await list()).map((m) => m.model_name)).not.toContain('QwQ-32B');
-      const everything = await list('?enabled_only=false');
+      const everything = await list({ enabled_only: false });
       expect(everything.find((m) => m.model_name === 'QwQ-32B')).toMatchObject({ enabled: false });
-      const id = everything.find((m) => m.model_name === 'QwQ-32B')?.id;
-      expect((await browser.get(`/api/v1/deployable-models/${id}`)).status).toBe(404);
-      expect((await browser.get(`/api/v1/deployable-models/${id}?enabled_only=false`)).status).toBe(200);
+      const id = everything.find((m) => m.model_name === 'QwQ-32B')?.id ?? '';
+      expect(await statusOf(get(api, id))).toBe(404);
+      expect(await statusOf(get(api, id, { enabled_only: false }))).toBe(200);
     } finally {
-      await app.db('deployable_models').where({ model_name: 'QwQ-32B' }).update({ enabled: true });
+      await setModelEnabled(app.db, 'QwQ-32B', true);
     }
   });
 
   it('shows a model restricted to some organizations only to them', async () => {
     const insider = await registeredUser(app);
-    const organizationId = (await jsonOf<{ id: number }>(await insider.browser.get('/v1/organization'))).id;
-    await app.db('deployable_models').where({ model_name: 'glm4-chat' }).update({ allowed_organization_ids: [organizationId] });
+    const organizationId = (await insider.api.GET('/v1/organization')).data?.id ?? 0;
+    const id = (await list()).find((m) => m.model_name === 'glm4-chat')?.id ?? '';
+    await restrictModel(app.db, 'glm4-chat', [organizationId]);
     try {
-      const id = (await app.db('deployable_models').where({ model_name: 'glm4-chat' }).first('id')).id;
-      expect((await browser.get(`/api/v1/deployable-models/${id}`)).status).toBe(404);
+      expect(await statusOf(get(api, id))).toBe(404);
       expect((await list()).map((m) => m.model_name)).not.toContain('glm4-chat');
-      expect((await insider.browser.get(`/api/v1/deployable-models/${id}`)).status).toBe(200);
+      expect(await statusOf(get(insider.api, id))).toBe(200);
     } finally {
-      await app.db('deployable_models').where({ model_name: 'glm4-chat' }).update({ allowed_organization_ids: null });
+      await restrictModel(app.db, 'glm4-chat', null);
     }
   });
 
   it('is readable by a viewer and refuses bad query values with 422', async () => {
     const members = await team(app);
-    expect((await members.viewer.browser.get('/api/v1/deployable-models')).status).toBe(200);
-    expect((await browser.get('/api/v1/deployable-models?model_type=video')).status).toBe(422);
-    expect((await browser.get(`/api/v1/deployable-models?q=${'x'.repeat(201)}`)).status).toBe(422);
+    expect(await statusOf(members.viewer.api.GET('/api/v1/deployable-models'))).toBe(200);
+    expect(await statusOf(api.GET('/api/v1/deployable-models', { params: { query: { model_type: unchecked('video') } } }))).toBe(422);
+    expect(await statusOf(api.GET('/api/v1/deployable-models', { params: { query: { q: 'x'.repeat(201) } } }))).toBe(422);
   });
 });

@@ -1,7 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { components } from '../../generated/api.d.ts';
 import { registeredUser } from '../factories/accounts.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { Browser } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
+import { jsonOf, unchecked, type Problem } from '../helpers/http.ts';
+
+type StripeEvent = components['schemas']['StripeEvent'];
 
 /** The error contract every route shares: shapes, statuses and request ids. */
 describe('HTTP error handling', () => {
@@ -11,42 +16,51 @@ describe('HTTP error handling', () => {
   });
   afterAll(() => app.close());
 
-  const post = (path: string, body: string, headers: Record<string, string> = {}) =>
-    fetch(`${app.url}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers } });
+  const api = (origin?: string) => {
+    const browser = new Browser(app.url);
+    if (origin) browser.origin = origin;
+    return browser.api;
+  };
 
-  async function expectProblem(response: Response, status: number, code: string) {
+  /** `body`: the typed client's parsed error; read from the response for a raw request. */
+  async function expectProblem(response: Response, status: number, code: string, body?: unknown) {
     expect(response.status).toBe(status);
     expect(response.headers.get('content-type')).toMatch(/^application\/json/);
-    const body = await jsonOf<Problem>(response);
-    expect(body).toMatchObject({ status, code, title: expect.any(String), detail: expect.any(String) });
-    expect(body.type).toMatch(/^https:\/\//);
-    expect(body.request_id).toBe(response.headers.get('x-request-id'));
-    return body;
+    const problem = (body ?? (await jsonOf(response))) as Problem;
+    expect(problem).toMatchObject({ status, code, title: expect.any(String), detail: expect.any(String) });
+    expect(problem.type).toMatch(/^https:\/\//);
+    expect(problem.request_id).toBe(response.headers.get('x-request-id'));
+    return problem;
   }
 
   it('answers an unknown path with 404 NOT_FOUND', async () => {
+    // No operation of the document has this path: plain fetch.
     await expectProblem(await fetch(`${app.url}/v1/nothing-here`), 404, 'NOT_FOUND');
   });
 
   it('answers a known path with the wrong method with 405 and an Allow header', async () => {
+    // PUT is no operation of this path: plain fetch.
     const response = await fetch(`${app.url}/api/v1/model-deployments/0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21`, { method: 'PUT' });
     await expectProblem(response, 405, 'METHOD_NOT_ALLOWED');
     expect(response.headers.get('allow')).toBe('GET, DELETE');
   });
 
   it('answers malformed JSON with 400 MALFORMED_REQUEST', async () => {
-    await expectProblem(await post('/v1/user/signin', '{"email": '), 400, 'MALFORMED_REQUEST');
+    // A body that is not JSON, which the typed client cannot send.
+    const response = await contractFetch(app.url)(`${app.url}/v1/user/signin`, { method: 'POST', body: '{"email": ', headers: { 'content-type': 'application/json' } });
+    await expectProblem(response, 400, 'MALFORMED_REQUEST');
   });
 
   it('answers a body over 1 MiB with 413 PAYLOAD_TOO_LARGE', async () => {
-    const big = JSON.stringify({ email: 'a@example.com', password: 'x'.repeat(1_100_000) });
-    const body = await expectProblem(await post('/v1/user/signin', big), 413, 'PAYLOAD_TOO_LARGE');
-    expect(body.detail).toBe('The request body is larger than 1 MiB.');
+    const { error, response } = await api().POST('/v1/user/signin', { body: { email: 'a@example.com', password: 'x'.repeat(1_100_000) } });
+    const problem = await expectProblem(response, 413, 'PAYLOAD_TOO_LARGE', error);
+    expect(problem.detail).toBe('The request body is larger than 1 MiB.');
   });
 
   it('answers an invalid body with 422 VALIDATION_FAILED listing each problem', async () => {
-    const body = await expectProblem(await post('/v1/user/signin', JSON.stringify({ email: 42 })), 422, 'VALIDATION_FAILED');
-    expect(body.errors).toEqual(
+    const { error, response } = await api().POST('/v1/user/signin', { body: unchecked({ email: 42 }) });
+    const problem = await expectProblem(response, 422, 'VALIDATION_FAILED', error);
+    expect(problem.errors).toEqual(
       expect.arrayContaining([
         { location: 'body/password', message: '`password` is required' },
         { location: 'body/email', message: expect.stringMatching(/string/) },
@@ -55,37 +69,37 @@ describe('HTTP error handling', () => {
   });
 
   it('rejects unknown fields of a strict body with 422', async () => {
-    const body = await expectProblem(
-      await post('/v1/auth/password-reset/request', JSON.stringify({ email: 'ada@example.com', admin: true })),
-      422,
-      'VALIDATION_FAILED',
-    );
-    expect(body.errors).toContainEqual({ location: 'body/admin', message: 'unknown field `admin` is not allowed' });
+    const { error, response } = await api().POST('/v1/auth/password-reset/request', { body: unchecked({ email: 'ada@example.com', admin: true }) });
+    const problem = await expectProblem(response, 422, 'VALIDATION_FAILED', error);
+    expect(problem.errors).toContainEqual({ location: 'body/admin', message: 'unknown field `admin` is not allowed' });
   });
 
+  const event: StripeEvent = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
+  const signature = { header: { 'Stripe-Signature': 't=1,v1=abc' } };
+
   it('answers an operation that is not built yet with 501 NOT_IMPLEMENTED', async () => {
-    const event = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
-    await expectProblem(await post('/v1/billing/webhook', JSON.stringify(event), { 'stripe-signature': 't=1,v1=abc' }), 501, 'NOT_IMPLEMENTED');
+    const { error, response } = await api().POST('/v1/billing/webhook', { body: event, params: signature });
+    await expectProblem(response, 501, 'NOT_IMPLEMENTED', error);
   });
 
   it('lets the webhook (x-csrf-exempt, verified by signature) past the Origin check that refuses other writes from that origin', async () => {
-    const event = { id: 'evt_1', object: 'event', type: 'invoice.paid', created: 1795910405, data: { object: {} }, livemode: false };
-    const foreign = { origin: 'https://evil.example', 'stripe-signature': 't=1,v1=abc' };
-    await expectProblem(await post('/v1/billing/webhook', JSON.stringify(event), foreign), 501, 'NOT_IMPLEMENTED');
-    await expectProblem(await post('/v1/user/signin', JSON.stringify({ email: 'a@example.com', password: 'x' }), foreign), 403, 'CSRF_FAILED');
+    const foreign = api('https://evil.example');
+    const hook = await foreign.POST('/v1/billing/webhook', { body: event, params: signature });
+    await expectProblem(hook.response, 501, 'NOT_IMPLEMENTED', hook.error);
+    const signIn = await foreign.POST('/v1/user/signin', { body: { email: 'a@example.com', password: 'x' }, headers: signature.header });
+    await expectProblem(signIn.response, 403, 'CSRF_FAILED', signIn.error);
   });
 
   it('answers a session route without a session with 401 UNAUTHENTICATED', async () => {
-    await expectProblem(await fetch(`${app.url}/api/v1/model-deployments`), 401, 'UNAUTHENTICATED');
+    const { error, response } = await api().GET('/api/v1/model-deployments');
+    await expectProblem(response, 401, 'UNAUTHENTICATED', error);
   });
 
   it('gives every response a request id and keeps a well-formed inbound one', async () => {
-    const generated = await fetch(`${app.url}/healthz`);
-    expect(generated.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
-    const kept = await fetch(`${app.url}/healthz`, { headers: { 'x-request-id': 'trace-1234-abcd' } });
-    expect(kept.headers.get('x-request-id')).toBe('trace-1234-abcd');
-    const replaced = await fetch(`${app.url}/healthz`, { headers: { 'x-request-id': 'bad id with spaces' } });
-    expect(replaced.headers.get('x-request-id')).toMatch(/^req_/);
+    const health = (headers: Record<string, string> = {}) => api().GET('/healthz', { headers });
+    expect((await health()).response.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
+    expect((await health({ 'x-request-id': 'trace-1234-abcd' })).response.headers.get('x-request-id')).toBe('trace-1234-abcd');
+    expect((await health({ 'x-request-id': 'bad id with spaces' })).response.headers.get('x-request-id')).toMatch(/^req_/);
   });
 });
 
@@ -98,15 +112,8 @@ describe('errors on inference routes', () => {
 
   it('answer in the hosted-inference shape, with 400 for a body that is not JSON', async () => {
     const { browser } = await registeredUser(app);
-    const response = await fetch(`${app.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        cookie: [...browser.cookies].map(([name, value]) => `${name}=${value}`).join('; '),
-        'x-csrf-token': browser.cookies.get('csrf_token') ?? '',
-      },
-      body: '{"model": ',
-    });
+    // A body that is not JSON, which the typed client cannot send: the browser's own fetch (cookies and CSRF header).
+    const response = await browser.fetch('/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model": ' });
     expect(response.status).toBe(400);
     expect(await jsonOf(response)).toEqual({
       error: { message: 'The request body is not valid JSON.', type: 'invalid_request_error', code: 'invalid_json', param: null },
@@ -114,7 +121,8 @@ describe('errors on inference routes', () => {
   });
 
   it('authenticate before reading the body: a bad key answers 401 whatever the body', async () => {
-    const response = await fetch(`${app.url}/v1/chat/completions`, {
+    // A body that is not JSON, which the typed client cannot send (the answer is still checked against the document).
+    const response = await contractFetch(app.url)(`${app.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: 'Bearer svc-sk-x' },
       body: '{"model": ',
@@ -124,6 +132,7 @@ describe('errors on inference routes', () => {
   });
 
   it('answer an unknown method with 405 in the same shape', async () => {
+    // GET is no operation of this path: plain fetch.
     const response = await fetch(`${app.url}/v1/embeddings`);
     expect(response.status).toBe(405);
     expect(await jsonOf(response)).toMatchObject({ error: { type: 'invalid_request_error', code: 'method_not_allowed' } });

@@ -1,11 +1,17 @@
-import OpenAI, { toFile } from 'openai';
+import type OpenAI from 'openai';
+import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { components } from '../../generated/api.d.ts';
 import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
-import { registeredUser } from '../factories/accounts.ts';
+import { apiKey } from '../factories/api-keys.ts';
+import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
+import { deployment, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
-import type { Browser } from '../helpers/browser.ts';
+import { keyClient, type Api } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
 import { EngineStub, type EngineBehaviour } from '../helpers/engine-stub.ts';
 import { jsonOf } from '../helpers/http.ts';
+import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
@@ -16,14 +22,11 @@ import { waitUntil } from '../helpers/net.ts';
  * simulator, to see what reached the engine and to make it answer 429.
  */
 
-interface Deployment {
-  id: string;
-  engine_model_uid: string;
-}
+type CreateChatCompletionRequest = components['schemas']['CreateChatCompletionRequest'];
 
 let app: TestApp;
 let stub: EngineStub;
-let owner: Awaited<ReturnType<typeof registeredUser>>;
+let owner: SignedInUser;
 let chat: Deployment;
 let embedder: Deployment;
 let whisper: Deployment;
@@ -31,27 +34,20 @@ let painter: Deployment;
 let key: string;
 
 const CHAT = 'POST /v1/chat/completions';
-const client = () => new OpenAI({ apiKey: key, baseURL: `${app.url}/v1`, maxRetries: 0 });
+const client = () => inferenceClient(app, key);
+/** The typed client with the API key. */
+const api = (): Api => keyClient(app.url, key);
+const chatCompletion = (body: CreateChatCompletionRequest) => api().POST('/v1/chat/completions', { body });
 const audio = Buffer.alloc(32_000, 1);
 const hello = [{ role: 'user' as const, content: 'hello there' }];
 
-async function runningDeployment(browser: Browser, body: Record<string, unknown>): Promise<Deployment> {
-  const { id } = await jsonOf<{ id: string }>(await browser.post('/api/v1/model-deployments', body));
-  let deployment: (Deployment & { status: string }) | undefined;
-  await waitUntil(async () => (deployment = await jsonOf<Deployment & { status: string }>(await browser.get(`/api/v1/model-deployments/${id}`))).status === 'running', `${id} to run`);
-  return deployment as Deployment;
-}
-
-function postJson(path: string, body: unknown) {
-  return fetch(`${app.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
-}
-
+/** A multipart form, which the typed client does not send: fetch, its answer checked against the document. */
 function transcribe(responseFormat?: string) {
   const form = new FormData();
   form.set('model', whisper.id);
   form.set('file', new Blob([audio], { type: 'audio/wav' }), 'a.wav');
   if (responseFormat) form.set('response_format', responseFormat);
-  return fetch(`${app.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
+  return contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: form });
 }
 
 /** Requests that reached the engine's inference routes. */
@@ -76,19 +72,16 @@ async function usageRows(where: Record<string, unknown>) {
 }
 
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 1 } });
-  stub = await EngineStub.start(app.simulator?.url ?? '');
-  await app.db('clusters').update({ endpoint: stub.url });
+  app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true, cluster: { modelLoadMs: 100, tokenLatencyMs: 1 } });
+  stub = await EngineStub.inFrontOf(app);
   owner = await registeredUser(app);
-  await app.db('billing_accounts').update({ max_active_resources: 50 });
   [chat, embedder, whisper, painter] = await Promise.all([
-    runningDeployment(owner.browser, { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
-    runningDeployment(owner.browser, { model_name: 'bge-m3' }),
-    runningDeployment(owner.browser, { model_name: 'whisper-large-v3' }),
-    runningDeployment(owner.browser, { model_name: 'FLUX.1-schnell' }),
+    deployment(app, owner, 'running', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
+    deployment(app, owner, 'running', { model_name: 'bge-m3' }),
+    deployment(app, owner, 'running', { model_name: 'whisper-large-v3' }),
+    deployment(app, owner, 'running', { model_name: 'FLUX.1-schnell' }),
   ]);
-  const created = await jsonOf<{ key: string }>(await owner.browser.post('/v1/organization/api-keys', { name: 'fidelity', deployment_ids: [chat.id, embedder.id, whisper.id, painter.id] }));
-  key = created.key;
+  key = (await apiKey(owner, [chat.id, embedder.id, whisper.id, painter.id], { name: 'fidelity' })).key;
 }, 120_000);
 
 afterAll(async () => {
@@ -119,9 +112,9 @@ describe('images (M4)', () => {
   it('labels a PNG (an image with transparency) image/png, and drops a worker path the engine sent anyway', async () => {
     const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0x49, 0x48, 0x44, 0x52]).toString('base64');
     stub.behave('POST /v1/images/generations', answers(200, { created: 1, data: [{ url: '/root/.xinference/image/0a1b.png', b64_json: png }] }));
-    const response = await postJson('/v1/images/generations', { model: painter.id, prompt: 'glass' });
+    const { data } = await api().POST('/v1/images/generations', { body: { model: painter.id, prompt: 'glass' } });
     stub.behave('POST /v1/images/generations', undefined);
-    expect(await jsonOf(response)).toEqual({ created: 1, data: [{ url: `data:image/png;base64,${png}` }] });
+    expect(data).toEqual({ created: 1, data: [{ url: `data:image/png;base64,${png}` }] });
   });
 });
 
@@ -156,15 +149,15 @@ describe('transcriptions (M6, M14)', () => {
   });
 
   it('serves every format to the official openai client, and meters each transcription as one request', async () => {
-    const fresh = await jsonOf<{ key: string; api_key: { id: number } }>(await owner.browser.post('/v1/organization/api-keys', { name: 'formats', deployment_ids: [whisper.id] }));
-    const sdk = new OpenAI({ apiKey: fresh.key, baseURL: `${app.url}/v1`, maxRetries: 0 });
+    const fresh = await apiKey(owner, [whisper.id], { name: 'formats' });
+    const sdk = inferenceClient(app, fresh.key);
     const file = async () => toFile(audio, 'a.wav');
     expect((await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id })).text).toBe(text);
     expect(await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'text' })).toBe(`${text}\n`);
     expect(await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'vtt' })).toMatch(/^WEBVTT\n\n00:00:00\.000 --> /);
     const verbose = await sdk.audio.transcriptions.create({ file: await file(), model: whisper.id, response_format: 'verbose_json' });
     expect(verbose).toMatchObject({ text, duration: 2, segments: [{ start: 0, end: 1 }, { start: 1, end: 2 }] });
-    const rows = await usageRows({ api_key_id: fresh.api_key.id });
+    const rows = await usageRows({ api_key_id: fresh.id });
     expect(rows.map((row) => [row.route, row.unit, Number(row.quantity), row.outcome])).toEqual(Array.from({ length: 4 }, () => ['/v1/audio/transcriptions', 'request', 1, 'completed']));
   });
 });
@@ -201,10 +194,9 @@ describe('embeddings as base64 (M13)', () => {
   });
 
   it('answers base64 strings on the wire', async () => {
-    const response = await postJson('/v1/embeddings', { model: embedder.id, input: 'one', encoding_format: 'base64' });
-    const body = await jsonOf<{ data: Array<{ embedding: unknown; index: number }>; usage: unknown }>(response);
-    expect(typeof body.data[0]?.embedding).toBe('string');
-    expect(Buffer.from(body.data[0]?.embedding as string, 'base64').length).toBe(384 * 4);
+    const { data: body } = await api().POST('/v1/embeddings', { body: { model: embedder.id, input: 'one', encoding_format: 'base64' } });
+    expect(typeof body?.data[0]?.embedding).toBe('string');
+    expect(Buffer.from(body?.data[0]?.embedding as string, 'base64').length).toBe(384 * 4);
   });
 });
 
@@ -218,12 +210,12 @@ describe('engine refusals (M10)', () => {
     ];
     for (const [behaviour, retryAfter] of cases) {
       stub.behave(CHAT, behaviour);
-      const response = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+      const { error, response } = await chatCompletion({ model: chat.id, messages: hello });
       stub.behave(CHAT, undefined);
       expect(response.status).toBe(429);
       expect(response.headers.get('retry-after')).toBe(retryAfter);
-      const text = await response.text();
-      expect(JSON.parse(text)).toEqual({
+      const text = JSON.stringify(error);
+      expect(error).toEqual({
         error: { message: 'The model is receiving too many requests; retry after Retry-After seconds.', type: 'rate_limit_error', code: 'engine_rate_limited', param: null },
       });
       expect(text).not.toContain('dep-');
@@ -239,22 +231,21 @@ describe('engine refusals (M10)', () => {
     const invalidBefore = auth.invalidBearers;
     const callsBefore = inferenceCalls();
 
-    const first = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
-    expect(first.status).toBe(502);
-    expect(await jsonOf(first)).toMatchObject({ error: { code: 'upstream_error', type: 'server_error' } });
+    const first = await chatCompletion({ model: chat.id, messages: hello });
+    expect(first.response.status).toBe(502);
+    expect(first.error).toMatchObject({ error: { code: 'upstream_error', type: 'server_error' } });
     await waitUntil(async () => (await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status === 'credentials_invalid', 'the cluster to be marked');
     const cluster = await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first();
     expect(cluster.status_reason).toMatch(/inference API key/);
 
-    for (const [path, body] of [
-      ['/v1/chat/completions', { model: chat.id, messages: hello }],
-      ['/v1/embeddings', { model: embedder.id, input: 'x' }],
-      ['/v1/chat/completions', { model: 'qwen2.5-instruct', messages: hello, stream: true }],
-    ] as const) {
-      const refused = await postJson(path, body);
-      expect(refused.status).toBe(503);
-      expect(refused.headers.get('retry-after')).toBe('60');
-      expect(await jsonOf(refused)).toMatchObject({ error: { code: 'engine_unavailable', type: 'server_error', param: 'model' } });
+    for (const refused of [
+      await chatCompletion({ model: chat.id, messages: hello }),
+      await api().POST('/v1/embeddings', { body: { model: embedder.id, input: 'x' } }),
+      await chatCompletion({ model: 'qwen2.5-instruct', messages: hello, stream: true }),
+    ]) {
+      expect(refused.response.status).toBe(503);
+      expect(refused.response.headers.get('retry-after')).toBe('60');
+      expect(refused.error).toMatchObject({ error: { code: 'engine_unavailable', type: 'server_error', param: 'model' } });
     }
     // One refused bearer reached the engine, toward its ban of the platform's address; no more.
     expect(auth.invalidBearers - invalidBefore).toBe(1);
@@ -263,20 +254,20 @@ describe('engine refusals (M10)', () => {
 
     auth.addApiKey(apiKey, 'admin');
     await app.container.clusters.check(LOCAL_CLUSTER_NAME);
-    await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
+    await waitUntil(async () => (await chatCompletion({ model: chat.id, messages: hello })).response.status === 200, 'the cluster to serve again');
   });
 
   it('treats an engine 403 to the inference key (a key without access to the model) the same way', async () => {
     stub.behave(CHAT, answers(403, { detail: `API key does not have access to model: ${chat.engine_model_uid}` }));
-    const refused = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
+    const refused = await chatCompletion({ model: chat.id, messages: hello });
     stub.behave(CHAT, undefined);
-    expect(refused.status).toBe(502);
-    expect(await refused.text()).not.toContain('dep-');
-    const next = await postJson('/v1/chat/completions', { model: chat.id, messages: hello });
-    expect(next.status).toBe(503);
-    expect(await jsonOf(next)).toMatchObject({ error: { code: 'engine_unavailable' } });
+    expect(refused.response.status).toBe(502);
+    expect(JSON.stringify(refused.error)).not.toContain('dep-');
+    const next = await chatCompletion({ model: chat.id, messages: hello });
+    expect(next.response.status).toBe(503);
+    expect(next.error).toMatchObject({ error: { code: 'engine_unavailable' } });
     expect((await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status_reason).toMatch(/answered 403/);
     await app.container.clusters.check(LOCAL_CLUSTER_NAME);
-    await waitUntil(async () => (await postJson('/v1/chat/completions', { model: chat.id, messages: hello })).status === 200, 'the cluster to serve again');
+    await waitUntil(async () => (await chatCompletion({ model: chat.id, messages: hello })).response.status === 200, 'the cluster to serve again');
   });
 });

@@ -1,50 +1,37 @@
 import { request } from 'node:http';
 import { Readable } from 'node:stream';
-import OpenAI from 'openai';
+import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registeredUser } from '../factories/accounts.ts';
+import { findKey, updateKey } from '../../src/api-keys/api-keys.repository.ts';
+import { apiKey } from '../factories/api-keys.ts';
+import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
+import { deployment, type Deployment } from '../factories/deployments.ts';
 import { team } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
-import type { Browser } from '../helpers/browser.ts';
-import { jsonOf } from '../helpers/http.ts';
+import { Browser, keyClient } from '../helpers/browser.ts';
+import { contractFetch } from '../helpers/contract.ts';
+import { jsonOf, unchecked } from '../helpers/http.ts';
+import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
 
-interface Deployment {
-  id: string;
-  status: string;
-  engine_model_uid: string;
-}
-
 let app: TestApp;
-let owner: Awaited<ReturnType<typeof registeredUser>>;
+let owner: SignedInUser;
 let chat: Deployment;
 let embedder: Deployment;
 let whisper: Deployment;
 let key: string;
 
-async function runningDeployment(browser: Browser, body: Record<string, unknown>): Promise<Deployment> {
-  const { id } = await jsonOf<{ id: string }>(await browser.post('/api/v1/model-deployments', body));
-  let deployment: Deployment | undefined;
-  await waitUntil(async () => (deployment = await jsonOf<Deployment>(await browser.get(`/api/v1/model-deployments/${id}`))).status === 'running', `${id} to run`);
-  return deployment as Deployment;
-}
-
-async function newKey(deploymentIds: string[], extra: Record<string, unknown> = {}): Promise<{ key: string; id: number }> {
-  const response = await owner.browser.post('/v1/organization/api-keys', { name: 'test', deployment_ids: deploymentIds, ...extra });
-  const body = await jsonOf<{ key: string; api_key: { id: number } }>(response);
-  return { key: body.key, id: body.api_key.id };
-}
-
-const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: `${app.url}/v1`, maxRetries: 0 });
+const newKey = (deploymentIds: string[], extra: Parameters<typeof apiKey>[2] = {}) => apiKey(owner, deploymentIds, extra);
+const client = (key: string) => inferenceClient(app, key);
+const hi = [{ role: 'user' as const, content: 'hi' }];
 
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } });
+  app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true, cluster: { modelLoadMs: 100, tokenLatencyMs: 5 } });
   owner = await registeredUser(app);
-  await app.db('billing_accounts').update({ max_active_resources: 50 });
   [chat, embedder, whisper] = await Promise.all([
-    runningDeployment(owner.browser, { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
-    runningDeployment(owner.browser, { model_name: 'bge-m3' }),
-    runningDeployment(owner.browser, { model_name: 'whisper-large-v3' }),
+    deployment(app, owner, 'running', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
+    deployment(app, owner, 'running', { model_name: 'bge-m3' }),
+    deployment(app, owner, 'running', { model_name: 'whisper-large-v3' }),
   ]);
   key = (await newKey([chat.id, embedder.id, whisper.id])).key;
 });
@@ -117,16 +104,18 @@ describe('refusals', () => {
 
   it('refuses a disabled, a revoked and an expired key with 401 and a code saying which', async () => {
     const disabled = await newKey([chat.id]);
-    await owner.browser.patch(`/v1/organization/api-keys/${disabled.id}`, { status: 'disabled' });
+    await owner.api.PATCH('/v1/organization/api-keys/{api_key_id}', { params: { path: { api_key_id: disabled.id } }, body: { status: 'disabled' } });
     expect(await status(disabled.key)).toEqual({ status: 401, code: 'api_key_disabled' });
 
     const revoked = await newKey([chat.id]);
     expect((await status(revoked.key)).status).toBe(200);
-    await owner.browser.delete(`/v1/organization/api-keys/${revoked.id}`);
+    await owner.api.DELETE('/v1/organization/api-keys/{api_key_id}', { params: { path: { api_key_id: revoked.id } } });
     expect(await status(revoked.key)).toEqual({ status: 401, code: 'api_key_revoked' });
 
     const expired = await newKey([chat.id], { expires_at: new Date(Date.now() + 60_000).toISOString() });
-    await app.db('api_keys').where({ id: expired.id }).update({ expires_at: new Date(Date.now() - 1000) });
+    const stored = await findKey(app.db, Number(chat.organization_id), expired.id);
+    if (!stored) throw new Error('no such key');
+    await updateKey(app.db, stored, { expires_at: new Date(Date.now() - 1000) });
     expect(await status(expired.key)).toEqual({ status: 401, code: 'api_key_expired' });
   });
 
@@ -135,7 +124,7 @@ describe('refusals', () => {
     expect(await status(narrow)).toEqual({ status: 403, code: 'model_not_in_key_scope' });
     expect(await status(key, 'no-such-model')).toEqual({ status: 404, code: 'model_not_found' });
     const stranger = await registeredUser(app);
-    const theirs = await runningDeployment(stranger.browser, { model_name: 'phi-3-mini-128k-instruct' });
+    const theirs = await deployment(app, stranger, 'running', { model_name: 'phi-3-mini-128k-instruct' });
     expect(await status(key, theirs.id)).toEqual({ status: 404, code: 'model_not_found' });
   });
 
@@ -143,52 +132,45 @@ describe('refusals', () => {
     [{ input: 'no model' }, 'missing_required_parameter', 'model'],
     [{ model: 'x', messages: [{ role: 'user', content: 'hi' }], temperature: 5 }, 'invalid_parameter', 'temperature'],
   ])('refuses the body %o with 400 %s', async (body, code, param) => {
-    const path = 'messages' in body ? '/v1/chat/completions' : '/v1/embeddings';
-    const response = await fetch(`${app.url}${path}`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+    const api = keyClient(app.url, key);
+    const { error, response } =
+      'messages' in body ? await api.POST('/v1/chat/completions', { body: unchecked(body) }) : await api.POST('/v1/embeddings', { body: unchecked(body) });
     expect(response.status).toBe(400);
-    expect(await jsonOf(response)).toMatchObject({ error: { type: 'invalid_request_error', code, param } });
+    expect(error).toMatchObject({ error: { type: 'invalid_request_error', code, param } });
   });
 
   it('answers 503 with Retry-After while the deployment is not running yet', async () => {
     app.simulator?.setModelLoadMs(60_000);
-    const { id } = await jsonOf<{ id: string }>(await owner.browser.post('/api/v1/model-deployments', { model_name: 'gemma-3-it' }));
+    const { id } = await deployment(app, owner, 'requested', { model_name: 'gemma-3-it' });
     const loading = (await newKey([id])).key;
-    const response = await fetch(`${app.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${loading}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: id, messages: [{ role: 'user', content: 'hi' }] }),
-    });
+    const { error, response } = await keyClient(app.url, loading).POST('/v1/chat/completions', { body: { model: id, messages: hi } });
     app.simulator?.setModelLoadMs(100);
     expect(response.status).toBe(503);
     expect(Number(response.headers.get('retry-after'))).toBeGreaterThan(0);
-    expect(await jsonOf(response)).toMatchObject({ error: { code: 'deployment_not_running', type: 'server_error', param: 'model' } });
+    expect(error).toMatchObject({ error: { code: 'deployment_not_running', type: 'server_error', param: 'model' } });
   });
 });
 
 describe('the session as credential', () => {
   it('lets a member call inference with the cookie and the CSRF header, and refuses a viewer', async () => {
-    const ok = await owner.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
-    expect(ok.status).toBe(200);
+    const ask = { body: { model: chat.id, messages: hi } };
+    expect((await owner.api.POST('/v1/chat/completions', ask)).response.status).toBe(200);
     owner.browser.sendCsrfHeader = false;
-    const noCsrf = await owner.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
+    const noCsrf = await owner.api.POST('/v1/chat/completions', ask);
     owner.browser.sendCsrfHeader = true;
-    expect(noCsrf.status).toBe(403);
-    expect(await jsonOf(noCsrf)).toMatchObject({ error: { code: 'csrf_failed', type: 'permission_error' } });
+    expect(noCsrf.response.status).toBe(403);
+    expect(noCsrf.error).toMatchObject({ error: { code: 'csrf_failed', type: 'permission_error' } });
 
     const members = await team(app);
-    const viewer = await members.viewer.browser.post('/v1/chat/completions', { model: chat.id, messages: [{ role: 'user', content: 'hi' }] });
-    expect(viewer.status).toBe(403);
-    expect(await jsonOf(viewer)).toMatchObject({ error: { code: 'insufficient_role' } });
+    const viewer = await members.viewer.api.POST('/v1/chat/completions', ask);
+    expect(viewer.response.status).toBe(403);
+    expect(viewer.error).toMatchObject({ error: { code: 'insufficient_role' } });
   });
 
   it('answers 401 missing_credentials with neither key nor cookie', async () => {
-    const response = await fetch(`${app.url}/v1/models`);
+    const { error, response } = await new Browser(app.url).api.GET('/v1/models');
     expect(response.status).toBe(401);
-    expect(await jsonOf(response)).toMatchObject({ error: { code: 'missing_credentials', type: 'authentication_error' } });
+    expect(error).toMatchObject({ error: { code: 'missing_credentials', type: 'authentication_error' } });
   });
 });
 
@@ -196,6 +178,7 @@ describe('streaming mechanics', () => {
   it('aborts the upstream generation when the client disconnects', async () => {
     app.simulator?.setTokenLatencyMs(50);
     const before = app.simulator?.abortedRequests ?? 0;
+    // A client that leaves mid-stream: node:http, to drop the connection after the first bytes.
     await new Promise<void>((resolve, reject) => {
       const req = request(`${app.url}/v1/chat/completions`, {
         method: 'POST',
@@ -229,7 +212,8 @@ describe('streaming mechanics', () => {
       for (let i = 0; i < 19; i++) yield megabyte;
       yield Buffer.from(`\r\n--${boundary}--\r\n`);
     }
-    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+    // A multipart body streamed as it is made, which the typed client cannot send (the answer is still checked).
+    const response = await contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body: Readable.toWeb(Readable.from(parts())) as ReadableStream,
@@ -245,7 +229,8 @@ describe('streaming mechanics', () => {
       Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n${whisper.id}\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n`),
       Buffer.alloc(26 * 1024 * 1024),
     ]);
-    const response = await fetch(`${app.url}/v1/audio/transcriptions`, {
+    // An oversized multipart body, which the typed client cannot send (an answer, if any, is still checked).
+    const response = await contractFetch(app.url)(`${app.url}/v1/audio/transcriptions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
       body,

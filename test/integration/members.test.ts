@@ -1,115 +1,119 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { PASSWORD, registeredUser } from '../factories/accounts.ts';
-import { invite, invitedMember, team } from '../factories/organizations.ts';
+import type { components } from '../../generated/api.d.ts';
+import { PROVISION_QUEUE } from '../../src/deployments/provisioning.ts';
+import { apiKey } from '../factories/api-keys.ts';
+import { PASSWORD, registeredUser, signedIn } from '../factories/accounts.ts';
+import { deployment } from '../factories/deployments.ts';
+import { invite, invitedMember, team, type Team } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { Browser } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { Browser, keyClient, type Api } from '../helpers/browser.ts';
+import { statusOf, unchecked } from '../helpers/http.ts';
+import { expireInvitation } from '../helpers/time-travel.ts';
+
+type Role = components['schemas']['Role'];
 
 let app: TestApp;
 beforeAll(async () => {
-  app = await startTestApp();
-  // Deployments stay `requested`: these tests are about who owns them, not about provisioning.
-  await app.container.boss.offWork('provision-deployment');
+  // Workers deliver the invitation emails; deployments stay `requested`: these tests are about who
+  // owns them, not about provisioning.
+  app = await startTestApp({}, { workers: true });
+  await app.container.boss.offWork(PROVISION_QUEUE);
 });
 afterAll(() => app.close());
 // Every team registers three people through invitations from one address: start each test with
-// the per-address limits cleared, as if the requests came from elsewhere.
+// that address's count cleared, as if the requests came from elsewhere.
 beforeEach(async () => {
-  await app.db('rate_limit_points').delete();
+  await app.container.limiter.reset('invitation-register:address:127.0.0.1');
 });
 
-interface Member {
-  id: number;
-  user_id: number;
-  email: string;
-  role: string;
-}
-
-const userIdOf = async (browser: Browser) => (await jsonOf<{ user: { id: number } }>(await browser.get('/v1/auth/session'))).user.id;
-const membersOf = async (browser: Browser) => jsonOf<Member[]>(await browser.get('/v1/organization/members'));
-const setRole = (browser: Browser, userId: number, role: string) => browser.patch(`/v1/organization/members/${userId}`, { role });
-const remove = (browser: Browser, userId: number) => browser.delete(`/v1/organization/members/${userId}`);
-const codeOf = async (response: Response) => (await jsonOf<Problem>(response)).code;
+const membersOf = async (api: Api) => (await api.GET('/v1/organization/members')).data ?? [];
+const setRole = (api: Api, userId: number, role: Role) =>
+  api.PATCH('/v1/organization/members/{user_id}', { params: { path: { user_id: userId } }, body: { role } });
+const remove = (api: Api, userId: number) => api.DELETE('/v1/organization/members/{user_id}', { params: { path: { user_id: userId } } });
+const revoke = (api: Api, invitationId: number) =>
+  api.DELETE('/v1/organization/invitations/{invitation_id}', { params: { path: { invitation_id: invitationId } } });
+const preview = (token: string) => new Browser(app.url).api.GET('/v1/invitations/by-token/{token}', { params: { path: { token } } });
 
 describe('changing a member’s role', () => {
-  let members: Awaited<ReturnType<typeof team>>;
+  let members: Team;
   beforeAll(async () => {
     members = await team(app);
   });
 
   it('lets an admin make a member a viewer and back; the new role applies to the next request', async () => {
-    const memberId = await userIdOf(members.member.browser);
-    const response = await setRole(members.admin.browser, memberId, 'viewer');
+    const memberId = members.member.user.id;
+    const { data, response } = await setRole(members.admin.api, memberId, 'viewer');
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toMatchObject({ user_id: memberId, email: members.member.email, role: 'viewer' });
-    expect(await jsonOf(await members.member.browser.get('/v1/auth/session'))).toMatchObject({ user: { role: { name: 'viewer' } } });
-    expect((await members.member.browser.post('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct' })).status).toBe(403);
-    expect((await setRole(members.admin.browser, memberId, 'member')).status).toBe(200);
+    expect(data).toMatchObject({ user_id: memberId, email: members.member.email, role: 'viewer' });
+    expect((await members.member.api.GET('/v1/auth/session')).data).toMatchObject({ user: { role: { name: 'viewer' } } });
+    expect(await statusOf(members.member.api.POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct' } }))).toBe(403);
+    expect(await statusOf(setRole(members.admin.api, memberId, 'member'))).toBe(200);
   });
 
   it('refuses an admin who gives the role admin or super_admin with 403 FORBIDDEN', async () => {
-    const viewerId = await userIdOf(members.viewer.browser);
-    for (const role of ['admin', 'super_admin']) {
-      const response = await setRole(members.admin.browser, viewerId, role);
+    const viewerId = members.viewer.user.id;
+    for (const role of ['admin', 'super_admin'] as const) {
+      const { error, response } = await setRole(members.admin.api, viewerId, role);
       expect(response.status).toBe(403);
-      expect(await codeOf(response)).toBe('FORBIDDEN');
+      expect(error?.code).toBe('FORBIDDEN');
     }
-    expect((await membersOf(members.admin.browser)).find((m) => m.user_id === viewerId)?.role).toBe('viewer');
+    expect((await membersOf(members.admin.api)).find((m) => m.user_id === viewerId)?.role).toBe('viewer');
   });
 
   it('refuses an admin who changes a super_admin’s role, or their own', async () => {
-    const ownerId = await userIdOf(members.super_admin.browser);
-    expect((await setRole(members.admin.browser, ownerId, 'viewer')).status).toBe(403);
-    expect((await setRole(members.admin.browser, await userIdOf(members.admin.browser), 'member')).status).toBe(403);
-    expect((await membersOf(members.admin.browser)).find((m) => m.user_id === ownerId)?.role).toBe('super_admin');
+    const ownerId = members.super_admin.user.id;
+    expect(await statusOf(setRole(members.admin.api, ownerId, 'viewer'))).toBe(403);
+    expect(await statusOf(setRole(members.admin.api, members.admin.user.id, 'member'))).toBe(403);
+    expect((await membersOf(members.admin.api)).find((m) => m.user_id === ownerId)?.role).toBe('super_admin');
   });
 
   it('refuses viewers and members with 403 FORBIDDEN', async () => {
-    const viewerId = await userIdOf(members.viewer.browser);
-    expect((await setRole(members.member.browser, viewerId, 'member')).status).toBe(403);
-    expect((await setRole(members.viewer.browser, viewerId, 'member')).status).toBe(403);
+    const viewerId = members.viewer.user.id;
+    expect(await statusOf(setRole(members.member.api, viewerId, 'member'))).toBe(403);
+    expect(await statusOf(setRole(members.viewer.api, viewerId, 'member'))).toBe(403);
   });
 
   it('answers 404 for an unknown user and for a user of another organization', async () => {
     const stranger = await registeredUser(app);
     for (const userId of [stranger.user.id, 2_000_000_000]) {
-      const response = await setRole(members.super_admin.browser, userId, 'viewer');
+      const { error, response } = await setRole(members.super_admin.api, userId, 'viewer');
       expect(response.status).toBe(404);
-      expect(await codeOf(response)).toBe('NOT_FOUND');
+      expect(error?.code).toBe('NOT_FOUND');
     }
-    expect(await jsonOf(await stranger.browser.get('/v1/auth/session'))).toMatchObject({ user: { role: { name: 'super_admin' } } });
+    expect((await stranger.api.GET('/v1/auth/session')).data).toMatchObject({ user: { role: { name: 'super_admin' } } });
   });
 
   it('refuses an unknown role and unknown fields with 422', async () => {
-    const viewerId = await userIdOf(members.viewer.browser);
-    expect((await setRole(members.super_admin.browser, viewerId, 'owner')).status).toBe(422);
-    expect((await members.super_admin.browser.patch(`/v1/organization/members/${viewerId}`, { role: 'member', email: 'x@example.com' })).status).toBe(422);
+    const viewerId = members.viewer.user.id;
+    expect(await statusOf(setRole(members.super_admin.api, viewerId, unchecked('owner')))).toBe(422);
+    const path = { user_id: viewerId };
+    expect(await statusOf(members.super_admin.api.PATCH('/v1/organization/members/{user_id}', { params: { path }, body: unchecked({ role: 'member', email: 'x@example.com' }) }))).toBe(422);
   });
 });
 
 describe('super_admins', () => {
   it('lets a super_admin make someone admin or super_admin, and keeps the last super_admin from being demoted', async () => {
     const { super_admin: owner, member } = await team(app);
-    const ownerId = await userIdOf(owner.browser);
-    const lastDemotion = await setRole(owner.browser, ownerId, 'admin');
-    expect(lastDemotion.status).toBe(409);
-    expect(await codeOf(lastDemotion)).toBe('LAST_SUPER_ADMIN');
+    const ownerId = owner.user.id;
+    const lastDemotion = await setRole(owner.api, ownerId, 'admin');
+    expect(lastDemotion.response.status).toBe(409);
+    expect(lastDemotion.error?.code).toBe('LAST_SUPER_ADMIN');
 
-    const memberId = await userIdOf(member.browser);
-    expect(await jsonOf(await setRole(owner.browser, memberId, 'admin'))).toMatchObject({ role: 'admin' });
-    expect(await jsonOf(await setRole(owner.browser, memberId, 'super_admin'))).toMatchObject({ role: 'super_admin' });
+    const memberId = member.user.id;
+    expect((await setRole(owner.api, memberId, 'admin')).data).toMatchObject({ role: 'admin' });
+    expect((await setRole(owner.api, memberId, 'super_admin')).data).toMatchObject({ role: 'super_admin' });
     // Two super_admins now: either may step down, but not both.
-    expect(await jsonOf(await setRole(owner.browser, ownerId, 'admin'))).toMatchObject({ role: 'admin' });
-    expect(await codeOf(await setRole(member.browser, memberId, 'admin'))).toBe('LAST_SUPER_ADMIN');
+    expect((await setRole(owner.api, ownerId, 'admin')).data).toMatchObject({ role: 'admin' });
+    expect((await setRole(member.api, memberId, 'admin')).error?.code).toBe('LAST_SUPER_ADMIN');
   });
 
   it('never lets two super_admins demote each other at once', async () => {
     const { super_admin: owner, member } = await team(app);
-    const [ownerId, memberId] = [await userIdOf(owner.browser), await userIdOf(member.browser)];
-    expect((await setRole(owner.browser, memberId, 'super_admin')).status).toBe(200);
-    const answers = await Promise.all([setRole(owner.browser, memberId, 'member'), setRole(member.browser, ownerId, 'member')]);
+    const [ownerId, memberId] = [owner.user.id, member.user.id];
+    expect(await statusOf(setRole(owner.api, memberId, 'super_admin'))).toBe(200);
+    const answers = await Promise.all([setRole(owner.api, memberId, 'member'), setRole(member.api, ownerId, 'member')]);
     // The loser finds either that it is the last super_admin (409) or that it was just demoted (403).
-    const statuses = answers.map((r) => r.status).sort();
+    const statuses = answers.map((r) => r.response.status).sort();
     expect(statuses[0]).toBe(200);
     expect([403, 409]).toContain(statuses[1]);
     const roles = await app.db('memberships').whereIn('user_id', [ownerId, memberId]).pluck('role');
@@ -118,171 +122,166 @@ describe('super_admins', () => {
 
   it('keeps the last super_admin from leaving or being removed', async () => {
     const { super_admin: owner } = await team(app);
-    const response = await remove(owner.browser, await userIdOf(owner.browser));
+    const { error, response } = await remove(owner.api, owner.user.id);
     expect(response.status).toBe(409);
-    expect(await codeOf(response)).toBe('LAST_SUPER_ADMIN');
-    expect((await owner.browser.get('/v1/organization')).status).toBe(200);
+    expect(error?.code).toBe('LAST_SUPER_ADMIN');
+    expect(await statusOf(owner.api.GET('/v1/organization'))).toBe(200);
   });
 });
 
 describe('removing a member', () => {
   it('evicts a hijacked admin: every session of theirs in the organization ends at once and they can no longer act', async () => {
     const { super_admin: owner, admin } = await team(app);
-    const adminId = await userIdOf(admin.browser);
-    const otherDevice = new Browser(app.url);
-    expect((await otherDevice.post('/v1/user/signin', { email: admin.email, password: PASSWORD })).status).toBe(200);
+    const adminId = admin.user.id;
+    const otherDevice = await signedIn(app, admin.email);
 
-    const response = await remove(owner.browser, adminId);
+    const { response } = await remove(owner.api, adminId);
     expect(response.status).toBe(204);
     expect(response.headers.getSetCookie()).toEqual([]);
-    for (const browser of [admin.browser, otherDevice]) {
-      expect((await browser.get('/v1/organization/members')).status).toBe(401);
-      expect((await browser.post('/v1/organization/invitations', { email: 'accomplice@example.com', role: 'member' })).status).toBe(401);
+    for (const { api } of [admin, otherDevice]) {
+      expect(await statusOf(api.GET('/v1/organization/members'))).toBe(401);
+      expect(await statusOf(api.POST('/v1/organization/invitations', { body: { email: 'accomplice@example.com', role: 'member' } }))).toBe(401);
     }
-    expect((await membersOf(owner.browser)).map((m) => m.user_id)).not.toContain(adminId);
+    expect((await membersOf(owner.api)).map((m) => m.user_id)).not.toContain(adminId);
     // Signing in again lands nowhere in this organization.
-    const again = new Browser(app.url);
-    await again.post('/v1/user/signin', { email: admin.email, password: PASSWORD });
-    expect((await again.get('/v1/organization/members')).status).toBe(403);
+    const again = await signedIn(app, admin.email);
+    expect(await statusOf(again.api.GET('/v1/organization/members'))).toBe(403);
   });
 
   it('keeps the removed member’s sessions in their other organizations working', async () => {
     const { super_admin: owner, member } = await team(app);
     const otherOwner = await registeredUser(app);
-    const { token } = await invite(app, otherOwner.browser, member.email, 'viewer');
-    const inOther = new Browser(app.url);
-    expect((await inOther.post('/v1/user/signin', { email: member.email, password: PASSWORD })).status).toBe(200);
-    expect((await inOther.post(`/v1/invitations/by-token/${token}/accept`)).status).toBe(200);
+    const { token } = await invite(app, otherOwner, member.email, 'viewer');
+    const inOther = await signedIn(app, member.email);
+    expect(await statusOf(inOther.api.POST('/v1/invitations/by-token/{token}/accept', { params: { path: { token } } }))).toBe(200);
 
-    expect((await remove(owner.browser, await userIdOf(member.browser))).status).toBe(204);
-    expect((await member.browser.get('/v1/auth/session')).status).toBe(401);
-    const other = await inOther.get('/v1/organization');
-    expect(other.status).toBe(200);
-    expect(await jsonOf(other)).toMatchObject({ name: `Org of ${otherOwner.email}`, role: 'viewer' });
+    expect(await statusOf(remove(owner.api, member.user.id))).toBe(204);
+    expect(await statusOf(member.api.GET('/v1/auth/session'))).toBe(401);
+    const other = await inOther.api.GET('/v1/organization');
+    expect(other.response.status).toBe(200);
+    expect(other.data).toMatchObject({ name: `Org of ${otherOwner.email}`, role: 'viewer' });
   });
 
   it('lets an admin remove members and viewers, but not another admin or a super_admin', async () => {
     const { super_admin: owner, admin, member, viewer } = await team(app);
-    const second = await invitedMember(app, owner.browser, 'admin');
-    for (const target of [second.browser, owner.browser]) {
-      const response = await remove(admin.browser, await userIdOf(target));
+    const second = await invitedMember(app, owner, 'admin');
+    for (const target of [second, owner]) {
+      const { error, response } = await remove(admin.api, target.user.id);
       expect(response.status).toBe(403);
-      expect(await codeOf(response)).toBe('FORBIDDEN');
-      expect((await target.get('/v1/organization')).status).toBe(200);
+      expect(error?.code).toBe('FORBIDDEN');
+      expect(await statusOf(target.api.GET('/v1/organization'))).toBe(200);
     }
-    expect((await remove(admin.browser, await userIdOf(member.browser))).status).toBe(204);
-    expect((await remove(admin.browser, await userIdOf(viewer.browser))).status).toBe(204);
-    expect((await membersOf(owner.browser)).map((m) => m.role).sort()).toEqual(['admin', 'admin', 'super_admin']);
+    expect(await statusOf(remove(admin.api, member.user.id))).toBe(204);
+    expect(await statusOf(remove(admin.api, viewer.user.id))).toBe(204);
+    expect((await membersOf(owner.api)).map((m) => m.role).sort()).toEqual(['admin', 'admin', 'super_admin']);
     // The super_admin may remove an admin.
-    expect((await remove(owner.browser, await userIdOf(second.browser))).status).toBe(204);
+    expect(await statusOf(remove(owner.api, second.user.id))).toBe(204);
   });
 
   it('refuses viewers and members who remove someone else', async () => {
     const { super_admin: owner, member, viewer } = await team(app);
-    expect((await remove(viewer.browser, await userIdOf(member.browser))).status).toBe(403);
-    expect((await remove(member.browser, await userIdOf(viewer.browser))).status).toBe(403);
-    expect(await membersOf(owner.browser)).toHaveLength(4);
+    expect(await statusOf(remove(viewer.api, member.user.id))).toBe(403);
+    expect(await statusOf(remove(member.api, viewer.user.id))).toBe(403);
+    expect(await membersOf(owner.api)).toHaveLength(4);
   });
 
   it('answers 404 for a user of another organization and for an unknown id, and leaves them alone', async () => {
     const { super_admin: owner } = await team(app);
     const stranger = await registeredUser(app);
     for (const userId of [stranger.user.id, 2_000_000_000]) {
-      const response = await remove(owner.browser, userId);
+      const { error, response } = await remove(owner.api, userId);
       expect(response.status).toBe(404);
-      expect(await codeOf(response)).toBe('NOT_FOUND');
+      expect(error?.code).toBe('NOT_FOUND');
     }
-    expect((await stranger.browser.get('/v1/organization')).status).toBe(200);
+    expect(await statusOf(stranger.api.GET('/v1/organization'))).toBe(200);
   });
 
   it('lets any member leave: their session here ends and its cookies are cleared', async () => {
     const { super_admin: owner, viewer } = await team(app);
-    const viewerId = await userIdOf(viewer.browser);
-    const response = await remove(viewer.browser, viewerId);
+    const viewerId = viewer.user.id;
+    const { response } = await remove(viewer.api, viewerId);
     expect(response.status).toBe(204);
     expect(response.headers.getSetCookie().length).toBe(2);
     expect(viewer.browser.cookies.size).toBe(0);
-    expect((await membersOf(owner.browser)).map((m) => m.user_id)).not.toContain(viewerId);
+    expect((await membersOf(owner.api)).map((m) => m.user_id)).not.toContain(viewerId);
   });
 
   it('passes the removed member’s deployments to the remover and leaves the API keys they made working', async () => {
     const { super_admin: owner, admin } = await team(app);
-    const [ownerId, adminId] = [await userIdOf(owner.browser), await userIdOf(admin.browser)];
-    const deployment = await jsonOf<{ id: string; user_id: string }>(await admin.browser.post('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct' }));
-    expect(deployment.user_id).toBe(String(adminId));
-    const created = await admin.browser.post('/v1/organization/api-keys', { name: 'made by the admin', deployment_ids: [deployment.id] });
-    expect(created.status).toBe(201);
-    const { key, api_key } = await jsonOf<{ key: string; api_key: { id: number } }>(created);
+    const made = await deployment(app, admin, 'requested');
+    expect(made.user_id).toBe(String(admin.user.id));
+    const { key, id } = await apiKey(admin, [made.id], { name: 'made by the admin' });
 
-    expect((await remove(owner.browser, adminId)).status).toBe(204);
+    expect(await statusOf(remove(owner.api, admin.user.id))).toBe(204);
 
-    const owned = await jsonOf<{ items: Array<{ id: string; user_id: string }> }>(await owner.browser.get('/api/v1/model-deployments'));
-    expect(owned.items).toContainEqual(expect.objectContaining({ id: deployment.id, user_id: String(ownerId) }));
-    const keys = await jsonOf<{ items: Array<{ id: number; status: string }> }>(await owner.browser.get('/v1/organization/api-keys'));
-    expect(keys.items.find((k) => k.id === api_key.id)?.status).toBe('active');
-    expect((await fetch(`${app.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
+    const owned = (await owner.api.GET('/api/v1/model-deployments')).data;
+    expect(owned?.items).toContainEqual(expect.objectContaining({ id: made.id, user_id: String(owner.user.id) }));
+    const keys = (await owner.api.GET('/v1/organization/api-keys')).data;
+    expect(keys?.items.find((k) => k.id === id)?.status).toBe('active');
+    expect(await statusOf(keyClient(app.url, key).GET('/v1/models'))).toBe(200);
   });
 
   it('passes the deployments of a member who leaves to the longest-standing super_admin', async () => {
     const { super_admin: owner, member } = await team(app);
-    const deployment = await jsonOf<{ id: string }>(await member.browser.post('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct' }));
-    expect((await remove(member.browser, await userIdOf(member.browser))).status).toBe(204);
-    const mine = await jsonOf<{ id: string; user_id: string }>(await owner.browser.get(`/api/v1/model-deployments/${deployment.id}`));
-    expect(mine.user_id).toBe(String(await userIdOf(owner.browser)));
+    const made = await deployment(app, member, 'requested');
+    expect(await statusOf(remove(member.api, member.user.id))).toBe(204);
+    const { data: mine } = await owner.api.GET('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: made.id } } });
+    expect(mine?.user_id).toBe(String(owner.user.id));
   });
 });
 
 describe('revoking an invitation', () => {
-  let members: Awaited<ReturnType<typeof team>>;
+  let members: Team;
   beforeAll(async () => {
     members = await team(app);
   });
 
   it('revokes a pending invitation: status revoked, and its link stops working', async () => {
     const email = `revoked-${Date.now()}@example.com`;
-    const { invitation, token } = await invite(app, members.admin.browser, email, 'member');
-    const response = await members.admin.browser.delete(`/v1/organization/invitations/${invitation.id}`);
+    const { invitation, token } = await invite(app, members.admin, email, 'member');
+    const { data, response } = await revoke(members.admin.api, invitation.id);
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toMatchObject({ id: invitation.id, status: 'revoked' });
-    expect(await jsonOf(await fetch(`${app.url}/v1/invitations/by-token/${token}`))).toMatchObject({ status: 'revoked' });
-    const register = await new Browser(app.url).post('/v1/invitations/register', { token, password: PASSWORD });
-    expect(register.status).toBe(409);
-    expect(await codeOf(register)).toBe('INVITATION_NOT_PENDING');
-    expect((await membersOf(members.admin.browser)).map((m) => m.email)).not.toContain(email);
+    expect(data).toMatchObject({ id: invitation.id, status: 'revoked' });
+    expect((await preview(token)).data).toMatchObject({ status: 'revoked' });
+    const register = await new Browser(app.url).api.POST('/v1/invitations/register', { body: { token, password: PASSWORD } });
+    expect(register.response.status).toBe(409);
+    expect(register.error?.code).toBe('INVITATION_NOT_PENDING');
+    expect((await membersOf(members.admin.api)).map((m) => m.email)).not.toContain(email);
   });
 
   it('revokes an expired invitation, which can then not be resent', async () => {
-    const { invitation } = await invite(app, members.admin.browser, `expired-${Date.now()}@example.com`);
-    await app.db('invitations').where({ id: invitation.id }).update({ expires_at: new Date(Date.now() - 1000) });
-    expect(await jsonOf(await members.admin.browser.delete(`/v1/organization/invitations/${invitation.id}`))).toMatchObject({ status: 'revoked' });
-    expect((await members.admin.browser.post(`/v1/organization/invitations/${invitation.id}/resend`)).status).toBe(409);
+    const { invitation } = await invite(app, members.admin, `expired-${Date.now()}@example.com`);
+    await expireInvitation(app, { id: invitation.id });
+    expect((await revoke(members.admin.api, invitation.id)).data).toMatchObject({ status: 'revoked' });
+    const path = { invitation_id: invitation.id };
+    expect(await statusOf(members.admin.api.POST('/v1/organization/invitations/{invitation_id}/resend', { params: { path } }))).toBe(409);
   });
 
   it('refuses an invitation already accepted, or revoked, with 409 INVITATION_NOT_PENDING', async () => {
-    const accepted = (await app.db('invitations').where({ invitee_email: members.member.email }).first('id')).id;
-    const response = await members.admin.browser.delete(`/v1/organization/invitations/${accepted}`);
+    const invitations = (await members.admin.api.GET('/v1/organization/invitations')).data ?? [];
+    const accepted = invitations.find((i) => i.invitee_email === members.member.email);
+    expect(accepted?.status).toBe('accepted');
+    const { error, response } = await revoke(members.admin.api, accepted?.id ?? 0);
     expect(response.status).toBe(409);
-    expect(await codeOf(response)).toBe('INVITATION_NOT_PENDING');
+    expect(error?.code).toBe('INVITATION_NOT_PENDING');
   });
 
   it('lets only a super_admin revoke an invitation for the admin role', async () => {
-    const { invitation, token } = await invite(app, members.super_admin.browser, `new-admin-${Date.now()}@example.com`, 'admin');
-    expect((await members.admin.browser.delete(`/v1/organization/invitations/${invitation.id}`)).status).toBe(403);
-    expect(await jsonOf(await fetch(`${app.url}/v1/invitations/by-token/${token}`))).toMatchObject({ status: 'pending' });
-    expect((await members.super_admin.browser.delete(`/v1/organization/invitations/${invitation.id}`)).status).toBe(200);
+    const { invitation, token } = await invite(app, members.super_admin, `new-admin-${Date.now()}@example.com`, 'admin');
+    expect(await statusOf(revoke(members.admin.api, invitation.id))).toBe(403);
+    expect((await preview(token)).data).toMatchObject({ status: 'pending' });
+    expect(await statusOf(revoke(members.super_admin.api, invitation.id))).toBe(200);
   });
 
   it('refuses viewers and members with 403, and answers 404 for another organization’s invitation', async () => {
-    const { invitation } = await invite(app, members.admin.browser, `kept-${Date.now()}@example.com`);
-    expect((await members.member.browser.delete(`/v1/organization/invitations/${invitation.id}`)).status).toBe(403);
-    expect((await members.viewer.browser.delete(`/v1/organization/invitations/${invitation.id}`)).status).toBe(403);
+    const { invitation } = await invite(app, members.admin, `kept-${Date.now()}@example.com`);
+    expect(await statusOf(revoke(members.member.api, invitation.id))).toBe(403);
+    expect(await statusOf(revoke(members.viewer.api, invitation.id))).toBe(403);
     const stranger = await registeredUser(app);
-    const response = await stranger.browser.delete(`/v1/organization/invitations/${invitation.id}`);
+    const { error, response } = await revoke(stranger.api, invitation.id);
     expect(response.status).toBe(404);
-    expect(await codeOf(response)).toBe('INVITATION_NOT_FOUND');
-    expect((await stranger.browser.delete('/v1/organization/invitations/2000000000')).status).toBe(404);
-    expect(await jsonOf(await members.admin.browser.get('/v1/organization/invitations'))).toContainEqual(
-      expect.objectContaining({ id: invitation.id, status: 'pending' }),
-    );
+    expect(error?.code).toBe('INVITATION_NOT_FOUND');
+    expect(await statusOf(revoke(stranger.api, 2_000_000_000))).toBe(404);
+    expect((await members.admin.api.GET('/v1/organization/invitations')).data).toContainEqual(expect.objectContaining({ id: invitation.id, status: 'pending' }));
   });
 });

@@ -1,25 +1,29 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { statusOf } from '../helpers/http.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { expireResetToken } from '../helpers/time-travel.ts';
 
 let app: TestApp;
 beforeAll(async () => {
   // Behind a trusted proxy, so a test can speak from a client address of its own (X-Forwarded-For).
-  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' });
+  app = await startTestApp({ WEB_APP_URL: 'https://app.example.com', TRUST_PROXY: 'true' }, { workers: true });
 });
 afterAll(() => app.close());
 
 const NEW_PASSWORD = 'a brand new passphrase';
 
+const requestReset = (on: TestApp, email: string) => new Browser(on.url).api.POST('/v1/auth/password-reset/request', { body: { email } });
+const signIn = (email: string, password: string) => new Browser(app.url).api.POST('/v1/user/signin', { body: { email, password } });
+
 /** Asks for a reset through the API and reads the token out of the email the SMTP listener got. */
 async function resetToken(email: string): Promise<string> {
-  const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+  const { data, response } = await requestReset(app, email);
   expect(response.status).toBe(200);
-  expect(await jsonOf(response)).toEqual({ accepted: true });
+  expect(data).toEqual({ accepted: true });
   const message = await app.inbox.next(email, { subject: SUBJECTS.reset });
   expect(message.subject).toBe('Reset your password');
   const link = /https:\/\/app\.example\.com\/reset-password\?token=([a-z2-7]+)/.exec(message.text);
@@ -27,30 +31,29 @@ async function resetToken(email: string): Promise<string> {
   return link?.[1] ?? '';
 }
 
-const confirm = (token: string, password = NEW_PASSWORD, headers?: Record<string, string>) =>
-  new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password }, headers);
+const confirm = (token: string, password = NEW_PASSWORD, headers: Record<string, string> = {}) =>
+  new Browser(app.url).api.POST('/v1/auth/password-reset/confirm', { body: { token, password }, headers });
 
 describe('password reset', () => {
   it('emails a single-use link; confirming sets the password and ends every session', async () => {
-    const { browser, email } = await registeredUser(app);
-    const other = new Browser(app.url);
-    await other.post('/v1/user/signin', { email, password: PASSWORD });
+    const { api, email } = await registeredUser(app);
+    const other = await signedIn(app, email);
 
     const token = await resetToken(email);
     expect(await app.db('password_reset_tokens').where({ token_hash: token }).first()).toBeUndefined();
     expect(await app.db('password_reset_tokens').where({ token_hash: hashToken(token) }).first()).toBeDefined();
 
-    const response = await confirm(token);
+    const { data, response } = await confirm(token);
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toEqual({ reset: true });
+    expect(data).toEqual({ reset: true });
 
-    expect((await browser.get('/v1/auth/session')).status).toBe(401);
-    expect((await other.get('/v1/auth/session')).status).toBe(401);
-    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(401);
-    const signedIn = await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD });
-    expect(signedIn.status).toBe(200);
+    expect(await statusOf(api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(other.api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(signIn(email, PASSWORD))).toBe(401);
+    const signedInAgain = await signIn(email, NEW_PASSWORD);
+    expect(signedInAgain.response.status).toBe(200);
     // The token came by email: the address is proven.
-    expect(await jsonOf(signedIn)).toMatchObject({ user: { email_verified: true } });
+    expect(signedInAgain.data).toMatchObject({ user: { email_verified: true } });
   });
 
   it('spends every outstanding reset link of the user: after confirming with one, an earlier one is refused', async () => {
@@ -59,66 +62,66 @@ describe('password reset', () => {
     const second = await resetToken(email);
     expect(first).not.toBe(second);
 
-    expect((await confirm(first)).status).toBe(200);
+    expect(await statusOf(confirm(first))).toBe(200);
     const late = await confirm(second, 'the attacker’s passphrase');
-    expect(late.status).toBe(400);
-    expect(await jsonOf<Problem>(late)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
-    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD })).status).toBe(200);
+    expect(late.response.status).toBe(400);
+    expect(late.error).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
+    expect(await statusOf(signIn(email, NEW_PASSWORD))).toBe(200);
   });
 
   it('refuses a common password or the account’s email with 422 at body/password, leaving the token unused', async () => {
     const { email } = await registeredUser(app);
     const token = await resetToken(email);
     for (const password of ['12345678', 'Password', email, email.split('@')[0]?.toUpperCase() ?? '']) {
-      const response = await confirm(token, password);
+      const { error, response } = await confirm(token, password);
       expect(response.status).toBe(422);
-      expect((await jsonOf<Problem>(response)).errors?.map((e) => e.location)).toEqual(['body/password']);
+      expect(error?.errors?.map((e) => e.location)).toEqual(['body/password']);
     }
-    expect((await confirm(token)).status).toBe(200);
+    expect(await statusOf(confirm(token))).toBe(200);
   });
 
   it('looks the token up before the password: an unknown token with a refused password answers 400', async () => {
-    const response = await confirm('nosuchtokennosuchtokennosuchtoke', 'password');
+    const { error, response } = await confirm('nosuchtokennosuchtokennosuchtoke', 'password');
     expect(response.status).toBe(400);
-    expect(await jsonOf<Problem>(response)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
+    expect(error).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
   });
 
   it('limits confirms to 30 per 15 minutes per client address with 429 and Retry-After', async () => {
     const { email } = await registeredUser(app);
     const token = await resetToken(email);
     const from = { 'x-forwarded-for': '203.0.113.20' };
-    for (let i = 0; i < 30; i++) expect((await confirm(`bogus${i}`.padEnd(32, 'x'), NEW_PASSWORD, from)).status).toBe(400);
+    for (let i = 0; i < 30; i++) expect(await statusOf(confirm(`bogus${i}`.padEnd(32, 'x'), NEW_PASSWORD, from))).toBe(400);
     const limited = await confirm(token, NEW_PASSWORD, from);
-    expect(limited.status).toBe(429);
-    expect(await jsonOf<Problem>(limited)).toMatchObject({ code: 'RATE_LIMITED' });
-    expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(limited.response.status).toBe(429);
+    expect(limited.error).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(Number(limited.response.headers.get('retry-after'))).toBeGreaterThan(0);
     // The valid token was not touched, and works from another address.
-    expect((await confirm(token, NEW_PASSWORD, { 'x-forwarded-for': '203.0.113.21' })).status).toBe(200);
+    expect(await statusOf(confirm(token, NEW_PASSWORD, { 'x-forwarded-for': '203.0.113.21' }))).toBe(200);
   });
 
   it('refuses a token used once already with 400 INVALID_RESET_TOKEN', async () => {
     const { email } = await registeredUser(app);
     const token = await resetToken(email);
-    expect((await confirm(token)).status).toBe(200);
+    expect(await statusOf(confirm(token))).toBe(200);
     const again = await confirm(token, 'yet another passphrase');
-    expect(again.status).toBe(400);
-    expect(await jsonOf<Problem>(again)).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
-    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: NEW_PASSWORD })).status).toBe(200);
+    expect(again.response.status).toBe(400);
+    expect(again.error).toMatchObject({ code: 'INVALID_RESET_TOKEN' });
+    expect(await statusOf(signIn(email, NEW_PASSWORD))).toBe(200);
   });
 
   it('refuses a token older than an hour, and an unknown one', async () => {
     const { email } = await registeredUser(app);
     const token = await resetToken(email);
-    await app.db('password_reset_tokens').where({ token_hash: hashToken(token) }).update({ expires_at: new Date(Date.now() - 1) });
-    expect((await confirm(token)).status).toBe(400);
-    expect((await confirm('nosuchtokennosuchtokennosuchtoke')).status).toBe(400);
+    await expireResetToken(app, token);
+    expect(await statusOf(confirm(token))).toBe(400);
+    expect(await statusOf(confirm('nosuchtokennosuchtokennosuchtoke'))).toBe(400);
   });
 
   it('answers the same for an email with no account, and sends nothing', async () => {
     const email = uniqueEmail('ghost');
-    const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+    const { data, response } = await requestReset(app, email);
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toEqual({ accepted: true });
+    expect(data).toEqual({ accepted: true });
     await waitUntil(
       async () => (await app.db('pgboss.job').where({ name: 'password-reset-request', state: 'completed' }).whereRaw("data->>'email' = ?", [email]).first()) !== undefined,
       'the reset job to finish',
@@ -130,14 +133,14 @@ describe('password reset', () => {
   it('refuses a new password outside 8 to 72 bytes, leaving the token unused', async () => {
     const { email } = await registeredUser(app);
     const token = await resetToken(email);
-    expect((await confirm(token, '€'.repeat(25))).status).toBe(422);
-    expect((await confirm(token)).status).toBe(200);
+    expect(await statusOf(confirm(token, '€'.repeat(25)))).toBe(422);
+    expect(await statusOf(confirm(token))).toBe(200);
   });
 
   it('limits requests per email to 5 an hour with 429 and Retry-After', async () => {
     const email = uniqueEmail('flood');
-    for (let i = 0; i < 5; i++) expect((await new Browser(app.url).post('/v1/auth/password-reset/request', { email })).status).toBe(200);
-    const response = await new Browser(app.url).post('/v1/auth/password-reset/request', { email });
+    for (let i = 0; i < 5; i++) expect(await statusOf(requestReset(app, email))).toBe(200);
+    const { response } = await requestReset(app, email);
     expect(response.status).toBe(429);
     expect(response.headers.get('retry-after')).toMatch(/^\d+$/);
   });
@@ -152,11 +155,11 @@ describe('password reset', () => {
 
 describe('email delivery failures', () => {
   it('records the SMTP error, retries, and marks the email failed after the last attempt', async () => {
-    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' });
+    const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' }, { workers: true });
     try {
       failing.inbox.refuse = true;
       const { email } = await registeredUser(failing);
-      expect((await new Browser(failing.url).post('/v1/auth/password-reset/request', { email })).status).toBe(200);
+      expect(await statusOf(requestReset(failing, email))).toBe(200);
       await waitUntil(async () => (await failing.db('emails').where({ to_address: email, template: 'password_reset', status: 'failed' }).first()) !== undefined, 'the email to fail');
       expect(await failing.db('emails').where({ to_address: email, template: 'password_reset' }).first()).toMatchObject({
         status: 'failed',

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OPENAPI_PATH } from '../../src/openapi-document.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
 import { listenOn, offlineContainer, startTestApp, type TestApp } from '../helpers/app.ts';
+import { Browser } from '../helpers/browser.ts';
 import { freePort } from '../helpers/net.ts';
 
 describe('platform routes', () => {
@@ -13,30 +13,30 @@ describe('platform routes', () => {
   afterAll(() => app.close());
 
   it('reports ok when the database answers', async () => {
-    const response = await fetch(`${app.url}/healthz`);
+    const { data, response } = await new Browser(app.url).api.GET('/healthz');
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toEqual({ status: 'ok' });
+    expect(data).toEqual({ status: 'ok' });
   });
 
   it('serves the generated OpenAPI document byte for byte in content', async () => {
-    const response = await fetch(`${app.url}/openapi.json`);
+    const { data, response } = await new Browser(app.url).api.GET('/openapi.json');
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^application\/json/);
-    expect(await jsonOf(response)).toEqual(JSON.parse(readFileSync(OPENAPI_PATH, 'utf8')));
+    expect(data).toEqual(JSON.parse(readFileSync(OPENAPI_PATH, 'utf8')));
   });
 
   it.each([
     ['/docs', /\/docs\/assets\/swagger-ui-bundle\.js/],
     ['/redoc', /\/redoc\/assets\/redoc\.standalone\.js/],
-  ])('serves %s from installed assets with no external address', async (path, script) => {
-    const response = await fetch(`${app.url}${path}`);
+  ] as const)('serves %s from installed assets with no external address', async (path, script) => {
+    const { data: html = '', response } = await new Browser(app.url).api.GET(path, { parseAs: 'text' });
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^text\/html/);
-    const html = await response.text();
     expect(html).toMatch(script);
     expect(html).not.toMatch(/(src|href)="(https?:)?\/\//);
     const texts = [html];
     for (const asset of html.matchAll(/(?:src|href)="(\/[^"]+)"/g)) {
+      // The static assets are files, not operations of the document: plain fetch.
       const assetResponse = await fetch(`${app.url}${asset[1]}`);
       expect(assetResponse.status, asset[1]).toBe(200);
       texts.push(await assetResponse.text());
@@ -52,11 +52,10 @@ describe('health without a database', () => {
     const closedPort = await freePort();
     const app = await listenOn(offlineContainer(`postgres://postgres@127.0.0.1:${closedPort}/nothing`));
     try {
-      const response = await fetch(`${app.url}/healthz`);
+      const { error, response } = await new Browser(app.url).api.GET('/healthz');
       expect(response.status).toBe(503);
-      const body = await jsonOf<Problem>(response);
-      expect(body).toMatchObject({ status: 503, code: 'SERVICE_UNAVAILABLE' });
-      expect(body.request_id).toBe(response.headers.get('x-request-id'));
+      expect(error).toMatchObject({ status: 503, code: 'SERVICE_UNAVAILABLE' });
+      expect(error?.request_id).toBe(response.headers.get('x-request-id'));
     } finally {
       await app.close();
     }

@@ -2,19 +2,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { jobDefinitions } from '../../src/container.ts';
 import { TERMINATE_QUEUE } from '../../src/deployments/provisioning.ts';
 import { workOn } from '../../src/jobs/queue.ts';
+import type { components } from '../../generated/api.d.ts';
 import { registeredUser } from '../factories/accounts.ts';
+import { untilStatus, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
-import type { Browser } from '../helpers/browser.ts';
-import { jsonOf, type Deployment, type Problem } from '../helpers/http.ts';
+import type { Api } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';
 
+type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
+type DeploymentStatus = components['schemas']['DeploymentStatus'];
 
 let app: TestApp;
-let browser: Browser;
+let owner: { api: Api };
 beforeAll(async () => {
-  app = await startTestApp(FAST_PROVISIONING, { cluster: { modelLoadMs: 300 } });
-  browser = (await registeredUser(app)).browser;
-  await app.db('billing_accounts').update({ max_active_resources: 50 });
+  app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true, cluster: { modelLoadMs: 300 } });
+  owner = await registeredUser(app);
 });
 afterAll(() => app.close());
 
@@ -23,25 +25,19 @@ const simulator = () => {
   return app.simulator;
 };
 
-async function deploy(body: Record<string, unknown>): Promise<Deployment> {
-  const response = await browser.post('/api/v1/model-deployments', body);
-  expect(response.status, await response.clone().text()).toBe(201);
-  return jsonOf<Deployment>(response);
+/** The deployment as created (`requested`); the workers provision it from there. */
+async function deploy(body: CreateDeploymentRequest): Promise<Deployment> {
+  const { data, error, response } = await owner.api.POST('/api/v1/model-deployments', { body });
+  expect(response.status, JSON.stringify(error)).toBe(201);
+  return data as Deployment;
 }
 
 async function read(id: string): Promise<Deployment> {
-  return jsonOf<Deployment>(await browser.get(`/api/v1/model-deployments/${id}`));
+  return (await owner.api.GET('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: id } } })).data as Deployment;
 }
 
-async function until(id: string, status: string): Promise<Deployment> {
-  let last: Deployment | undefined;
-  await waitUntil(
-    async () => (last = await read(id)).status === status,
-    () => `deployment ${id} to be ${status} (is ${last?.status} ${last?.failure_reason ?? ''})`,
-    20_000,
-  );
-  return last as Deployment;
-}
+const remove = (id: string) => owner.api.DELETE('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: id } } });
+const until = (id: string, status: DeploymentStatus) => untilStatus(owner, id, status, 20_000);
 
 const activeAllocations = (deploymentId: string) => app.db('gpu_allocations').where({ deployment_id: deploymentId, status: 'active' });
 
@@ -74,12 +70,12 @@ describe('provisioning on the cluster', () => {
   it('terminates on delete: 409 while cleanup runs, then terminated with its GPUs free', async () => {
     const running = await until((await deploy({ model_name: 'mistral-instruct-v0.3' })).id, 'running');
     await app.container.boss.offWork(TERMINATE_QUEUE);
-    const deleted = await browser.delete(`/api/v1/model-deployments/${running.id}`);
-    expect(deleted.status).toBe(200);
-    expect(await jsonOf(deleted)).toMatchObject({ status: 'terminating' });
-    const again = await browser.delete(`/api/v1/model-deployments/${running.id}`);
-    expect(again.status).toBe(409);
-    expect((await jsonOf<Problem>(again)).code).toBe('DEPLOYMENT_DELETION_PENDING');
+    const deleted = await remove(running.id);
+    expect(deleted.response.status).toBe(200);
+    expect(deleted.data).toMatchObject({ status: 'terminating' });
+    const again = await remove(running.id);
+    expect(again.response.status).toBe(409);
+    expect(again.error?.code).toBe('DEPLOYMENT_DELETION_PENDING');
 
     const terminate = jobDefinitions(app.container).find((job) => job.queue === TERMINATE_QUEUE);
     if (!terminate) throw new Error('no terminate job');
@@ -90,9 +86,9 @@ describe('provisioning on the cluster', () => {
     expect(simulator().running()).not.toContain(running.engine_model_uid);
     expect(simulator().gpus().filter((gpu) => gpu.heldBy?.startsWith(running.engine_model_uid ?? '-'))).toEqual([]);
 
-    const once = await browser.delete(`/api/v1/model-deployments/${running.id}`);
-    expect(once.status).toBe(200);
-    expect(await jsonOf(once)).toMatchObject({ status: 'terminated', terminated_at: terminated.terminated_at });
+    const once = await remove(running.id);
+    expect(once.response.status).toBe(200);
+    expect(once.data).toMatchObject({ status: 'terminated', terminated_at: terminated.terminated_at });
   });
 
   it('fails at the capacity stage when no instance with enough memory has free GPUs', async () => {
@@ -103,11 +99,12 @@ describe('provisioning on the cluster', () => {
     const fourth = await until((await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 72 })).id, 'failed');
     expect(fourth).toMatchObject({ failure_stage: 'capacity', gpu_allocation_id: null, engine_model_uid: null });
     expect(fourth.failure_reason).toMatch(/174.8 GB/);
-    for (const { id } of placed) await browser.delete(`/api/v1/model-deployments/${id}`);
+    for (const { id } of placed) await remove(id);
     for (const { id } of placed) await until(id, 'terminated');
   });
 
   it('fails at instance selection when no instance type can hold the model', async () => {
+    // A launch combination the catalog does not offer (the catalog has no write path for them): added here.
     await app.db('model_specs').insert({
       deployable_model_id: app.db('deployable_models').where({ model_name: 'llama-3.1-instruct' }).select('id'),
       model_format: 'pytorch',
@@ -131,6 +128,7 @@ describe('provisioning on the cluster', () => {
   });
 
   it('fails at model_launch a model the engine does not have, though it accepted the launch', async () => {
+    // A launch combination the catalog does not offer (the catalog has no write path for them): added here.
     await app.db('model_specs').insert({
       deployable_model_id: app.db('deployable_models').where({ model_name: 'phi-3-mini-128k-instruct' }).select('id'),
       model_format: 'ggufv2',
@@ -156,7 +154,7 @@ describe('provisioning on the cluster', () => {
     expect(seen.status).toBe('starting');
     await until(created.id, 'running');
     expect(engineModel()?.replicas[0]?.routed).toBe(true);
-    await browser.delete(`/api/v1/model-deployments/${created.id}`);
+    await remove(created.id);
     await until(created.id, 'terminated');
   });
 
@@ -167,7 +165,7 @@ describe('provisioning on the cluster', () => {
     simulator().setModelLoadMs(300);
     const uid = starting.engine_model_uid as string;
     const cancels = simulator().requests['POST /v1/models/{model_uid}/cancel'] ?? 0;
-    expect((await browser.delete(`/api/v1/model-deployments/${created.id}`)).status).toBe(200);
+    expect((await remove(created.id)).response.status).toBe(200);
     // The cleanup step has looked at the engine at least once (and found the model loading).
     await waitUntil(async () => Boolean(await completedJob(TERMINATE_QUEUE, created.id)), 'a terminate step to complete');
     const allocations = await activeAllocations(created.id);
@@ -226,17 +224,17 @@ describe('provisioning on the cluster', () => {
 describe('a deployment failed while its model loads', () => {
   let slow: TestApp;
   beforeAll(async () => {
-    slow = await startTestApp({ ...FAST_PROVISIONING, DEPLOYMENT_START_TIMEOUT_SECONDS: '1' }, { cluster: { modelLoadMs: 4000 } });
+    slow = await startTestApp({ ...FAST_PROVISIONING, DEPLOYMENT_START_TIMEOUT_SECONDS: '1' }, { workers: true, cluster: { modelLoadMs: 4000 } });
   });
   afterAll(() => slow.close());
 
   it('keeps its GPUs until the engine confirms the model gone, then releases them', async () => {
-    const owner = (await registeredUser(slow)).browser;
-    const { id } = await jsonOf<Deployment>(await owner.post('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 0.5 }));
-    let failed: Deployment | undefined;
-    await waitUntil(async () => (failed = await jsonOf<Deployment>(await owner.get(`/api/v1/model-deployments/${id}`))).status === 'failed', 'the start timeout');
+    const slowOwner = await registeredUser(slow);
+    const { data: created } = await slowOwner.api.POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct', model_size_in_billions: 0.5 } });
+    const id = created?.id ?? '';
+    const failed = await untilStatus(slowOwner, id, 'failed');
     expect(failed).toMatchObject({ failure_stage: 'health_check' });
-    const uid = failed?.engine_model_uid as string;
+    const uid = failed.engine_model_uid as string;
     const held = await slow.db('gpu_allocations').where({ deployment_id: id, status: 'active' });
     // Read while the engine still loads the model: the failed deployment keeps its GPUs.
     expect(engineModelOf(uid, slow.simulator)?.replicas[0]?.routed).toBe(false);

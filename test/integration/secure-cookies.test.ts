@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { registeredUser } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { parseSetCookie } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { Browser, parseSetCookie } from '../helpers/browser.ts';
+import { statusOf } from '../helpers/http.ts';
 
 describe('Secure session cookies', () => {
   let app: TestApp;
@@ -13,10 +13,8 @@ describe('Secure session cookies', () => {
   afterAll(() => app.close());
 
   it('sets the session and CSRF cookies as __Host- cookies: Secure, Path=/, no Domain', async () => {
-    const response = await fetch(`${app.url}/v1/user/register`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ email: `host-${Date.now()}@example.com`, password: 'correct horse battery staple', organization: 'Hosts' }),
+    const { response } = await new Browser(app.url).api.POST('/v1/user/register', {
+      body: { email: `host-${Date.now()}@example.com`, password: PASSWORD, organization: 'Hosts' },
     });
     expect(response.status).toBe(201);
     const cookies = response.headers.getSetCookie().map(parseSetCookie);
@@ -29,27 +27,28 @@ describe('Secure session cookies', () => {
   });
 
   it('accepts the __Host- cookies back, CSRF token included', async () => {
-    const { browser } = await registeredUser(app);
+    const { browser, api } = await registeredUser(app);
     expect([...browser.cookies.keys()].sort()).toEqual(['__Host-csrf_token', '__Host-session']);
-    expect((await browser.get('/v1/auth/session')).status).toBe(200);
-    const response = await browser.patch('/v1/user/profile', { name: 'Host' });
+    expect(await statusOf(api.GET('/v1/auth/session'))).toBe(200);
+    const { data, response } = await api.PATCH('/v1/user/profile', { body: { name: 'Host' } });
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toMatchObject({ user: { name: 'Host' } });
+    expect(data).toMatchObject({ user: { name: 'Host' } });
   });
 
   it('ignores cookies without the prefix, as a sibling subdomain or a plain-HTTP page could plant them', async () => {
     const { browser } = await registeredUser(app);
     const token = browser.cookies.get('__Host-session') ?? '';
     const csrf = browser.cookies.get('__Host-csrf_token') ?? '';
-    const unprefixed = await fetch(`${app.url}/v1/auth/session`, { headers: { cookie: `session=${token}` } });
-    expect(unprefixed.status).toBe(401);
-    const plantedCsrf = await fetch(`${app.url}/v1/user/profile`, {
-      method: 'PATCH',
-      headers: { cookie: `__Host-session=${token}; csrf_token=${csrf}`, 'x-csrf-token': csrf, 'content-type': 'application/json' },
-      body: JSON.stringify({ name: 'Planted' }),
-    });
-    expect(plantedCsrf.status).toBe(403);
-    expect(await jsonOf<Problem>(plantedCsrf)).toMatchObject({ code: 'CSRF_FAILED' });
+    const unprefixed = new Browser(app.url);
+    unprefixed.cookies.set('session', token);
+    expect(await statusOf(unprefixed.api.GET('/v1/auth/session'))).toBe(401);
+    // The real session cookie, with a planted unprefixed CSRF cookie echoed in the header.
+    const planted = new Browser(app.url);
+    planted.cookies.set('__Host-session', token);
+    planted.cookies.set('csrf_token', csrf);
+    const { error, response } = await planted.api.PATCH('/v1/user/profile', { body: { name: 'Planted' }, headers: { 'x-csrf-token': csrf } });
+    expect(response.status).toBe(403);
+    expect(error).toMatchObject({ code: 'CSRF_FAILED' });
     expect(await app.db('sessions').where({ id: hashToken(token) }).first()).toBeDefined();
   });
 });

@@ -1,12 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
+import type { components } from '../../generated/api.d.ts';
+import { PASSWORD, registeredUser, signedIn, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
+import { invite } from '../factories/organizations.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, parseSetCookie } from '../helpers/browser.ts';
-import { jsonOf, type Problem } from '../helpers/http.ts';
+import { jsonOf, statusOf, type Problem } from '../helpers/http.ts';
 import { TestIdentityProvider, type IdpAccount } from '../helpers/oidc-provider.ts';
 import { RedirectBrowser } from '../helpers/redirect-browser.ts';
+import { expireInvitation } from '../helpers/time-travel.ts';
 
 const WEB_APP = 'https://app.example.com';
 const CALLBACK = `${APP_ORIGIN}/v1/sso/callback/testidp`;
@@ -15,16 +17,18 @@ let idp: TestIdentityProvider;
 let app: TestApp;
 beforeAll(async () => {
   idp = await new TestIdentityProvider(CALLBACK).start();
-  app = await startTestApp({ ...idp.env, OIDC_PROVIDER_NAME: 'testidp', WEB_APP_URL: WEB_APP });
+  app = await startTestApp({ ...idp.env, OIDC_PROVIDER_NAME: 'testidp', WEB_APP_URL: WEB_APP }, { workers: true });
 });
 afterAll(async () => {
   await app?.close();
   await idp?.stop();
 });
 
-type Session = { user: { id: number; email: string; name: string; organization: string; role: { name: string }; requires_profile_completion: boolean; email_verified: boolean }; session: { auth_method: string } };
+type Session = components['schemas']['SessionResponse'];
 
+/** The Problem of a redirect flow's last answer (a navigation is a series of raw requests; each of the service's answers is checked against the document). */
 const problemOf = (response: Response) => jsonOf<Problem>(response);
+const anonymous = () => new Browser(app.url).api;
 
 function idpAccount(overrides: Partial<IdpAccount> = {}): IdpAccount {
   return { sub: randomUUID(), email: uniqueEmail('sso'), email_verified: true, name: 'Grace Hopper', ...overrides };
@@ -45,9 +49,9 @@ async function signInWithIdp(account: IdpAccount, loginPath = '/v1/sso/login/tes
 
 /** The session the browser's cookies hold, as GET /v1/auth/session answers it. */
 async function sessionOf(browser: RedirectBrowser): Promise<Session> {
-  const response = await browser.request('GET', `${APP_ORIGIN}/v1/auth/session`);
+  const { data, response } = await browser.api(APP_ORIGIN).GET('/v1/auth/session');
   expect(response.status).toBe(200);
-  return jsonOf<Session>(response);
+  return data as Session;
 }
 
 /** Runs the flow up to the provider's redirect back to the callback, without following it. */
@@ -61,9 +65,9 @@ async function untilCallback(account: IdpAccount) {
 
 describe('GET /v1/sso/providers', () => {
   it('lists the configured provider with its login URL', async () => {
-    const response = await fetch(`${app.url}/v1/sso/providers`);
+    const { data, response } = await anonymous().GET('/v1/sso/providers');
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toEqual({
+    expect(data).toEqual({
       providers: [{ name: 'testidp', display_name: 'Testidp', configured: true, login_url: `${APP_ORIGIN}/v1/sso/login/testidp` }],
     });
   });
@@ -71,7 +75,7 @@ describe('GET /v1/sso/providers', () => {
 
 describe('GET /v1/sso/login/{provider}', () => {
   it('redirects to the provider with PKCE S256, state, nonce and scope, and sets the sso_state cookie', async () => {
-    const response = await fetch(`${app.url}/v1/sso/login/testidp?return_to=/deployments`, { redirect: 'manual' });
+    const { response } = await anonymous().GET('/v1/sso/login/{provider}', { params: { path: { provider: 'testidp' }, query: { return_to: '/deployments' } } });
     expect(response.status).toBe(302);
     const location = new URL(response.headers.get('location') ?? '');
     expect(location.origin).toBe(idp.issuer);
@@ -96,19 +100,21 @@ describe('GET /v1/sso/login/{provider}', () => {
   });
 
   it.each(['//evil.example', '/\\evil.example', 'https://evil.example', 'deployments'])('refuses return_to %s with 422 VALIDATION_FAILED', async (returnTo) => {
-    const response = await fetch(`${app.url}/v1/sso/login/testidp?return_to=${encodeURIComponent(returnTo)}`, { redirect: 'manual' });
+    const { error, response } = await anonymous().GET('/v1/sso/login/{provider}', { params: { path: { provider: 'testidp' }, query: { return_to: returnTo } } });
     expect(response.status).toBe(422);
-    const problem = await problemOf(response);
-    expect(problem.code).toBe('VALIDATION_FAILED');
-    expect(problem.errors?.map((e) => e.location)).toEqual(['query/return_to']);
+    expect(error?.code).toBe('VALIDATION_FAILED');
+    expect(error?.errors?.map((e) => e.location)).toEqual(['query/return_to']);
     expect(response.headers.getSetCookie()).toEqual([]);
   });
 
   it('answers 404 NOT_FOUND for a provider name the server does not have', async () => {
-    for (const path of ['/v1/sso/login/google', '/v1/sso/callback/google?code=abc&state=def']) {
-      const response = await fetch(`${app.url}${path}`, { redirect: 'manual' });
+    const path = { provider: 'google' };
+    for (const { error, response } of [
+      await anonymous().GET('/v1/sso/login/{provider}', { params: { path } }),
+      await anonymous().GET('/v1/sso/callback/{provider}', { params: { path, query: { code: 'abc', state: 'def' } } }),
+    ]) {
       expect(response.status).toBe(404);
-      expect(await problemOf(response)).toMatchObject({ code: 'NOT_FOUND' });
+      expect(error).toMatchObject({ code: 'NOT_FOUND' });
     }
   });
 });
@@ -139,12 +145,12 @@ describe('signing in through the provider', () => {
 
     const csrf = browser.cookie(`${APP_ORIGIN}/`, 'csrf_token') ?? '';
     expect(csrf).not.toBe('');
-    const completed = await browser.request('PATCH', `${APP_ORIGIN}/v1/user/profile`, {
+    const completed = await browser.api(APP_ORIGIN).PATCH('/v1/user/profile', {
       headers: { origin: WEB_APP, 'x-csrf-token': csrf },
       body: { organization: 'Navy Labs' },
     });
-    expect(completed.status).toBe(200);
-    expect(await jsonOf(completed)).toMatchObject({
+    expect(completed.response.status).toBe(200);
+    expect(completed.data).toMatchObject({
       user: { id: user.id, organization: 'Navy Labs', role: { name: 'super_admin' }, requires_profile_completion: false },
       session: { auth_method: 'testidp' },
     });
@@ -168,8 +174,8 @@ describe('signing in through the provider', () => {
     expect(session.session.auth_method).toBe('testidp');
     expect(await app.db('user_identities').where({ subject: account.sub }).select('user_id', 'email')).toEqual([{ user_id: user.id, email }]);
     // Linking ended the account's other sessions; the password (the owner's own) still works.
-    expect((await registration.get('/v1/auth/session')).status).toBe(401);
-    expect((await new Browser(app.url).post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(200);
+    expect(await statusOf(registration.api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(anonymous().POST('/v1/user/signin', { body: { email, password: PASSWORD } }))).toBe(200);
   });
 
   it('finds a returning user by subject, even when the provider now reports another email', async () => {
@@ -240,7 +246,7 @@ describe('the callback refuses what does not belong to this browser’s attempt'
 
   it('refuses the answer to an earlier attempt once the browser started another', async () => {
     const { browser, callback } = await untilCallback(idpAccount());
-    expect((await browser.request('GET', `${APP_ORIGIN}/v1/sso/login/testidp`)).status).toBe(302);
+    expect(await statusOf(browser.api(APP_ORIGIN).GET('/v1/sso/login/{provider}', { params: { path: { provider: 'testidp' } } }))).toBe(302);
 
     const { response } = await browser.navigate(callback.href);
     expect(response.status).toBe(400);
@@ -285,16 +291,20 @@ describe('a server without OIDC settings', () => {
   afterAll(() => bare?.close());
 
   it('lists its provider as not configured, with no login URL', async () => {
-    const response = await fetch(`${bare.url}/v1/sso/providers`);
+    const { data, response } = await new Browser(bare.url).api.GET('/v1/sso/providers');
     expect(response.status).toBe(200);
-    expect(await jsonOf(response)).toEqual({ providers: [{ name: 'google', display_name: 'Google', configured: false, login_url: null }] });
+    expect(data).toEqual({ providers: [{ name: 'google', display_name: 'Google', configured: false, login_url: null }] });
   });
 
   it('answers 404 SSO_NOT_CONFIGURED on its login and callback routes', async () => {
-    for (const path of ['/v1/sso/login/google', '/v1/sso/callback/google?code=abc&state=def']) {
-      const response = await fetch(`${bare.url}${path}`, { redirect: 'manual' });
+    const api = new Browser(bare.url).api;
+    const path = { provider: 'google' };
+    for (const { error, response } of [
+      await api.GET('/v1/sso/login/{provider}', { params: { path } }),
+      await api.GET('/v1/sso/callback/{provider}', { params: { path, query: { code: 'abc', state: 'def' } } }),
+    ]) {
       expect(response.status).toBe(404);
-      expect(await problemOf(response)).toMatchObject({ code: 'SSO_NOT_CONFIGURED' });
+      expect(error).toMatchObject({ code: 'SSO_NOT_CONFIGURED' });
     }
   });
 });
@@ -304,9 +314,9 @@ describe('SSO on behalf of an invitation', () => {
   async function acceptWithSso(token: string, account: IdpAccount) {
     idp.signInAs(account);
     const browser = freshBrowser();
-    const started = await browser.request('POST', `${APP_ORIGIN}/v1/invitations/sso/testidp/start`, { body: { token } });
-    expect(started.status).toBe(200);
-    const { authorization_url } = await jsonOf<{ authorization_url: string }>(started);
+    const started = await browser.api(APP_ORIGIN).POST('/v1/invitations/sso/{provider}/start', { params: { path: { provider: 'testidp' } }, body: { token } });
+    expect(started.response.status).toBe(200);
+    const authorization_url = started.data?.authorization_url ?? '';
     expect(new URL(authorization_url).origin).toBe(idp.issuer);
     const navigation = await browser.navigate(authorization_url);
     return { browser, landing: new URL(navigation.location ?? '') };
@@ -314,11 +324,12 @@ describe('SSO on behalf of an invitation', () => {
 
   async function invitationFor(email: string) {
     const owner = await registeredUser(app, { organization: 'SSO Inviters' });
-    const created = await owner.browser.post('/v1/organization/invitations', { email, role: 'member' });
-    expect(created.status).toBe(201);
-    const message = await app.inbox.next(email);
-    return { owner, token: /\/invitations\/([a-z2-7]+)/.exec(message.text)?.[1] ?? '' };
+    const { token } = await invite(app, owner, email, 'member');
+    return { owner, token };
   }
+
+  const startSso = (provider: string, token: string) =>
+    anonymous().POST('/v1/invitations/sso/{provider}/start', { params: { path: { provider } }, body: { token } });
 
   it('signs the invitee in, creates their account without an organization of its own, and accepts', async () => {
     const account = idpAccount();
@@ -330,7 +341,7 @@ describe('SSO on behalf of an invitation', () => {
       user: { email: account.email, organization: 'SSO Inviters', role: { name: 'member' }, requires_profile_completion: false },
       session: { auth_method: 'testidp' },
     });
-    const members = await jsonOf<Array<{ email: string }>>(await owner.browser.get('/v1/organization/members'));
+    const { data: members = [] } = await owner.api.GET('/v1/organization/members');
     expect(members.map((m) => m.email)).toContain(account.email);
   });
 
@@ -339,26 +350,25 @@ describe('SSO on behalf of an invitation', () => {
     const { browser, landing } = await acceptWithSso(token, idpAccount());
     expect(landing.searchParams.get('invitation_error')).toBe('INVITATION_EMAIL_MISMATCH');
     expect((await sessionOf(browser)).user.requires_profile_completion).toBe(true);
-    const invitations = await jsonOf<Array<{ status: string }>>(await owner.browser.get('/v1/organization/invitations'));
+    const { data: invitations = [] } = await owner.api.GET('/v1/organization/invitations');
     expect(invitations[0]?.status).toBe('pending');
   });
 
   it('refuses to start for an unknown, used or expired token', async () => {
-    const unknown = await new Browser(app.url).post('/v1/invitations/sso/testidp/start', { token: 'nosuchtoken' });
-    expect(unknown.status).toBe(404);
-    expect((await problemOf(unknown)).code).toBe('INVITATION_NOT_FOUND');
+    const unknown = await startSso('testidp', 'nosuchtoken');
+    expect(unknown.response.status).toBe(404);
+    expect(unknown.error?.code).toBe('INVITATION_NOT_FOUND');
 
     const { token } = await invitationFor(uniqueEmail('late'));
-    await app.db('invitations').where({ token_hash: hashToken(token) }).update({ expires_at: new Date(Date.now() - 1000) });
-    const expired = await new Browser(app.url).post('/v1/invitations/sso/testidp/start', { token });
-    expect(expired.status).toBe(410);
+    await expireInvitation(app, { token });
+    expect(await statusOf(startSso('testidp', token))).toBe(410);
   });
 
   it('answers 404 NOT_FOUND for a provider the server does not have', async () => {
     const { token } = await invitationFor(uniqueEmail('other'));
-    const response = await new Browser(app.url).post('/v1/invitations/sso/nope/start', { token });
+    const { error, response } = await startSso('nope', token);
     expect(response.status).toBe(404);
-    expect((await problemOf(response)).code).toBe('NOT_FOUND');
+    expect(error?.code).toBe('NOT_FOUND');
   });
 });
 
@@ -366,13 +376,12 @@ describe('linking an identity to an existing account (email ownership)', () => {
   /** A RedirectBrowser signed in to a new password account (email unverified), as the web app would be. */
   async function registeredRedirectBrowser(email = uniqueEmail('linker')) {
     const browser = freshBrowser();
-    const response = await browser.request('POST', `${APP_ORIGIN}/v1/user/register`, {
+    const { data, response } = await browser.api(APP_ORIGIN).POST('/v1/user/register', {
       headers: { origin: APP_ORIGIN },
       body: { email, password: PASSWORD, organization: `Org of ${email}` },
     });
     expect(response.status).toBe(201);
-    const { user } = await jsonOf<Session>(response);
-    return { browser, email, user };
+    return { browser, email, user: (data as Session).user };
   }
 
   it('refuses to link an account whose email nobody verified with 409 SSO_LINK_REQUIRES_SIGN_IN (pre-hijack)', async () => {
@@ -390,29 +399,28 @@ describe('linking an identity to an existing account (email ownership)', () => {
     expect(await app.db('user_identities').where({ subject: victim.sub }).first()).toBeUndefined();
     expect(await app.db('user_identities').where({ user_id: squatter.user.id }).first()).toBeUndefined();
     expect(await app.db('users').whereRaw('lower(email) = ?', [squatter.email]).count({ n: '*' })).toEqual([{ n: '1' }]);
-    expect(await jsonOf(await squatter.browser.get('/v1/auth/session'))).toMatchObject({ user: { id: squatter.user.id, email_verified: false } });
+    expect((await squatter.api.GET('/v1/auth/session')).data).toMatchObject({ user: { id: squatter.user.id, email_verified: false } });
   });
 
   it('lets the owner of the mailbox take the address back with a reset, after which SSO links and the squatter is out', async () => {
     const squatter = await registeredUser(app, { email: uniqueEmail('reclaimed') });
     const victim = idpAccount({ email: squatter.email });
-    await new Browser(app.url).post('/v1/auth/password-reset/request', { email: squatter.email });
+    await anonymous().POST('/v1/auth/password-reset/request', { body: { email: squatter.email } });
     const resetMail = await app.inbox.next(squatter.email, { subject: 'Reset your password' });
     const token = /reset-password\?token=([a-z2-7]+)/.exec(resetMail.text)?.[1] ?? '';
-    expect((await new Browser(app.url).post('/v1/auth/password-reset/confirm', { token, password: 'the owner’s own passphrase' })).status).toBe(200);
+    expect(await statusOf(anonymous().POST('/v1/auth/password-reset/confirm', { body: { token, password: 'the owner’s own passphrase' } }))).toBe(200);
 
     const { browser, response } = await signInWithIdp(victim);
     expect(response.status).toBe(302);
     expect((await sessionOf(browser)).user).toMatchObject({ id: squatter.user.id, email_verified: true });
-    expect((await squatter.browser.get('/v1/auth/session')).status).toBe(401);
-    expect((await new Browser(app.url).post('/v1/user/signin', { email: squatter.email, password: PASSWORD })).status).toBe(401);
+    expect(await statusOf(squatter.api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(anonymous().POST('/v1/user/signin', { body: { email: squatter.email, password: PASSWORD } }))).toBe(401);
   });
 
   it('links while signed in to that very account, verifies the email and ends every other session', async () => {
     const { browser, email, user } = await registeredRedirectBrowser();
     const before = browser.cookie(`${APP_ORIGIN}/`, 'session') ?? '';
-    const elsewhere = new Browser(app.url);
-    expect((await elsewhere.post('/v1/user/signin', { email, password: PASSWORD })).status).toBe(200);
+    const elsewhere = await signedIn(app, email);
     const account = idpAccount({ email });
 
     idp.signInAs(account);
@@ -426,8 +434,10 @@ describe('linking an identity to an existing account (email ownership)', () => {
     // Only the new session remains: the one that proved the account and the other browser's are gone.
     expect(browser.cookie(`${APP_ORIGIN}/`, 'session')).not.toBe(before);
     expect(await app.db('sessions').where({ user_id: user.id }).count({ n: '*' })).toEqual([{ n: '1' }]);
-    expect((await fetch(`${app.url}/v1/auth/session`, { headers: { cookie: `session=${before}` } })).status).toBe(401);
-    expect((await elsewhere.get('/v1/auth/session')).status).toBe(401);
+    const replay = new Browser(app.url);
+    replay.cookies.set('session', before);
+    expect(await statusOf(replay.api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(elsewhere.api.GET('/v1/auth/session'))).toBe(401);
   });
 
   it('does not link from a session of another account', async () => {

@@ -1,10 +1,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registeredUser } from '../factories/accounts.ts';
+import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
+import { deployment, untilStatus } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
-import type { Browser } from '../helpers/browser.ts';
-import { jsonOf } from '../helpers/http.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
@@ -17,13 +16,13 @@ interface WorkerProcess {
 }
 
 let app: TestApp;
-let browser: Browser;
+let owner: SignedInUser;
 const workers: WorkerProcess[] = [];
 
 beforeAll(async () => {
-  app = await startTestApp({ ...FAST_PROVISIONING, ROLE: 'api' }, { cluster: { modelLoadMs: 200 } });
-  browser = (await registeredUser(app)).browser;
-  await app.db('billing_accounts').update({ max_active_resources: 50 });
+  // No workers in this process (ROLE=api, the default of startTestApp): only the worker processes provision.
+  app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { cluster: { modelLoadMs: 200 } });
+  owner = await registeredUser(app);
 });
 afterAll(async () => {
   for (const worker of workers) worker.child.kill('SIGKILL');
@@ -44,13 +43,8 @@ async function startWorker(): Promise<WorkerProcess> {
   return worker;
 }
 
-async function deploy(body: Record<string, unknown>): Promise<{ id: string }> {
-  const response = await browser.post('/api/v1/model-deployments', body);
-  expect(response.status).toBe(201);
-  return jsonOf<{ id: string }>(response);
-}
-
-const statusOf = async (id: string) => (await jsonOf<{ status: string; engine_model_uid: string }>(await browser.get(`/api/v1/model-deployments/${id}`)));
+/** Created through the API, `requested` until a worker process takes it. */
+const deploy = (model_name: string, model_size_in_billions?: number) => deployment(app, owner, 'requested', { model_name, model_size_in_billions });
 
 const launchesOf = (uid: string) => app.simulator?.launches.filter((launch) => launch.modelUid === uid) ?? [];
 
@@ -58,16 +52,17 @@ describe('worker processes', () => {
   it('a worker killed mid-provisioning is replaced by another that finishes the deployment once', async () => {
     const first = await startWorker();
     app.simulator?.setModelLoadMs(4_000);
-    const { id } = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 1.5 });
-    await waitUntil(async () => (await statusOf(id)).status === 'starting', 'the model to be launching');
+    const { id } = await deploy('qwen2.5-instruct', 1.5);
+    await untilStatus(owner, id, 'starting');
     first.child.kill('SIGKILL');
     await once(first.child, 'exit');
     app.simulator?.setModelLoadMs(200);
 
     const second = await startWorker();
-    await waitUntil(async () => (await statusOf(id)).status === 'running', () => `the second worker to finish\n${second.output()}`);
-    const { engine_model_uid } = await statusOf(id);
-    expect(launchesOf(engine_model_uid)).toHaveLength(1);
+    const { engine_model_uid } = await untilStatus(owner, id, 'running').catch((error: Error) => {
+      throw new Error(`${error.message}\n${second.output()}`);
+    });
+    expect(launchesOf(engine_model_uid ?? '')).toHaveLength(1);
     expect(await app.db('gpu_allocations').where({ deployment_id: id })).toHaveLength(1);
     second.child.kill('SIGTERM');
     const [code] = await once(second.child, 'exit');
@@ -77,12 +72,12 @@ describe('worker processes', () => {
   it('two workers never provision the same deployment twice', async () => {
     await Promise.all([startWorker(), startWorker()]);
     const models = ['qwen2.5-instruct', 'mistral-instruct-v0.3', 'gemma-3-it', 'phi-3-mini-128k-instruct', 'glm4-chat', 'Yi-1.5-chat'];
-    const created = await Promise.all(models.map((model_name) => deploy({ model_name })));
-    for (const { id } of created) await waitUntil(async () => (await statusOf(id)).status === 'running', `deployment ${id} to run`);
+    const created = await Promise.all(models.map((model_name) => deploy(model_name)));
+    const running = [];
+    for (const { id } of created) running.push(await untilStatus(owner, id, 'running'));
 
-    for (const { id } of created) {
-      const { engine_model_uid } = await statusOf(id);
-      expect(launchesOf(engine_model_uid), engine_model_uid).toHaveLength(1);
+    for (const { id, engine_model_uid } of running) {
+      expect(launchesOf(engine_model_uid ?? ''), engine_model_uid ?? '').toHaveLength(1);
       expect(await app.db('gpu_allocations').where({ deployment_id: id })).toHaveLength(1);
     }
     const overbooked = await app.db('gpu_allocations as a')

@@ -57,6 +57,17 @@ const SIMULATED: Record<OtherModel, Omit<LaunchSpec, 'modelUid'>> = {
   audio: { modelName: 'whisper-large-v3', modelType: 'audio', modelEngine: 'transformers', modelFormat: 'pytorch', modelSizeInBillions: 1.55, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
 };
 
+/** The model each suite launches unless XINFERENCE_TEST_MODEL says otherwise: the smallest chat model. */
+const DEFAULT_LAUNCH: Omit<LaunchSpec, 'modelUid'> = {
+  modelName: 'qwen2.5-instruct',
+  modelType: 'LLM',
+  modelEngine: 'vLLM',
+  modelFormat: 'pytorch',
+  modelSizeInBillions: 0.5,
+  quantization: 'none',
+  gpuCount: 1,
+};
+
 export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Promise<EngineUnderTest> {
   const env = process.env;
   if (REAL_ENGINE) {
@@ -71,17 +82,7 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
       apiKey: env.XINFERENCE_API_KEY as string,
       simulator: undefined,
       client: (clientOptions = {}) => new XinferenceClient(url, { ...clientOptions, management: admin }),
-      launchSpec: () => ({
-        modelName: 'qwen2.5-instruct',
-        modelType: 'LLM',
-        modelEngine: 'vLLM',
-        modelFormat: 'pytorch',
-        modelSizeInBillions: 0.5,
-        quantization: 'none',
-        gpuCount: 1,
-        ...model,
-        modelUid: freshUid(),
-      }),
+      launchSpec: () => ({ ...DEFAULT_LAUNCH, ...model, modelUid: freshUid() }),
       launchSpecFor: (kind) => {
         const configured = env[`XINFERENCE_TEST_${kind.toUpperCase()}_MODEL`];
         return configured ? { ...(JSON.parse(configured) as Omit<LaunchSpec, 'modelUid'>), modelUid: freshUid() } : undefined;
@@ -110,16 +111,7 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
     apiKey: credentials.apiKey,
     simulator,
     client: (clientOptions = {}) => new XinferenceClient(simulator.url, { engineVersion: '3.2.0', ...clientOptions, management: admin }),
-    launchSpec: () => ({
-      modelName: 'qwen2.5-instruct',
-      modelType: 'LLM',
-      modelEngine: 'vLLM',
-      modelFormat: 'pytorch',
-      modelSizeInBillions: 0.5,
-      quantization: 'none',
-      gpuCount: 1,
-      modelUid: freshUid(),
-    }),
+    launchSpec: () => ({ ...DEFAULT_LAUNCH, modelUid: freshUid() }),
     launchSpecFor: (kind) => ({ ...SIMULATED[kind], modelUid: freshUid() }),
     loadTimeoutMs: 20_000,
     pollMs: 20,

@@ -112,7 +112,7 @@ export function offlineContainer(databaseUrl = 'postgres://postgres@127.0.0.1:9/
 }
 
 /** The Express app of a container, listening on loopback, without migrations or workers. */
-export async function listenOn(container: Container): Promise<{ url: string; close(): Promise<void> }> {
+export async function listenOn(container: Container, options: { hsts?: boolean } = {}): Promise<{ url: string; close(): Promise<void> }> {
   const app = await createApp({
     logger: container.log,
     document: container.document,
@@ -121,6 +121,7 @@ export async function listenOn(container: Container): Promise<{ url: string; clo
     allowedOrigins: container.config.allowedOrigins,
     trustProxy: false,
     validateResponses: true,
+    ...options,
   });
   const server = await listen(app, 0, '127.0.0.1');
   const address = server.address();

@@ -1,8 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApp } from '../../src/app.ts';
-import { securityHandlers } from '../../src/container.ts';
-import { buildHandlers } from '../../src/http/handlers.ts';
-import { closeServer, listen } from '../../src/http/server.ts';
 import { listenOn, offlineContainer } from '../helpers/app.ts';
 
 const API_POLICY = "default-src 'none';base-uri 'none';form-action 'none';frame-ancestors 'none'";
@@ -51,26 +47,12 @@ describe('security headers', () => {
 
 describe('security headers in production', () => {
   it('sends Strict-Transport-Security for a year, subdomains included', async () => {
-    const container = offlineContainer();
-    const app = await createApp({
-      logger: container.log,
-      document: container.document,
-      handlers: buildHandlers(container),
-      security: securityHandlers(container),
-      allowedOrigins: container.config.allowedOrigins,
-      trustProxy: false,
-      validateResponses: true,
-      hsts: true,
-    });
-    const server = await listen(app, 0, '127.0.0.1');
+    const app = await listenOn(offlineContainer(), { hsts: true });
     try {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      const response = await fetch(`http://127.0.0.1:${port}/openapi.json`);
+      const response = await fetch(`${app.url}/openapi.json`);
       expect(response.headers.get('strict-transport-security')).toBe('max-age=31536000; includeSubDomains');
     } finally {
-      await closeServer(server, 1_000);
-      await container.db.destroy();
+      await app.close();
     }
   });
 });

@@ -349,18 +349,23 @@ export class Provisioner {
 
 /** The provisioning jobs: each step keyed by deployment id (one queued at a time), and the reconciler. */
 export function provisioningJobs(provisioner: Provisioner, boss: PgBoss, settings: Config['provisioning']): JobDefinition[] {
-  const step = (queue: string, run: (data: DeploymentJob, log: Logger, lastAttempt: boolean) => Promise<void>): JobDefinition<DeploymentJob> => ({
+  const step = (
+    queue: string,
+    run: (data: DeploymentJob, log: Logger, lastAttempt: boolean) => Promise<void>,
+    pollingIntervalSeconds?: number,
+  ): JobDefinition<DeploymentJob> => ({
     queue,
     policy: 'short',
     retryLimit: 5,
     retryDelaySeconds: 2,
     concurrency: 8,
-    pollingIntervalSeconds: 0.5,
+    ...(pollingIntervalSeconds === undefined ? {} : { pollingIntervalSeconds }),
     handle: (data, { log, lastAttempt }) => run(data, log, lastAttempt),
   });
   return [
     step(PROVISION_QUEUE, ({ deploymentId }, log, lastAttempt) => provisioner.provision(deploymentId, log, lastAttempt)),
-    step(AWAIT_READY_QUEUE, ({ deploymentId }, log) => provisioner.awaitReady(deploymentId, log)),
+    // Its jobs are delayed by the readiness poll: found by polling at that pace (0.5 to 5 s).
+    step(AWAIT_READY_QUEUE, ({ deploymentId }, log) => provisioner.awaitReady(deploymentId, log), Math.min(5, Math.max(0.5, settings.readinessPollSeconds))),
     step(TERMINATE_QUEUE, ({ deploymentId, strayLaunch }, log) => provisioner.terminate(deploymentId, log, strayLaunch ?? false)),
     {
       queue: RECONCILE_QUEUE,

@@ -3,9 +3,31 @@ import { fromKnex, PgBoss, type JobResult, type SendOptions } from 'pg-boss';
 import type { Logger } from 'pino';
 
 const DEFAULT_RETRY_DELAY_SECONDS = 2;
-/** Bounds of a queue's polling interval (pg-boss's own minimum is 0.5 s). */
-const MIN_POLLING_SECONDS = 0.5;
-const MAX_POLLING_SECONDS = 5;
+/**
+ * How often an idle fetcher looks for jobs nobody woke it for: those delayed or retried by another
+ * process, or left by one that died. New jobs wake it through NOTIFY, and the delayed jobs and
+ * retries of this process wake it when due (`sendLater`, the batch handler below).
+ */
+const BACKSTOP_POLLING_SECONDS = 5;
+/** A wake-up comes this long after the job's due time, so that the database sees it due. */
+const WAKE_MARGIN_MS = 50;
+
+/** The fetcher of each queue this process works, per pg-boss instance. */
+const fetchers = new WeakMap<PgBoss, Map<string, string>>();
+
+/** Wakes this process's fetcher of `queue`, if it works that queue, once a job delayed until `at` is due. */
+function wakeWhenDue(boss: PgBoss, queue: string, at: number): void {
+  const fetcher = fetchers.get(boss)?.get(queue);
+  if (!fetcher) return;
+  setTimeout(() => boss.notifyWorker(fetcher), Math.max(0, at - Date.now()) + WAKE_MARGIN_MS).unref();
+}
+
+/** Enqueues a job to run `afterSeconds` from now; this process's fetcher of its queue takes it when due, not at its next poll. */
+export async function sendLater(boss: PgBoss, queue: string, data: object, options: { singletonKey: string; afterSeconds: number }): Promise<void> {
+  const at = Date.now() + options.afterSeconds * 1000;
+  await boss.send(queue, data, { singletonKey: options.singletonKey, startAfter: new Date(at) });
+  wakeWhenDue(boss, queue, at);
+}
 
 /** What a job handler knows about the attempt it runs. */
 export interface JobContext {
@@ -31,10 +53,7 @@ export interface JobDefinition<Data extends object = object> {
    * deployment's step is queued once, however many times it is asked for).
    */
   policy?: 'standard' | 'short';
-  /**
-   * How often an idle worker looks for due delayed jobs and retries of this queue (new jobs wake it
-   * through NOTIFY); by default as often as its retries fall due, between 0.5 and 5 s.
-   */
+  /** How often an idle worker looks for jobs nothing woke it for (5 s by default; see BACKSTOP_POLLING_SECONDS). */
   pollingIntervalSeconds?: number;
   handle(data: Data, context: JobContext): Promise<void>;
 }
@@ -85,13 +104,15 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
  * to `concurrency` jobs, run side by side and settled one by one (a failed job is retried on its
  * own). pg-boss's `localConcurrency` would start that many fetchers, each polling on its own (8
  * workers on each provisioning queue at 0.5 s were 48 fetches a second, 16 to 18 ms of CPU a
- * second in the service and 26 in Postgres, idle). New jobs wake the fetcher at once through
- * LISTEN/NOTIFY; polling, at the pace retries and delayed jobs fall due, finds those. The price: a
- * batch's jobs are fetched together, so a job queued while a batch runs waits for its slowest one.
+ * second in the service and 26 in Postgres, idle). The fetcher is woken at once for a new job
+ * (LISTEN/NOTIFY), when a delayed job or a retry of this process falls due, and after a full batch;
+ * otherwise it polls every 5 s. The price of batches: a job queued while a batch runs waits for
+ * that batch's slowest job.
  */
 export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Promise<void> {
-  const interval = job.pollingIntervalSeconds ?? Math.min(MAX_POLLING_SECONDS, Math.max(MIN_POLLING_SECONDS, job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS));
-  await boss.work(
+  const interval = job.pollingIntervalSeconds ?? BACKSTOP_POLLING_SECONDS;
+  const retryDelayMs = (job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS) * 1000;
+  const fetcher = await boss.work(
     job.queue,
     {
       batchSize: job.concurrency ?? 1,
@@ -111,11 +132,16 @@ export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Pro
             await job.handle(item.data as object, { log: jobLog, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
             return { id: item.id, status: 'completed' };
           } catch (error) {
+            // pg-boss retries it after a backoff of delay x 2^(n+1) at most (plans.ts: half of that, plus a random half).
+            if (item.retryCount < item.retryLimit) wakeWhenDue(boss, job.queue, Date.now() + retryDelayMs * 2 ** (item.retryCount + 1));
             return { id: item.id, status: 'failed', output: error };
           }
         }),
       ),
   );
+  const ofThisBoss = fetchers.get(boss) ?? new Map<string, string>();
+  ofThisBoss.set(job.queue, fetcher);
+  fetchers.set(boss, ofThisBoss);
 }
 
 /** Stops taking new jobs and waits for the running ones to finish, up to `timeoutMs`. */

@@ -157,6 +157,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   await api.init();
   const router = fixedRouting(api);
   const matched = new WeakMap<Request, Operation>();
+  const direct = directDispatch(api, rules, handlers, validateResponses);
 
   return {
     route: function routeMiddleware(req: Request, res: Response, next: NextFunction) {
@@ -172,6 +173,9 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     },
     dispatch: async function dispatchMiddleware(req: Request, res: Response, next: NextFunction) {
       try {
+        const operation = matched.get(req);
+        const fast = req.principal && operation ? direct.get(operation.operationId ?? '') : undefined;
+        if (fast && operation) return await fast(req, res, operation);
         const request = { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> };
         await api.handleRequest(Object.assign(request, { [MATCHED]: matched.get(req) }), req, res);
       } catch (error) {
@@ -179,6 +183,64 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       }
     },
   };
+}
+
+/**
+ * The operations that accept API keys (inference), dispatched without openapi-backend's
+ * per-request machinery once their caller was authenticated before the body was read
+ * (request-body.ts): the request is not parsed again (three times per request there), no security
+ * handler runs again, no context is built. What it did is kept: the request is checked by the
+ * operation's own validators (compiled once, on first use, with the same coercion and defaults),
+ * the role is checked, and the reply is checked and sent as postResponseHandler does. Only
+ * operations without parameters take this path (the inference ones have none).
+ */
+function directDispatch(
+  api: OpenAPIBackend,
+  rules: Map<string, OperationRules>,
+  handlers: Handlers,
+  validateResponses: boolean,
+): Map<string, (req: Request, res: Response, operation: Operation) => Promise<void>> {
+  const direct = new Map<string, (req: Request, res: Response, operation: Operation) => Promise<void>>();
+  for (const operation of api.router.getOperations()) {
+    const operationId = operation.operationId as OperationId;
+    const operationRules = rules.get(operationId);
+    if (!operationRules?.acceptsApiKey || operation.parameters?.length) continue;
+    const handler = handlers[operationId] as unknown as LooseHandler;
+    direct.set(operationId, async (req, res) => {
+      const auth = req.principal as Principal;
+      authorize(operationRules, auth);
+      const input: Record<string, unknown> = { path: {}, query: req.query, header: req.headers, cookie: {} };
+      if (typeof req.body === 'object' || req.is('application/json')) input.requestBody = req.body;
+      const errors: ErrorObject[] = [];
+      for (const validate of api.validator.getRequestValidatorsForOperation(operationId)) {
+        if (!validate(input)) errors.push(...(validate.errors ?? []));
+      }
+      // As in validationFail: a multipart body is checked part by part by its handler.
+      const issues = errors.filter((error) => operationRules.jsonBody || !isMissingBody(error));
+      if (issues.length) throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: issues.map(toIssue) });
+      const reply = await handler({
+        operationId,
+        body: input.requestBody,
+        params: {},
+        query: req.query,
+        headers: req.headers,
+        cookies: {},
+        auth,
+        bodyLimit: operationRules.bodyLimit,
+        requestId: req.id,
+        get log() {
+          return req.log;
+        },
+        req,
+        res,
+      });
+      if (!reply || res.headersSent) return;
+      if (validateResponses) assertDocumented(api, operation, reply, req);
+      send(res, reply);
+      logFailedAnswer(req, res);
+    });
+  }
+  return direct;
 }
 
 function preAuthenticated(scheme: string, principal: Principal): Principal | undefined {

@@ -192,7 +192,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
  * handler runs again, no context is built. What it did is kept: the request is checked by the
  * operation's own validators (compiled once, on first use, with the same coercion and defaults),
  * the role is checked, and the reply is checked and sent as postResponseHandler does. Only
- * operations without parameters take this path (the inference ones have none).
+ * operations whose parameters are all headers take this path (the inference ones: X-CSRF-Token).
  */
 function directDispatch(
   api: OpenAPIBackend,
@@ -204,7 +204,9 @@ function directDispatch(
   for (const operation of api.router.getOperations()) {
     const operationId = operation.operationId as OperationId;
     const operationRules = rules.get(operationId);
-    if (!operationRules?.acceptsApiKey || operation.parameters?.length) continue;
+    // Header parameters are checked against the request's headers; path, query or cookie ones would need openapi-backend's parsing.
+    const onlyHeaders = (operation.parameters ?? []).every((parameter) => 'in' in parameter && parameter.in === 'header');
+    if (!operationRules?.acceptsApiKey || !onlyHeaders) continue;
     const handler = handlers[operationId] as unknown as LooseHandler;
     direct.set(operationId, async (req, res) => {
       const auth = req.principal as Principal;

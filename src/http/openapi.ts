@@ -93,26 +93,17 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       // The handler's type promises a caller wherever the operation requires one (types.ts AuthOf).
       if (needsCredential && !auth) throw new Error(`The operation ${operationId} requires a credential but no security handler resolved a caller`);
       authorize(operationRules, auth);
-      const handlerContext = {
-        operationId,
-        body: context.request.requestBody,
-        // openapi-backend keeps coerced path parameters only in the validation result.
-        params: { ...context.request.params, ...context.validation?.coerced?.params },
-        query: context.request.query,
-        headers: req.headers,
-        cookies: context.request.cookies,
-        auth,
-        bodyLimit: operationRules.bodyLimit,
-        requestId: req.id,
-        // Made on first use (request-log.ts): most requests never log.
-        get log() {
-          return req.log;
-        },
-        req,
-        res,
-      };
       // Sent by postResponseHandler, unless the handler answered itself (a relayed stream).
-      return handler(handlerContext);
+      return handler(
+        handlerContext(operationId, operationRules, req, res, {
+          body: context.request.requestBody,
+          // openapi-backend keeps coerced path parameters only in the validation result.
+          params: { ...context.request.params, ...context.validation?.coerced?.params },
+          query: context.request.query,
+          cookies: context.request.cookies,
+          auth,
+        }),
+      );
     };
     operationHandlers.set(operationId, dispatch);
     api.register(operationId, dispatch);
@@ -131,14 +122,8 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     unauthorizedHandler: (context: Context, req: Request) => {
       throw securityFailure(context, Boolean(req.get('authorization')));
     },
-    // The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then
-    // sent; a handler that answered itself (a relayed stream) has sent its headers already.
     postResponseHandler: (context: Context, req: Request, res: Response) => {
-      const reply = context.response as LooseReply | undefined;
-      if (!reply || res.headersSent) return;
-      if (validateResponses) assertDocumented(api, context.operation, reply, req);
-      send(res, reply);
-      logFailedAnswer(req, res);
+      sendReply(api, context.operation, context.response as LooseReply | undefined, req, res, validateResponses);
     },
     validationFail: (context: Context, req: Request, res: Response) => {
       // A body the handler reads as it streams (multipart) is checked part by part there
@@ -220,29 +205,42 @@ function directDispatch(
       // As in validationFail: a multipart body is checked part by part by its handler.
       const issues = errors.filter((error) => operationRules.jsonBody || !isMissingBody(error));
       if (issues.length) throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: issues.map(toIssue) });
-      const reply = await handler({
-        operationId,
-        body: input.requestBody,
-        params: {},
-        query: req.query,
-        headers: req.headers,
-        cookies: {},
-        auth,
-        bodyLimit: operationRules.bodyLimit,
-        requestId: req.id,
-        get log() {
-          return req.log;
-        },
-        req,
-        res,
-      });
-      if (!reply || res.headersSent) return;
-      if (validateResponses) assertDocumented(api, operation, reply, req);
-      send(res, reply);
-      logFailedAnswer(req, res);
+      const reply = await handler(handlerContext(operationId, operationRules, req, res, { body: input.requestBody, params: {}, query: req.query, cookies: {}, auth }));
+      sendReply(api, operation, reply, req, res, validateResponses);
     });
   }
   return direct;
+}
+
+/** What a handler is called with: the request's parts as the binding read them, and the operation's rules. */
+function handlerContext(
+  operationId: OperationId,
+  rules: OperationRules,
+  req: Request,
+  res: Response,
+  parts: { body: unknown; params: object; query: unknown; cookies: object; auth: Principal | undefined },
+) {
+  return {
+    operationId,
+    ...parts,
+    headers: req.headers,
+    bodyLimit: rules.bodyLimit,
+    requestId: req.id,
+    // Made on first use (request-log.ts): most requests never log.
+    get log() {
+      return req.log;
+    },
+    req,
+    res,
+  };
+}
+
+/** The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then sent; nothing when the handler answered itself (a relayed stream). */
+function sendReply(api: OpenAPIBackend, operation: Operation, reply: LooseReply | undefined, req: Request, res: Response, validateResponses: boolean): void {
+  if (!reply || res.headersSent) return;
+  if (validateResponses) assertDocumented(api, operation, reply, req);
+  send(res, reply);
+  logFailedAnswer(req, res);
 }
 
 function preAuthenticated(scheme: string, principal: Principal): Principal | undefined {

@@ -132,7 +132,7 @@ export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Pro
             await job.handle(item.data as object, { log: jobLog, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
             return { id: item.id, status: 'completed' };
           } catch (error) {
-            // pg-boss retries it after a backoff of delay x 2^(n+1) at most (plans.ts: half of that, plus a random half).
+            // pg-boss retries it after a backoff of at most delay x 2^(n+1) (its plans.js: half of that plus a random half).
             if (item.retryCount < item.retryLimit) wakeWhenDue(boss, job.queue, Date.now() + retryDelayMs * 2 ** (item.retryCount + 1));
             return { id: item.id, status: 'failed', output: error };
           }

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck migrate run test test-engine bench clean
+.PHONY: install generate check-generated lint typecheck build migrate run test test-engine bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -37,6 +37,12 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	tsc -p tsconfig.json
 
+## build: compile src/ to dist/ (what production runs: node dist/main.js; migrations stay .ts, run by Node's type stripping)
+build: $(INSTALLED)
+	rm -rf dist
+	tsc -p tsconfig.build.json
+	cp src/local/simulator/xinference-models.json dist/local/simulator/
+
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)
 	NODE_ENV=$${NODE_ENV:-development} node src/cli/migrate.ts
@@ -55,8 +61,8 @@ test-engine: $(INSTALLED)
 	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see README)"; exit 2; }
 	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
 
-## bench: proxy overhead against the engine directly, budgets of DESIGN.md §4 (writes bench/results/)
-bench: $(INSTALLED)
+## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
+bench: build
 	node bench/proxy-overhead.ts
 
 ## clean: remove local data (the embedded Postgres cluster)

@@ -1,15 +1,18 @@
 import autocannon from 'autocannon';
 import { Agent, request } from 'node:http';
 import { performance } from 'node:perf_hooks';
+import type { TargetName } from './report.ts';
 
-/** One target of the benchmark: the engine directly, or the proxy in front of it. */
+/** One target of the benchmark: the engine directly, or a reference pass-through or the proxy in front of it. */
 export interface Target {
-  name: 'direct' | 'proxy';
+  name: TargetName;
+  /** The process in front of the engine (none for `direct`). */
+  pid?: number;
   /** Full URL of the chat-completions route. */
   url: string;
   /** Authorization (and content-type) headers. */
   headers: Record<string, string>;
-  /** The `model` to ask for: the engine's model uid directly, the deployment id through the proxy. */
+  /** The `model` to ask for: the engine's model uid (directly and through the references), the deployment id through the proxy. */
   model: string;
 }
 

@@ -97,8 +97,8 @@ export async function waitForLine(started: Started, pattern: RegExp, timeoutMs: 
   }
 }
 
-/** Polls `probe` until it returns true; rejects after `timeoutMs`, or when `alive` says the process is gone. */
-export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs: number, alive?: Started): Promise<void> {
+/** Polls `probe` every `everyMs` until it returns true; rejects after `timeoutMs`, or when `alive` says the process is gone. */
+export async function waitUntil(what: string, probe: () => Promise<boolean>, timeoutMs: number, alive?: Started, everyMs = 50): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let exited = false;
   void alive?.exited.then(() => (exited = true));
@@ -106,7 +106,7 @@ export async function waitUntil(what: string, probe: () => Promise<boolean>, tim
     if (await probe().catch(() => false)) return;
     if (exited && alive) throw new Error(`${alive.name} exited while waiting for ${what}:\n${tail(alive.logPath)}`);
     if (Date.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}${alive ? `:\n${tail(alive.logPath)}` : ''}`);
-    await sleep(50);
+    await sleep(everyMs);
   }
 }
 

@@ -1,47 +1,55 @@
 /**
  * Proxy-overhead benchmark (`make bench`): the same closed-loop load against the GPU cluster
- * simulator directly and through the service's inference proxy, in one run, with a fixed upstream
- * latency, measured against the budgets of DESIGN.md §4.
+ * simulator directly, through two reference pass-throughs and through the service's inference
+ * proxy, in one run, with a fixed upstream latency, held to the budgets of DESIGN.md §4 (each
+ * relative to a reference measured in the same run).
  *
  * One run:
- *  1. a database: a fresh database on the server of DATABASE_URL (dropped afterwards), or else an
- *     embedded Postgres in a temporary directory that this process starts and stops, so the
- *     service and the operator CLI share it;
- *  2. the simulator as its own process: a non-streamed answer takes BENCH_UPSTREAM_MS (20 ms,
+ *  1. `make build` first (the Makefile target depends on it): the service runs as in production,
+ *     `node dist/main.js`;
+ *  2. a database: a fresh database on the server of DATABASE_URL (dropped afterwards), or else an
+ *     embedded Postgres in a temporary directory that this process starts and stops;
+ *  3. the simulator as its own process: a non-streamed answer takes BENCH_UPSTREAM_MS (20 ms,
  *     one token at 20 ms per token); a streamed one sends its first event at once, then a token
  *     every BENCH_UPSTREAM_MS;
- *  3. the service as its own process, production settings (no response validation, warn logs),
- *     the simulator registered and synced with the operator CLI; a user, a running deployment and
- *     an API key scoped to it, all through the HTTP API;
- *  4. autocannon at 1 and 64 connections against the engine directly (its model uid, its bearer
- *     key) and through the proxy (the deployment id, the svc-sk key): same body, same duration,
- *     after a warm-up; the service's CPU time (/proc/<pid>/stat) and peak RSS (/proc/<pid>/status)
- *     over each window; then 32 concurrent streams, time to first chunk, both ways;
- *  5. one table, each budget met or missed, bench/results/<timestamp>.json and latest.md.
+ *  4. the service as its own process (ROLE=all, production settings: no response validation, warn
+ *     logs), the simulator registered and synced with the operator CLI; a user, a running
+ *     deployment and an API key scoped to it, all through the HTTP API; then the references
+ *     (bench/references.ts: `raw` node:http, `express-got`), each its own process;
+ *  5. idle: the service's CPU and that of its Postgres backends over BENCH_IDLE_SECONDS;
+ *  6. BENCH_REPETITIONS repetitions; in each, at 1 and 64 connections and with 32 streams, every
+ *     target in turn, the order rotated from one load and repetition to the next: autocannon
+ *     after a warm-up, CPU time (/proc/<pid>/stat) and peak RSS (/proc/<pid>/status) of the process
+ *     in front of the engine over each window; the figures are medians over the repetitions, each
+ *     "added" figure taken against `direct` of the same repetition;
+ *  7. a second deployment created through the API: the time until a worker picks it up;
+ *  8. one table, each budget met or missed, bench/results/<timestamp>.json and latest.md.
  *
- * It exits 0 whenever it could measure, budgets missed or not (benchmarks report, tests assert);
- * while the proxy answers 501 its columns read "proxy not built yet". Every process it starts is
- * stopped at the end, also on failure or Ctrl-C.
+ * It exits 0 whenever it could measure, budgets missed or not (benchmarks report, tests assert).
+ * Every process it starts is stopped at the end, also on failure or Ctrl-C.
  *
  * Settings (environment): BENCH_SECONDS (10, per measured phase), BENCH_WARMUP_SECONDS (2),
- * BENCH_STREAM_SECONDS (5), BENCH_STREAM_MAX (4000 streams per target), BENCH_UPSTREAM_MS (20),
- * BENCH_STREAM_TOKENS (8), BENCH_CPU_PROF_DIR (when set, the service runs with --cpu-prof and writes
- * its profile there on exit; summarise it with bench/cpu-profile-summary.ts), BENCH_KEEP_LOGS
- * (keep the processes' logs even on success), DATABASE_URL.
+ * BENCH_STREAM_SECONDS (5), BENCH_STREAM_MAX (4000 streams per phase), BENCH_UPSTREAM_MS (20),
+ * BENCH_STREAM_TOKENS (8), BENCH_REPETITIONS (2), BENCH_IDLE_SECONDS (10), BENCH_TARGETS (the
+ * targets in front of the engine, default `raw,express-got,proxy`; `raw-undici` is the undici
+ * client in the raw pass-through), BENCH_CPU_PROF_DIR (when set, the service runs with --cpu-prof
+ * and writes its profile there on exit; summarise it with bench/cpu-profile-summary.ts),
+ * BENCH_KEEP_LOGS (keep the processes' logs even on success), DATABASE_URL.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { ensureDatabase, startEmbeddedPostgres, type RunningPostgres } from '../src/db/embedded-postgres.ts';
 import { createLogger } from '../src/logger.ts';
-import { ApiClient, ApiError } from './api-client.ts';
+import { ApiClient } from './api-client.ts';
 import { load, streams, type Target } from './load.ts';
 import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
 import { freePort, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
-import { budgets, derive, markdown, rows, textBudgets, textTable, type PhaseFigures, type RunFigures, type StreamFigures } from './report.ts';
+import { budgets, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const RESULTS = path.join(import.meta.dirname, 'results');
@@ -54,6 +62,16 @@ function setting(name: string, fallback: number, min = 0): number {
   return value;
 }
 
+const FRONTS: readonly TargetName[] = ['raw', 'raw-undici', 'express-got', 'proxy'];
+
+function targetsSetting(): TargetName[] {
+  const raw = process.env.BENCH_TARGETS || 'raw,express-got,proxy';
+  const names = raw.split(',').map((name) => name.trim()).filter(Boolean);
+  const unknown = names.filter((name) => !FRONTS.includes(name as TargetName));
+  if (unknown.length) throw new Error(`BENCH_TARGETS: unknown ${unknown.join(', ')} (any of ${FRONTS.join(', ')})`);
+  return names as TargetName[];
+}
+
 const settings = {
   seconds: setting('BENCH_SECONDS', 10, 1),
   warmupSeconds: setting('BENCH_WARMUP_SECONDS', 2, 0),
@@ -61,9 +79,19 @@ const settings = {
   streamMax: setting('BENCH_STREAM_MAX', 4000, 1),
   upstreamMs: setting('BENCH_UPSTREAM_MS', 20, 0),
   streamTokens: setting('BENCH_STREAM_TOKENS', 8, 1),
+  repetitions: setting('BENCH_REPETITIONS', 2, 1),
+  idleSeconds: setting('BENCH_IDLE_SECONDS', 10, 1),
+  targets: targetsSetting(),
   streamConcurrency: 32,
   concurrency: [1, 64] as const,
 };
+
+/**
+ * The Node flags of `npm start` (package.json): semi-spaces of at most 16 MB. V8 otherwise grows
+ * them to 64 MB under load, which took the service's peak RSS from about 260 to 330-400 MB at 64
+ * connections with no CPU saved (measured: 8 MB cut it to 220 MB but cost about 0.1 ms per request).
+ */
+const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16'];
 
 /** The request both targets get, but for `model`. */
 const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }] };
@@ -181,46 +209,71 @@ interface Deployment {
 let serviceSpawnedAt = NaN;
 const proxyWindows: Array<{ phase: string; from: number; to: number }> = [];
 
-/** Runs `fn` while measuring the CPU and peak RSS of the processes. */
-async function measured<T>(pids: { proxy?: number; engine: number }, fn: () => Promise<T>, label = '') {
+/** Runs `fn` while measuring the CPU and peak RSS of the process in front of the engine, the engine, the machine and Postgres. */
+async function measured<T>(target: Target, engine: number, fn: () => Promise<T>, label: string) {
   const from = (performance.now() - serviceSpawnedAt) / 1000;
-  const proxyWindow = pids.proxy === undefined ? undefined : new UsageWindow(pids.proxy);
-  const engineWindow = new UsageWindow(pids.engine);
+  const frontWindow = target.pid === undefined ? undefined : new UsageWindow(target.pid);
+  const engineWindow = new UsageWindow(engine);
   const databaseStart = await databaseCpu?.sample();
   const machineWindow = new MachineWindow();
   const result = await fn();
   const machine = machineWindow.end();
   const databaseEnd = await databaseCpu?.sample();
   const databaseMs = databaseStart && databaseEnd ? DatabaseCpu.used(databaseStart, databaseEnd) : NaN;
-  if (pids.proxy !== undefined) proxyWindows.push({ phase: label, from, to: (performance.now() - serviceSpawnedAt) / 1000 });
-  return { result, proxy: proxyWindow?.end(), engine: engineWindow.end(), machine: { ...machine, databaseMs } };
+  if (target.name === 'proxy') proxyWindows.push({ phase: label, from, to: (performance.now() - serviceSpawnedAt) / 1000 });
+  return { result, front: frontWindow?.end(), engine: engineWindow.end(), machine: { ...machine, databaseMs } };
 }
 
-async function phase(target: Target, connections: number, pids: { proxy?: number; engine: number }): Promise<PhaseFigures> {
+async function phase(target: Target, connections: number, engine: number, rep: number): Promise<PhaseFigures> {
   if (settings.warmupSeconds > 0) await load(target, CHAT_BODY, connections, settings.warmupSeconds);
-  const { result, proxy, engine, machine } = await measured(pids, () => load(target, CHAT_BODY, connections, settings.seconds), `c=${connections}`);
+  const { result, front, engine: engineUsage, machine } = await measured(target, engine, () => load(target, CHAT_BODY, connections, settings.seconds), `rep ${rep} c=${connections}`);
   const errors = result.non2xx + result.errors + result.timeouts;
-  const other = machine.busyMs - machine.loadGeneratorMs - engine.cpuMs - (proxy?.cpuMs ?? 0) - (Number.isNaN(machine.databaseMs) ? 0 : machine.databaseMs);
+  const cpu = front ?? engineUsage;
   out(
-    `  ${target.name.padEnd(6)} c=${String(connections).padEnd(3)} ${result.requestsPerSecond.toFixed(1).padStart(8)} req/s  ` +
-      `p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms` +
-      (proxy ? `  proxy CPU ${(proxy.cpuMs / Math.max(1, result.ok + result.non2xx)).toFixed(3)} ms/req, peak RSS ${proxy.peakRssMb.toFixed(1)} MB` : '') +
-      `  machine ${(machine.busy * 100).toFixed(0)}% busy (Postgres ${(machine.databaseMs / machine.seconds / 10).toFixed(0)}%, other processes ${(other / machine.seconds / 10).toFixed(0)}% of a core)` +
+    `  ${target.name.padEnd(11)} c=${String(connections).padEnd(3)} ${result.requestsPerSecond.toFixed(1).padStart(8)} req/s  ` +
+      `p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  ` +
+      `${front ? '' : 'engine '}CPU ${(cpu.cpuMs / Math.max(1, result.ok + result.non2xx)).toFixed(3)} ms/req` +
+      (front ? `, peak RSS ${front.peakRssMb.toFixed(0)} MB` : '') +
+      `  machine ${(machine.busy * 100).toFixed(0)}% busy` +
       (errors ? `  (${errors} non-2xx/errors: ${JSON.stringify(result.statusCodes)})` : ''),
   );
-  return { load: result, proxy, engine, machine };
+  return { load: result, front, engine: engineUsage, machine };
 }
 
-async function streamPhase(target: Target, pids: { proxy?: number; engine: number }): Promise<StreamFigures> {
+async function streamPhase(target: Target, engine: number, rep: number): Promise<StreamFigures> {
   const c = settings.streamConcurrency;
   if (settings.warmupSeconds > 0) await streams(target, STREAM_BODY, c, Math.min(1, settings.warmupSeconds), settings.streamMax);
-  const { result, proxy, engine, machine } = await measured(pids, () => streams(target, STREAM_BODY, c, settings.streamSeconds, settings.streamMax), `${c} streams`);
+  const { result, front, engine: engineUsage, machine } = await measured(target, engine, () => streams(target, STREAM_BODY, c, settings.streamSeconds, settings.streamMax), `rep ${rep} ${c} streams`);
   out(
-    `  ${target.name.padEnd(6)} ${c} streams: ${result.streams} done, TTFB p50 ${result.ttfbP50.toFixed(2)} ms p99 ${result.ttfbP99.toFixed(2)} ms, ` +
+    `  ${target.name.padEnd(11)} ${c} streams: ${result.streams} done, TTFB p50 ${result.ttfbP50.toFixed(2)} ms p99 ${result.ttfbP99.toFixed(2)} ms, ` +
       `total p50 ${result.totalP50.toFixed(1)} ms, ${result.chunksP50} chunks p50` +
+      (front ? `, CPU ${(front.cpuMs / Math.max(1, result.streams)).toFixed(3)} ms/stream` : '') +
       (result.failed ? ` (${result.failed} failed: ${JSON.stringify(result.statusCodes)})` : ''),
   );
-  return { result, proxy, engine, machine };
+  return { result, front, engine: engineUsage, machine };
+}
+
+/** `items` rotated left by `by`: each target goes first in turn, so none always runs on a warmer or busier machine. */
+function rotated<T>(items: readonly T[], by: number): T[] {
+  const shift = items.length ? by % items.length : 0;
+  return [...items.slice(shift), ...items.slice(0, shift)];
+}
+
+/** CPU of the service and of its Postgres backends while nothing calls it. */
+async function idleCost(servicePid: number): Promise<Idle> {
+  const cpuFrom = cpuMs(servicePid);
+  const databaseFrom = await databaseCpu?.sample();
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, settings.idleSeconds * 1000));
+  const seconds = (performance.now() - started) / 1000;
+  const databaseTo = await databaseCpu?.sample();
+  const databaseMs = databaseFrom && databaseTo ? DatabaseCpu.used(databaseFrom, databaseTo) : NaN;
+  return {
+    seconds,
+    serviceCpuMsPerSecond: (cpuMs(servicePid) - cpuFrom) / seconds,
+    databaseCpuMsPerSecond: databaseMs / seconds,
+    serviceRssMb: memory(servicePid).rssMb,
+  };
 }
 
 /** One request, to check a target answers a completion before loading it. */
@@ -329,7 +382,9 @@ async function main(): Promise<number> {
       serviceEnv.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(profileDir)}`.trim();
     }
     serviceSpawnedAt = performance.now();
-    const service = start('service', ['src/main.ts'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
+    // As in production (`npm start`): the compiled service (`make build`), young generation capped.
+    if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error('dist/main.js is missing: run `make build` (make bench does)');
+    const service = start('service', [...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
     await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
     step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}`);
 
@@ -375,68 +430,72 @@ async function main(): Promise<number> {
     const check = await probe(direct);
     if (check.status !== 200) throw new Error(`the simulator answered ${check.status}: ${check.body}`);
 
-    // The API key and a first call through the proxy; 501 while they are not built.
-    let proxy: Target | undefined;
-    let proxyStatus = 'measured';
-    try {
-      const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId] });
-      proxy = {
-        name: 'proxy',
-        url: `${base}/v1/chat/completions`,
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${created.key}` },
-        model: deploymentId,
-      };
-      for (const stream of [false, true]) {
-        const answer = await probe(proxy, stream);
-        if (answer.status === 501) throw new ApiError('POST', '/v1/chat/completions', 501, answer.body);
-        if (answer.status !== 200) throw new Error(`the proxy answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
+    // The API key and a first call through the proxy, then the references in front of the same engine.
+    const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId] });
+    const fronts: Target[] = [];
+    for (const name of settings.targets) {
+      if (name === 'proxy') {
+        fronts.push({ name, pid: service.pid, url: `${base}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: `Bearer ${created.key}` }, model: deploymentId });
+        continue;
       }
-      step('API key created; the proxy answers');
-    } catch (error) {
-      proxy = undefined;
-      proxyStatus = error instanceof ApiError && error.status === 501 ? 'proxy not built yet' : `proxy failed: ${error instanceof Error ? error.message : String(error)}`;
-      step(`${proxyStatus}${error instanceof ApiError && error.status === 501 ? ` (${error.message.split(':')[0]} answers 501)` : ''}: measuring the engine directly only`);
+      const reference = start(name, ['bench/references.ts', name, '--upstream', simulatorUrl], { cwd: ROOT, env: { ...process.env }, logPath: path.join(logs, `${name}.log`) });
+      const url = (await waitForLine(reference, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
+      fronts.push({ ...direct, name, pid: reference.pid, url: `${url}/v1/chat/completions` });
     }
+    for (const target of fronts) {
+      for (const stream of [false, true]) {
+        const answer = await probe(target, stream);
+        if (answer.status !== 200) throw new Error(`${target.name} answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
+      }
+    }
+    step(`API key created; ${fronts.map((target) => `${target.name}${target.pid ? ` (pid ${target.pid})` : ''}`).join(', ')} answer`);
 
-    // Idle CPU of the service (job polling, pool keep-alives), to read the per-request figure against.
-    const idleFrom = cpuMs(service.pid);
-    await new Promise((resolve) => setTimeout(resolve, 2000));
-    const idleCpuMsPerSecond = (cpuMs(service.pid) - idleFrom) / 2;
+    // 5. Idle, once the start-up work has settled.
     const idleMemory = memory(service.pid);
-
-    // 4. Load.
-    const pids = { engine: simulator.pid };
-    const proxyPids = { engine: simulator.pid, proxy: service.pid };
-    const byConnections: Record<string, { direct: PhaseFigures; proxy?: PhaseFigures }> = {};
-    for (const connections of settings.concurrency) {
-      step(`${connections} connection${connections > 1 ? 's' : ''}, ${settings.seconds} s each`);
-      const d = await phase(direct, connections, pids);
-      const p = proxy ? await phase(proxy, connections, proxyPids) : undefined;
-      byConnections[`c${connections}`] = { direct: d, proxy: p };
+    let idle: Idle | undefined;
+    if (settings.targets.includes('proxy')) {
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      idle = await idleCost(service.pid);
+      step(`idle ${idle.seconds.toFixed(0)} s, ROLE=all: service ${idle.serviceCpuMsPerSecond.toFixed(1)} ms CPU/s, its Postgres backends ${idle.databaseCpuMsPerSecond.toFixed(1)} ms CPU/s`);
     }
-    step(`${settings.streamConcurrency} concurrent streams of ${settings.streamTokens} tokens, ${settings.streamSeconds} s each`);
-    const streamDirect = await streamPhase(direct, pids);
-    const streamProxy = proxy ? await streamPhase(proxy, proxyPids) : undefined;
 
-    const c1 = byConnections.c1 as { direct: PhaseFigures; proxy?: PhaseFigures };
-    const c64 = byConnections.c64 as { direct: PhaseFigures; proxy?: PhaseFigures };
-    const figures: RunFigures = {
-      direct: { c1: c1.direct, c64: c64.direct, stream: streamDirect },
-      proxy: c1.proxy && c64.proxy && streamProxy ? { c1: c1.proxy, c64: c64.proxy, stream: streamProxy } : undefined,
-      proxyStatus,
-    };
+    // 6. Load, every target in turn, rotated.
+    const targets = [direct, ...fronts];
+    const repetitions: Repetition[] = [];
+    for (let rep = 1; rep <= settings.repetitions; rep++) {
+      const figures: Repetition = { c1: {}, c64: {}, stream: {} };
+      for (const [index, connections] of settings.concurrency.entries()) {
+        step(`repetition ${rep}/${settings.repetitions}: ${connections} connection${connections > 1 ? 's' : ''}, ${settings.seconds} s each`);
+        for (const target of rotated(targets, rep - 1 + index)) figures[connections === 1 ? 'c1' : 'c64'][target.name] = await phase(target, connections, simulator.pid, rep);
+      }
+      step(`repetition ${rep}/${settings.repetitions}: ${settings.streamConcurrency} concurrent streams of ${settings.streamTokens} tokens, ${settings.streamSeconds} s each`);
+      for (const target of rotated(targets, rep + 1)) figures.stream[target.name] = await streamPhase(target, simulator.pid, rep);
+      repetitions.push(figures);
+    }
 
-    // 5. Report.
-    const derived = derive(figures);
-    const list = budgets(derived);
-    const table = rows(figures, derived);
+    // 7. How soon a worker picks up a new deployment (NOTIFY, not polling).
+    let pickupMs: number | undefined;
+    if (settings.targets.includes('proxy')) {
+      const asked = performance.now();
+      const second = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
+      const answeredAt = performance.now();
+      await waitUntil('the second deployment to leave requested', async () => (await api.get<Deployment>(`/api/v1/model-deployments/${second.id}`)).status !== 'requested', 10_000, service, 20);
+      pickupMs = performance.now() - answeredAt;
+      step(`a requested deployment was picked up ${pickupMs.toFixed(0)} ms after the API answered (${(answeredAt - asked).toFixed(0)} ms to answer)`);
+    }
+
+    // 8. Report.
+    const figures: RunFigures = { targets: targets.map((target) => target.name), repetitions, idle, pickupMs };
+    const list = budgets(figures);
+    const table = rows(figures);
     const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
     const notes = [
       `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
-      `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up; latencies are of 2xx answers, at full resolution. Load generator, engine, proxy and Postgres share the machine.`,
-      `Proxy CPU: utime + stime of the service process over the phase divided by the answers (the service also runs its job workers; idle it used ${idleCpuMsPerSecond.toFixed(1)} ms CPU per second). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms; idle before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
+      `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
+      `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node --max-semi-space-size=16 dist/main.js\`, as \`npm start\`, ROLE=all, key authentication, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
       `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
-      ...(figures.proxy ? [] : [`Proxy columns: ${proxyStatus}.`]),
+      ...(idle ? [`Idle: ${idle.seconds.toFixed(0)} s without requests after 3 s of settling: the service process and the Postgres backends of its database (pg_stat_activity), ROLE=all.`] : []),
+      ...(pickupMs !== undefined ? ["Pick-up: from the API's answer to POST /api/v1/model-deployments to the first GET that no longer reads `requested` (polled every 20 ms)."] : []),
     ];
     out();
     out(textTable(table));
@@ -449,34 +508,28 @@ async function main(): Promise<number> {
     const json = {
       started_at: startedAt.toISOString(),
       finished_at: new Date().toISOString(),
+      commit: commitOf(),
       machine,
       cpus: cpus().length,
       node: process.version,
       load_average_at_start: loadAtStart,
       database: database.description,
       settings: { ...settings, chat_body: CHAT_BODY, stream_body: STREAM_BODY },
-      proxy_status: proxyStatus,
-      idle_service_cpu_ms_per_s: idleCpuMsPerSecond,
-      idle_service_rss_mb: idleMemory.rssMb,
-      service_peak_rss_mb_before_load: idleMemory.peakRssMb,
+      service_rss_mb_before_load: idleMemory.rssMb,
       ...(profileDir ? { cpu_profile: { dir: profileDir, proxy_windows_s_since_service_start: proxyWindows } } : {}),
-      phases: {
-        direct: { c1: c1.direct, c64: c64.direct, stream: streamDirect },
-        proxy: figures.proxy ?? null,
-      },
-      derived: derived ?? null,
+      figures,
       budgets: list,
     };
     mkdirSync(RESULTS, { recursive: true });
     const stamp = startedAt.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
     const jsonPath = path.join(RESULTS, `${stamp}.json`);
     writeFileSync(jsonPath, `${JSON.stringify(json, null, 2)}\n`);
-    writeFileSync(path.join(RESULTS, 'latest.md'), markdown({ started_at: json.started_at, machine }, table, list, notes));
+    writeFileSync(path.join(RESULTS, 'latest.md'), markdown({ started_at: json.started_at, machine, commit: json.commit }, table, list, notes));
     out();
     out(`Wrote ${path.relative(ROOT, jsonPath)} and bench/results/latest.md`);
     if (profileDir) {
       out(`The service writes its CPU profile to ${profileDir} as it stops. The measured proxy windows, in seconds since it started:`);
-      for (const w of proxyWindows) out(`  ${w.phase.padEnd(11)} --from ${w.from.toFixed(1)} --to ${w.to.toFixed(1)}`);
+      for (const w of proxyWindows) out(`  ${w.phase.padEnd(18)} --from ${w.from.toFixed(1)} --to ${w.to.toFixed(1)}`);
       out(`  e.g. node bench/cpu-profile-summary.ts ${profileDir}/<file>.cpuprofile --from ${proxyWindows[1]?.from.toFixed(1) ?? 0} --to ${proxyWindows[1]?.to.toFixed(1) ?? ''}`);
     }
     ok = true;
@@ -486,6 +539,17 @@ async function main(): Promise<number> {
     return 1;
   } finally {
     await cleanup();
+  }
+}
+
+/** The commit measured (with `+changes` when the work tree differs from it), for the results. */
+function commitOf(): string {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench', 'package.json'], { cwd: ROOT, encoding: 'utf8' }).trim();
+    return dirty ? `${commit}+changes` : commit;
+  } catch {
+    return 'unknown';
   }
 }
 

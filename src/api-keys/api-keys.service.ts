@@ -55,6 +55,10 @@ interface CacheEntry {
 export class ApiKeysService {
   readonly #db: Knex;
   readonly #cache = new Map<string, CacheEntry>();
+  /** Lookups under way, by key hash: the requests that miss the cache together share one query. */
+  readonly #lookups = new Map<string, Promise<CacheEntry | undefined>>();
+  /** Bumped by every change made here: a lookup that started before it is not cached. */
+  #changes = 0;
   readonly #lastUsedWrites = new Map<number, number>();
   readonly #failures = new RateLimiterMemory({ points: FAILED_KEY_LIMIT.points, duration: FAILED_KEY_LIMIT.windowSeconds });
 
@@ -147,13 +151,11 @@ export class ApiKeysService {
       this.#cache.set(hash, entry);
     } else {
       this.#cache.delete(hash);
-      entry = await this.#lookup(hash);
+      entry = await this.#sharedLookup(hash, now);
       if (!entry) {
         await this.#failures.penalty(clientAddress);
         throw refused('invalid_api_key', 'The API key is not valid.');
       }
-      entry.at = now;
-      this.#remember(hash, entry);
     }
     if (entry.refusal) throw refused(entry.refusal.code, entry.refusal.message);
     const principal = entry.principal as ApiKeyPrincipal;
@@ -172,6 +174,22 @@ export class ApiKeysService {
       const oldest = this.#cache.keys().next().value as string;
       this.#cache.delete(oldest);
     }
+  }
+
+  /** The key's state looked up once for every request that asks while the query runs, and cached when known. */
+  #sharedLookup(hash: string, now: number): Promise<CacheEntry | undefined> {
+    let pending = this.#lookups.get(hash);
+    if (!pending) {
+      const changes = this.#changes;
+      pending = this.#lookup(hash)
+        .then((entry) => {
+          if (entry && changes === this.#changes) this.#remember(hash, { ...entry, at: now });
+          return entry;
+        })
+        .finally(() => this.#lookups.delete(hash));
+      this.#lookups.set(hash, pending);
+    }
+    return pending;
   }
 
   /** The key's state, or undefined when no key has this hash. */
@@ -193,6 +211,7 @@ export class ApiKeysService {
   }
 
   #forget(keyId: number): void {
+    this.#changes++;
     for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId) this.#cache.delete(hash);
   }
 

@@ -5,7 +5,7 @@ import { EngineError, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
-import type { JobDefinition } from '../jobs/queue.ts';
+import { sendLater, type JobDefinition } from '../jobs/queue.ts';
 import {
   allows,
   nextStatus,
@@ -167,10 +167,7 @@ export class Provisioner {
     if (strayLaunch) {
       // A launch that landed after its deployment had left provisioning: only the engine is cleaned.
       if ((await this.#stopOnEngine(deployment)) === 'pending') {
-        await this.#boss.send(TERMINATE_QUEUE, { deploymentId, strayLaunch: true }, {
-          singletonKey: `${deploymentId}:stray`,
-          startAfter: new Date(Date.now() + this.#settings.readinessPollSeconds * 1000),
-        });
+        await sendLater(this.#boss, TERMINATE_QUEUE, { deploymentId, strayLaunch: true }, { singletonKey: `${deploymentId}:stray`, afterSeconds: this.#settings.readinessPollSeconds });
       }
       return;
     }
@@ -336,7 +333,7 @@ export class Provisioner {
   }
 
   async #soon(queue: string, deploymentId: string, afterSeconds: number): Promise<void> {
-    await this.#boss.send(queue, { deploymentId }, { singletonKey: deploymentId, startAfter: new Date(Date.now() + afterSeconds * 1000) });
+    await sendLater(this.#boss, queue, { deploymentId }, { singletonKey: deploymentId, afterSeconds });
   }
 
   /** Whether the engine confirms the deployment's model is gone (`pending` while it is launching). */
@@ -355,7 +352,6 @@ export function provisioningJobs(provisioner: Provisioner, boss: PgBoss, setting
     retryLimit: 5,
     retryDelaySeconds: 2,
     concurrency: 8,
-    pollingIntervalSeconds: 0.5,
     handle: (data, { log, lastAttempt }) => run(data, log, lastAttempt),
   });
   return [
@@ -366,12 +362,11 @@ export function provisioningJobs(provisioner: Provisioner, boss: PgBoss, setting
       queue: RECONCILE_QUEUE,
       policy: 'short',
       retryLimit: 0,
-      pollingIntervalSeconds: Math.min(2, settings.reconcileIntervalSeconds),
       async handle(_data, { log }) {
         try {
           await provisioner.reconcile(log);
         } finally {
-          await boss.send(RECONCILE_QUEUE, {}, { singletonKey: 'reconciler', startAfter: new Date(Date.now() + settings.reconcileIntervalSeconds * 1000) });
+          await sendLater(boss, RECONCILE_QUEUE, {}, { singletonKey: 'reconciler', afterSeconds: settings.reconcileIntervalSeconds });
         }
       },
     } as JobDefinition<object>,

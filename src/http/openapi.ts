@@ -93,26 +93,17 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       // The handler's type promises a caller wherever the operation requires one (types.ts AuthOf).
       if (needsCredential && !auth) throw new Error(`The operation ${operationId} requires a credential but no security handler resolved a caller`);
       authorize(operationRules, auth);
-      const handlerContext = {
-        operationId,
-        body: context.request.requestBody,
-        // openapi-backend keeps coerced path parameters only in the validation result.
-        params: { ...context.request.params, ...context.validation?.coerced?.params },
-        query: context.request.query,
-        headers: req.headers,
-        cookies: context.request.cookies,
-        auth,
-        bodyLimit: operationRules.bodyLimit,
-        requestId: req.id,
-        // Made on first use (request-log.ts): most requests never log.
-        get log() {
-          return req.log;
-        },
-        req,
-        res,
-      };
       // Sent by postResponseHandler, unless the handler answered itself (a relayed stream).
-      return handler(handlerContext);
+      return handler(
+        handlerContext(operationId, operationRules, req, res, {
+          body: context.request.requestBody,
+          // openapi-backend keeps coerced path parameters only in the validation result.
+          params: { ...context.request.params, ...context.validation?.coerced?.params },
+          query: context.request.query,
+          cookies: context.request.cookies,
+          auth,
+        }),
+      );
     };
     operationHandlers.set(operationId, dispatch);
     api.register(operationId, dispatch);
@@ -131,14 +122,8 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     unauthorizedHandler: (context: Context, req: Request) => {
       throw securityFailure(context, Boolean(req.get('authorization')));
     },
-    // The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then
-    // sent; a handler that answered itself (a relayed stream) has sent its headers already.
     postResponseHandler: (context: Context, req: Request, res: Response) => {
-      const reply = context.response as LooseReply | undefined;
-      if (!reply || res.headersSent) return;
-      if (validateResponses) assertDocumented(api, context.operation, reply, req);
-      send(res, reply);
-      logFailedAnswer(req, res);
+      sendReply(api, context.operation, context.response as LooseReply | undefined, req, res, validateResponses);
     },
     validationFail: (context: Context, req: Request, res: Response) => {
       // A body the handler reads as it streams (multipart) is checked part by part there
@@ -157,6 +142,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   await api.init();
   const router = fixedRouting(api);
   const matched = new WeakMap<Request, Operation>();
+  const direct = directDispatch(api, rules, handlers, validateResponses);
 
   return {
     route: function routeMiddleware(req: Request, res: Response, next: NextFunction) {
@@ -172,6 +158,9 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     },
     dispatch: async function dispatchMiddleware(req: Request, res: Response, next: NextFunction) {
       try {
+        const operation = matched.get(req);
+        const fast = req.principal && operation ? direct.get(operation.operationId ?? '') : undefined;
+        if (fast && operation) return await fast(req, res, operation);
         const request = { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> };
         await api.handleRequest(Object.assign(request, { [MATCHED]: matched.get(req) }), req, res);
       } catch (error) {
@@ -179,6 +168,79 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       }
     },
   };
+}
+
+/**
+ * The operations that accept API keys (inference), dispatched without openapi-backend's
+ * per-request machinery once their caller was authenticated before the body was read
+ * (request-body.ts): the request is not parsed again (three times per request there), no security
+ * handler runs again, no context is built. What it did is kept: the request is checked by the
+ * operation's own validators (compiled once, on first use, with the same coercion and defaults),
+ * the role is checked, and the reply is checked and sent as postResponseHandler does. Only
+ * operations whose parameters are all headers take this path (the inference ones: X-CSRF-Token).
+ */
+function directDispatch(
+  api: OpenAPIBackend,
+  rules: Map<string, OperationRules>,
+  handlers: Handlers,
+  validateResponses: boolean,
+): Map<string, (req: Request, res: Response, operation: Operation) => Promise<void>> {
+  const direct = new Map<string, (req: Request, res: Response, operation: Operation) => Promise<void>>();
+  for (const operation of api.router.getOperations()) {
+    const operationId = operation.operationId as OperationId;
+    const operationRules = rules.get(operationId);
+    // Header parameters are checked against the request's headers; path, query or cookie ones would need openapi-backend's parsing.
+    const onlyHeaders = (operation.parameters ?? []).every((parameter) => 'in' in parameter && parameter.in === 'header');
+    if (!operationRules?.acceptsApiKey || !onlyHeaders) continue;
+    const handler = handlers[operationId] as unknown as LooseHandler;
+    direct.set(operationId, async (req, res) => {
+      const auth = req.principal as Principal;
+      authorize(operationRules, auth);
+      const input: Record<string, unknown> = { path: {}, query: req.query, header: req.headers, cookie: {} };
+      if (typeof req.body === 'object' || req.is('application/json')) input.requestBody = req.body;
+      const errors: ErrorObject[] = [];
+      for (const validate of api.validator.getRequestValidatorsForOperation(operationId)) {
+        if (!validate(input)) errors.push(...(validate.errors ?? []));
+      }
+      // As in validationFail: a multipart body is checked part by part by its handler.
+      const issues = errors.filter((error) => operationRules.jsonBody || !isMissingBody(error));
+      if (issues.length) throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: issues.map(toIssue) });
+      const reply = await handler(handlerContext(operationId, operationRules, req, res, { body: input.requestBody, params: {}, query: req.query, cookies: {}, auth }));
+      sendReply(api, operation, reply, req, res, validateResponses);
+    });
+  }
+  return direct;
+}
+
+/** What a handler is called with: the request's parts as the binding read them, and the operation's rules. */
+function handlerContext(
+  operationId: OperationId,
+  rules: OperationRules,
+  req: Request,
+  res: Response,
+  parts: { body: unknown; params: object; query: unknown; cookies: object; auth: Principal | undefined },
+) {
+  return {
+    operationId,
+    ...parts,
+    headers: req.headers,
+    bodyLimit: rules.bodyLimit,
+    requestId: req.id,
+    // Made on first use (request-log.ts): most requests never log.
+    get log() {
+      return req.log;
+    },
+    req,
+    res,
+  };
+}
+
+/** The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then sent; nothing when the handler answered itself (a relayed stream). */
+function sendReply(api: OpenAPIBackend, operation: Operation, reply: LooseReply | undefined, req: Request, res: Response, validateResponses: boolean): void {
+  if (!reply || res.headersSent) return;
+  if (validateResponses) assertDocumented(api, operation, reply, req);
+  send(res, reply);
+  logFailedAnswer(req, res);
 }
 
 function preAuthenticated(scheme: string, principal: Principal): Principal | undefined {

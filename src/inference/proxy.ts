@@ -1,10 +1,10 @@
-import type { IncomingHttpHeaders } from 'node:http';
-import { Readable } from 'node:stream';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
-import got, { type Got } from 'got';
 import { AppError } from '../errors.ts';
 import { toInferenceError } from '../http/problem.ts';
 import { AnswerWatch } from './answer-watch.ts';
+import { EngineConnections } from './engine-connection.ts';
 import { ENGINE_ERROR_READ, engineError, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import type { Target } from './routing.ts';
 
@@ -13,8 +13,8 @@ export type MediaType = 'application/json' | 'text/event-stream' | 'text/plain';
 
 /** The Content-Type the client gets for each: set by the proxy, never copied from the engine. */
 const CONTENT_TYPE: Record<MediaType, string> = {
-  'application/json': 'application/json',
-  'text/event-stream': 'text/event-stream',
+  'application/json': 'application/json; charset=utf-8',
+  'text/event-stream': 'text/event-stream; charset=utf-8',
   'text/plain': 'text/plain; charset=utf-8',
 };
 
@@ -53,26 +53,18 @@ export interface Delivery {
  * Relays inference requests to engines: the request streamed up, the answer streamed back as it
  * arrives (no buffering, no compression, backpressure both ways), the upstream request aborted
  * when the client leaves. Engine failures become the hosted-inference error shape with a fixed
- * message (engine-errors.ts); only the documented media types are relayed; a stalled engine is
- * cut off by the first-byte and idle timeouts.
+ * message (engine-errors.ts); only the documented media types are relayed; an engine that does not
+ * accept the connection, or stalls, is cut off by the connect, first-byte and idle timeouts.
  */
 export class Relay {
-  readonly #http: Got;
+  readonly #engines: EngineConnections;
   readonly #limits: RelayLimits;
   readonly #credentialsRefused: CredentialsRefused;
 
   constructor(limits: RelayLimits, credentialsRefused: CredentialsRefused) {
     this.#limits = limits;
     this.#credentialsRefused = credentialsRefused;
-    this.#http = got.extend({
-      retry: { limit: 0 },
-      throwHttpErrors: false,
-      decompress: false,
-      followRedirect: false,
-      // The first byte and the gaps between chunks are watched below: got's `response` timeout ends
-      // once headers arrive, and its `socket` timeout would also cut a long wait for the first byte.
-      timeout: { connect: limits.connectTimeoutMs },
-    });
+    this.#engines = new EngineConnections(limits.connectTimeoutMs);
   }
 
   /**
@@ -92,7 +84,7 @@ export class Relay {
     /** Made when the engine's 200 answer arrives (the request, a form included, is then complete). */
     rewrite?: () => AnswerRewrite | undefined;
   }): Promise<Delivery | undefined> {
-    const { req, res } = input;
+    const { req, res, body } = input;
     let stalled = false;
     let timer: NodeJS.Timeout | undefined;
     const watch = (ms: number) => {
@@ -102,24 +94,24 @@ export class Relay {
         upstream.destroy(new Error('the engine stalled'));
       }, ms);
     };
-    // The first-byte clock starts once the whole request is sent; an upload is watched for gaps.
-    let body: string | Readable = input.body;
-    if (typeof body !== 'string') {
-      body = Readable.from(watched(body, () => watch(this.#limits.idleTimeoutMs)));
-      body.once('end', () => watch(this.#limits.firstByteTimeoutMs));
-    }
-    const upstream = this.#http.stream.post(`${input.target.endpoint}${input.path}`, {
-      body,
-      headers: {
-        'content-type': input.contentType,
-        accept: req.get('accept') ?? '*/*',
-        ...(input.target.authorization ? { authorization: input.target.authorization } : {}),
-      },
-    });
+    const headers: OutgoingHttpHeaders = { 'content-type': input.contentType, accept: req.headers.accept ?? '*/*' };
+    if (input.target.authorization) headers.authorization = input.target.authorization;
+    if (typeof body === 'string') headers['content-length'] = Buffer.byteLength(body);
+    const upstream = this.#engines.post(input.target.endpoint, input.path, headers);
     // Every failure is handled through the promises below; a late one must not go unhandled.
     upstream.on('error', () => undefined);
-
-    if (typeof body === 'string') watch(this.#limits.firstByteTimeoutMs);
+    // The first-byte clock starts once the whole request is sent; an upload is watched for gaps.
+    if (typeof body === 'string') {
+      upstream.end(body);
+      watch(this.#limits.firstByteTimeoutMs);
+    } else {
+      watch(this.#limits.idleTimeoutMs);
+      body.on('data', () => watch(this.#limits.idleTimeoutMs));
+      body.once('end', () => watch(this.#limits.firstByteTimeoutMs));
+      // What the upload stream throws (a part over its limit) fails the request with that error.
+      body.once('error', (error) => upstream.destroy(error));
+      body.pipe(upstream);
+    }
 
     // A client that leaves before the answer is complete aborts the engine's work; `close` also
     // follows a completed answer, which must not abort anything.
@@ -131,35 +123,47 @@ export class Relay {
     };
     res.once('close', onClientClose);
 
+    let answerStream: IncomingMessage | undefined;
     try {
-      const response = await new Promise<{ statusCode: number; headers: IncomingHttpHeaders }>((resolve, reject) => {
+      const response = await new Promise<IncomingMessage>((resolve, reject) => {
         upstream.once('response', resolve);
         upstream.once('error', reject);
+        upstream.once('close', () => reject(new Error('the engine closed the connection before answering')));
       });
-      if (response.statusCode >= 400) {
-        const failure = engineError(response.statusCode, response.headers, await readSome(upstream, ENGINE_ERROR_READ), req.log);
-        if (response.statusCode === 401 || response.statusCode === 403) {
-          this.#credentialsRefused(input.target, `the engine answered ${response.statusCode} to the cluster's inference API key on ${input.path}`);
+      answerStream = response;
+      // A failure of the answer's body shows on the request too (it is destroyed with it).
+      response.on('error', () => undefined);
+      const statusCode = response.statusCode ?? 0;
+      if (statusCode >= 400) {
+        const failure = engineError(statusCode, response.headers, await readSome(response, ENGINE_ERROR_READ), req.log);
+        if (statusCode === 401 || statusCode === 403) {
+          this.#credentialsRefused(input.target, `the engine answered ${statusCode} to the cluster's inference API key on ${input.path}`);
         }
         throw failure;
       }
       const media = mediaTypeOf(response.headers['content-type']);
-      if (response.statusCode !== 200 || !media || !input.accepts.includes(media)) {
-        req.log.warn({ engine_status: response.statusCode, engine_content_type: response.headers['content-type'] }, 'the engine answered something the route does not relay');
+      if (statusCode !== 200 || !media || !input.accepts.includes(media)) {
+        req.log.warn({ engine_status: statusCode, engine_content_type: response.headers['content-type'] }, 'the engine answered something the route does not relay');
         upstream.destroy();
         throw upstreamFailure('The model answered in a form this route does not serve.');
       }
       const streaming = media === 'text/event-stream';
       const rewrite = input.rewrite?.();
-      res.status(200).set('Content-Type', CONTENT_TYPE[rewrite?.mediaType ?? media]);
-      // An event stream starts at once; a JSON or text answer goes out with its first bytes.
+      res.statusCode = 200;
+      res.setHeader('Content-Type', CONTENT_TYPE[rewrite?.mediaType ?? media]);
       if (streaming) {
-        res.set({ 'Cache-Control': 'no-cache', 'X-Accel-Buffering': 'no' });
+        // An event stream starts at once.
+        res.setHeader('Cache-Control', 'no-cache');
+        res.setHeader('X-Accel-Buffering', 'no');
         res.flushHeaders();
+      } else if (!rewrite && response.headers['content-length'] !== undefined) {
+        // A JSON or text answer relayed as it is keeps its length: headers and body go out in one
+        // write, without chunked framing.
+        res.setHeader('Content-Length', response.headers['content-length']);
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
-      const ended = await pump(upstream, res, answer, rewrite, {
+      const ended = await pump(response, res, answer, rewrite, {
         onChunk: () => watch(this.#limits.idleTimeoutMs),
         onPause: () => clearTimeout(timer),
       });
@@ -178,6 +182,7 @@ export class Relay {
       req.log.warn({ stalled }, 'the engine failed after its answer started');
       if (!res.headersSent) {
         res.removeHeader('Content-Type');
+        res.removeHeader('Content-Length');
         throw failure;
       }
       if (streaming && res.writable) {
@@ -188,9 +193,7 @@ export class Relay {
       }
       return { outcome: 'aborted', answer };
     } catch (error) {
-      // got wraps what the request body stream threw (e.g. an upload over its limit).
-      const own = error instanceof AppError ? error : (error as { cause?: unknown }).cause;
-      if (own instanceof AppError) throw own;
+      if (error instanceof AppError) throw error;
       if (clientLeft || req.destroyed) return undefined;
       if (stalled || (error as { code?: string }).code === 'ETIMEDOUT') throw upstreamTimeout();
       req.log.warn({ err: String(error) }, 'the engine could not be reached');
@@ -198,16 +201,9 @@ export class Relay {
     } finally {
       clearTimeout(timer);
       res.off('close', onClientClose);
+      // An answer not read to its end (an error page, a refused media type) frees its socket.
+      if (answerStream && !answerStream.complete) upstream.destroy();
     }
-  }
-}
-
-/** The chunks of an upload, reporting each one as it is taken. */
-async function* watched(body: Readable, onChunk: () => void): AsyncGenerator<Buffer> {
-  onChunk();
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    onChunk();
-    yield chunk;
   }
 }
 

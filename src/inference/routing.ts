@@ -87,7 +87,8 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
 }
 
 /**
- * Resolves the body's `model` to a target (see `chooseTarget`): one query per caller, cached 2 s.
+ * Resolves the body's `model` to a target (see `chooseTarget`): one query per caller, cached 2 s
+ * (concurrent misses share it).
  * When an engine refuses a cluster's inference credential, the cluster is marked
  * `credentials_invalid` (ClustersService: the operator is alerted) and this process stops calling
  * it at once, before the mark reaches the other processes through their caches.
@@ -97,6 +98,8 @@ export class InferenceRouter {
   readonly #clusters: ClustersService;
   readonly #log: Logger;
   readonly #cache = new Map<string, { at: number; candidates: Candidate[] }>();
+  /** Queries under way, by caller: the requests that miss the cache together share one. */
+  readonly #queries = new Map<string, Promise<Candidate[]>>();
   /** Clusters refused here, until every cached read shows the mark in the database. */
   readonly #refused = new Map<string, { until: number }>();
 
@@ -168,13 +171,21 @@ export class InferenceRouter {
     const cached = this.#cache.get(key);
     const started = Date.now();
     if (cached && started - cached.at < CACHE_MS) return cached.candidates;
-    // A key reaches the whole organization, to tell "outside the key's scope" from "unknown".
-    const candidates = await findRoutingCandidates(
-      this.#db,
-      principal.kind === 'session' ? { userId: principal.user.id, organizationId: principal.organization?.id ?? 0 } : { organizationId: principal.organizationId },
-    );
-    this.#cache.set(key, { at: started, candidates });
-    return candidates;
+    let query = this.#queries.get(key);
+    if (!query) {
+      // A key reaches the whole organization, to tell "outside the key's scope" from "unknown".
+      query = findRoutingCandidates(
+        this.#db,
+        principal.kind === 'session' ? { userId: principal.user.id, organizationId: principal.organization?.id ?? 0 } : { organizationId: principal.organizationId },
+      )
+        .then((candidates) => {
+          this.#cache.set(key, { at: started, candidates });
+          return candidates;
+        })
+        .finally(() => this.#queries.delete(key));
+      this.#queries.set(key, query);
+    }
+    return query;
   }
 }
 

@@ -180,6 +180,24 @@ describe('chat parameters the engine does not honour (M12)', () => {
   });
 });
 
+describe('request validation on the inference routes', () => {
+  it('checks the body against the document before calling the engine', async () => {
+    const before = stub.requestsTo(CHAT).length;
+    const refusal = async (params: Record<string, unknown>) => {
+      const error = (await client()
+        .chat.completions.create({ model: chat.id, messages: hello, ...params } as never)
+        .catch((failure: unknown) => failure)) as InstanceType<typeof OpenAI.APIError>;
+      return { status: error.status, code: error.code, param: error.param };
+    };
+    expect(await refusal({ messages: undefined })).toEqual({ status: 400, code: 'missing_required_parameter', param: 'messages' });
+    expect(await refusal({ temperature: 'hot' })).toEqual({ status: 400, code: 'invalid_parameter', param: 'temperature' });
+    expect(stub.requestsTo(CHAT).length).toBe(before);
+    const served = await client().chat.completions.create({ model: chat.id, messages: hello, temperature: 0.5 });
+    expect(served.choices).toHaveLength(1);
+    expect(JSON.parse(String(stub.requestsTo(CHAT).at(-1)?.body)).temperature).toBe(0.5);
+  });
+});
+
 describe('embeddings as base64 (M13)', () => {
   it('encodes the engine’s floats as little-endian float32 for the official openai client, which asks for base64 by default', async () => {
     const floats = await client().embeddings.create({ model: embedder.id, input: ['first', 'second'], encoding_format: 'float' });

@@ -50,11 +50,6 @@ export function parseServiceKey(key: string): ServiceDimensions {
   return { provider, region, resource_kind: kind, instance_type, gpu_type, gpu_count };
 }
 
-/** The key of these dimensions (the inverse of `parseServiceKey`). */
-export function serviceKey(dimensions: ServiceDimensions): string {
-  return SEGMENTS.map((segment) => dimensions[segment]).join(':');
-}
-
 /** Whole units and up to 12 decimals: what `prices.unit_amount_decimal` (numeric(20, 12)) holds exactly. */
 const UNIT_AMOUNT = /^(0|[1-9][0-9]{0,7})(\.[0-9]{1,12})?$/;
 

@@ -68,8 +68,8 @@ export async function lockMeteredDeployment(trx: Knex.Transaction, id: string): 
 
 /** The database clock, truncated to the second, as it is now (not when the transaction began). */
 export async function currentSecond(db: Db): Promise<Date> {
-  const { rows } = await db.raw<{ rows: Array<{ now: Date }> }>("select date_trunc('second', clock_timestamp()) as now");
-  return rows[0]!.now;
+  const { rows } = await db.raw<{ rows: [{ now: Date }] }>("select date_trunc('second', clock_timestamp()) as now");
+  return rows[0].now;
 }
 
 /**

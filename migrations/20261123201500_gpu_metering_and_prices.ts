@@ -99,6 +99,11 @@ export async function up(knex: Knex): Promise<void> {
       add column running_until timestamptz,
       add column accrued_until timestamptz;
     update deployments set running_since = date_trunc('second', status_changed_at) where status = 'running';
+    -- Closing GPU seconds (every minute while it runs) is bookkeeping, not a change of the deployment:
+    -- its updated_at stays.
+    drop trigger deployments_updated_at on deployments;
+    create trigger deployments_updated_at before update on deployments for each row
+      when (new.accrued_until is not distinct from old.accrued_until) execute function set_updated_at();
     -- Deployments whose GPU seconds are still to be closed: the accrual job's work list.
     create index deployments_gpu_metering on deployments (id)
       where running_since is not null and (running_until is null or accrued_until is distinct from running_until);
@@ -184,6 +189,8 @@ export async function down(knex: Knex): Promise<void> {
   await knex.raw(`
     drop table usage_anomalies, gpu_usage_intervals;
     drop index deployments_gpu_metering;
+    drop trigger deployments_updated_at on deployments;
+    create trigger deployments_updated_at before update on deployments for each row execute function set_updated_at();
     alter table deployments drop column running_since, drop column running_until, drop column accrued_until;
     drop view deployment_gpu_services, gpu_services;
     drop table prices;

@@ -47,7 +47,10 @@ describe('GPU seconds of a running deployment', () => {
 
   it('accrues N seconds for N seconds of running, once, whatever the ticks that follow', async () => {
     const { id, since } = await runningForAnHour();
+    const updatedAt = (await findDeployment(services.db, id))?.updated_at;
     const accruals = await tick(plus(since, 1800));
+    // Bookkeeping: the deployment itself did not change.
+    expect((await findDeployment(services.db, id))?.updated_at).toEqual(updatedAt);
     expect(accruals).toContainEqual({ deploymentId: id, seconds: 1800 });
     expect(await tick(plus(since, 1800))).not.toContainEqual(expect.objectContaining({ deploymentId: id }));
     expect(await tick(plus(since, 1000))).not.toContainEqual(expect.objectContaining({ deploymentId: id }));

@@ -74,6 +74,8 @@ export async function up(knex: Knex): Promise<void> {
       )
     );
     create trigger prices_updated_at before update on prices for each row execute function set_updated_at();
+    -- Hosted tokens are priced per model: one price a model, or its tokens would be counted twice.
+    create unique index prices_one_per_hosted_model on prices (instance_type) where resource_kind = 'hosted_model';
 
     create view gpu_services as
       select i.id as instance_id, i.cluster_id, n.gpu_count, c.provider, c.region, 'gpu_instance'::text as resource_kind,

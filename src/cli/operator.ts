@@ -28,6 +28,7 @@ import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../
 import { loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
 import { createDatabase, migrateToLatest } from '../db/database.ts';
+import { isUniqueViolation } from '../db/errors.ts';
 import { resolveDatabase } from '../db/resolve.ts';
 import { createLogger } from '../logger.ts';
 
@@ -117,7 +118,10 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       if (!key || !amount || rest.length) throw new UsageError('usage: prices set <service_key> <unit_amount_decimal>, e.g. prices set aws:us-east-1:gpu_instance:g5.xlarge:a10g:1 0.000279');
       const [dimensions, unitAmount] = priceInput(key, amount);
       const before = await findPrice(deps.db, key);
-      const price = await upsertPrice(deps.db, dimensions, unitAmount);
+      const price = await upsertPrice(deps.db, dimensions, unitAmount).catch((error: unknown) => {
+        if (!isUniqueViolation(error, 'prices_one_per_hosted_model')) throw error;
+        throw new UsageError(`${dimensions.instance_type} already has a price under another key (see prices list): a hosted model has one price`);
+      });
       const was = before ? `was ${before.unit_amount_decimal}` : 'a new service';
       return `price of ${price.service_key} (${price.display_name}) set to ${price.unit_amount_decimal} ${price.currency}/${price.unit} (${was})`;
     }

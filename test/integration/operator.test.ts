@@ -216,5 +216,7 @@ describe('price commands', () => {
     expect(badAmount.stderr).toMatch(/^the unit amount is a decimal number of dollars/);
     expect((await app.db('prices').where({ service_key: 'gcp:us-central1:gpu_instance:g2-standard-4:l4:1' }).first()).unit_amount_decimal).toBe('0.000200000000');
     await expect(run('prices', 'set', 'platform::hosted_model:qwen3::')).rejects.toThrow(/usage: prices set <service_key> <unit_amount_decimal>/);
+    // One price a hosted model: a second key for it would count its tokens twice.
+    await expect(run('prices', 'set', 'platform:eu-west-1:hosted_model:qwen3::', '0.0000003')).rejects.toThrow(/qwen3 already has a price under another key/);
   });
 });

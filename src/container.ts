@@ -25,6 +25,7 @@ import { Provisioner, provisioningJobs } from './deployments/provisioning.ts';
 import { ApiKeysService } from './api-keys/api-keys.service.ts';
 import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
+import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -58,6 +59,7 @@ export function createContainer(deps: ContainerDeps) {
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
   const usage = new UsageRecorder(db, deps.log);
+  const gpuMeter = new GpuMeter(db);
   return {
     ...deps,
     keyring,
@@ -79,6 +81,7 @@ export function createContainer(deps: ContainerDeps) {
     apiKeys,
     router,
     usage,
+    gpuMeter,
   };
 }
 
@@ -91,6 +94,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
     expireInvitationsJob(c.invitations),
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
+    meterGpuSecondsJob(c.gpuMeter),
   ] as JobDefinition[];
 }
 

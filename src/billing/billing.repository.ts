@@ -1,7 +1,12 @@
 import type { Knex } from 'knex';
 import { BillingAccountRow } from '../db/models/billing-accounts.ts';
+import { DeploymentRow } from '../db/models/deployments.ts';
+import { GpuUsageIntervalRow } from '../db/models/gpu-usage-intervals.ts';
+import { PriceRow } from '../db/models/prices.ts';
+import { UsageAnomalyRow } from '../db/models/usage-anomalies.ts';
+import type { ServiceDimensions } from './service-keys.ts';
 
-/** Every query of the billing area: billing accounts. */
+/** Every query of the billing area: billing accounts, prices, GPU seconds and the usage summary. */
 type Db = Knex | Knex.Transaction;
 
 export async function insertBillingAccount(db: Db, account: Pick<BillingAccountRow, 'organization_id' | 'max_active_resources'>): Promise<void> {
@@ -11,4 +16,158 @@ export async function insertBillingAccount(db: Db, account: Pick<BillingAccountR
 /** The organization's billing account, locked until the transaction ends (concurrent checks queue behind it). */
 export async function lockBillingAccount(trx: Knex.Transaction, organizationId: number): Promise<BillingAccountRow | undefined> {
   return BillingAccountRow.query(trx).where({ organization_id: organizationId }).forUpdate().first();
+}
+
+// ---- prices
+
+export async function listPrices(db: Db): Promise<PriceRow[]> {
+  return PriceRow.query(db).orderBy([{ column: 'meter' }, { column: 'service_key' }]);
+}
+
+export async function findPrice(db: Db, serviceKey: string): Promise<PriceRow | undefined> {
+  return PriceRow.query(db).findOne({ service_key: serviceKey });
+}
+
+/** Sets the price of a service, adding the service when it has none yet. */
+export async function upsertPrice(db: Db, dimensions: ServiceDimensions, unitAmountDecimal: string): Promise<PriceRow> {
+  return PriceRow.query(db).insert({ ...dimensions, unit_amount_decimal: unitAmountDecimal }).onConflict('service_key').merge(['unit_amount_decimal']).returning('*');
+}
+
+/**
+ * Gives each service a cluster's instances sell on 1, 2, 4 or 8 GPUs (what instance selection
+ * allocates) a price row at its list price, keeping the prices already set.
+ */
+export async function addClusterGpuPrices(db: Db, clusterId: string): Promise<void> {
+  await db.raw(
+    `insert into prices (provider, region, resource_kind, instance_type, gpu_type, gpu_count, unit_amount_decimal, currency)
+     select provider, region, resource_kind, instance_type, gpu_type, gpu_count_text, list_unit_amount, currency
+     from gpu_services where cluster_id = ? and gpu_count in (1, 2, 4, 8)
+     on conflict (service_key) do nothing`,
+    [clusterId],
+  );
+}
+
+// ---- GPU seconds
+
+/** A deployment's metering columns. */
+export type MeteredDeployment = Pick<DeploymentRow, 'id' | 'organization_id' | 'running_since' | 'running_until' | 'accrued_until'>;
+
+/** Deployments whose GPU seconds are still to be closed: running ones, and ones that left running since the last interval. */
+export async function findGpuMeteringDue(db: Db): Promise<string[]> {
+  const rows = await DeploymentRow.query(db)
+    .whereNotNull('running_since')
+    .where((q) => q.whereNull('running_until').orWhereRaw('accrued_until is distinct from running_until'))
+    .select('id');
+  return rows.map((row) => row.id);
+}
+
+/** The deployment's metering columns, its row locked until the transaction ends (one accrual at a time). */
+export async function lockMeteredDeployment(trx: Knex.Transaction, id: string): Promise<MeteredDeployment | undefined> {
+  return DeploymentRow.query(trx).findById(id).forUpdate().select('id', 'organization_id', 'running_since', 'running_until', 'accrued_until');
+}
+
+/** The database clock, truncated to the second, as it is now (not when the transaction began). */
+export async function currentSecond(db: Db): Promise<Date> {
+  const { rows } = await db.raw<{ rows: [{ now: Date }] }>("select date_trunc('second', clock_timestamp()) as now");
+  return rows[0].now;
+}
+
+/**
+ * The service key of the deployment's GPUs, adding its price row at the list price when it has
+ * none; undefined for a deployment without GPUs placed.
+ */
+export async function gpuServiceKeyOf(trx: Knex.Transaction, deploymentId: string): Promise<string | undefined> {
+  await trx.raw(
+    `insert into prices (provider, region, resource_kind, instance_type, gpu_type, gpu_count, unit_amount_decimal, currency)
+     select provider, region, resource_kind, instance_type, gpu_type, gpu_count_text, list_unit_amount, currency
+     from deployment_gpu_services where deployment_id = ? and service_key is null
+     on conflict (service_key) do nothing`,
+    [deploymentId],
+  );
+  // A new statement: it sees the row whether this transaction or a concurrent one added it.
+  const { rows } = await trx.raw<{ rows: Array<{ service_key: string }> }>('select service_key from deployment_gpu_services where deployment_id = ?', [deploymentId]);
+  return rows[0]?.service_key ?? undefined;
+}
+
+/**
+ * Stores a closed interval. The caller holds the deployment's lock and starts where the last one
+ * ended, so a second interval at the same second or an overlap is a bug: the table refuses it.
+ */
+export async function insertGpuInterval(
+  trx: Knex.Transaction,
+  interval: Pick<GpuUsageIntervalRow, 'deployment_id' | 'organization_id' | 'service_key' | 'started_at' | 'ended_at'>,
+): Promise<void> {
+  await GpuUsageIntervalRow.query(trx).insert(interval);
+}
+
+/** Records how far the deployment's GPU seconds are closed. */
+export async function recordAccruedUntil(trx: Knex.Transaction, id: string, until: Date): Promise<void> {
+  await DeploymentRow.query(trx).findById(id).patch({ accrued_until: until });
+}
+
+// ---- the usage summary
+
+export async function findBillingAccount(db: Db, organizationId: number): Promise<BillingAccountRow | undefined> {
+  return BillingAccountRow.query(db).findOne({ organization_id: organizationId });
+}
+
+/** A half-open time range `[start, end)`. */
+export interface Period {
+  start: Date;
+  end: Date;
+}
+
+/** One priced service's usage in a period, amounts as Postgres renders its exact numerics. */
+export type UsageTotalRow = Pick<
+  PriceRow,
+  'service_key' | 'meter' | 'unit' | 'display_name' | 'provider' | 'region' | 'resource_kind' | 'instance_type' | 'gpu_type' | 'gpu_count' | 'currency'
+> & { total_quantity: string; unit_amount_decimal: string; estimated_amount: string };
+
+/**
+ * The organization's usage in `period`, per priced service, in exact decimal arithmetic (numeric):
+ * GPU seconds of closed intervals and of the seconds not closed yet up to `now` (each clipped to
+ * the period), and tokens of hosted models (usage records without a deployment, for a model with a
+ * `hosted_model` price). The estimated amount is rounded to the cent.
+ */
+export async function usageTotals(db: Db, organizationId: number, period: Period, now: Date): Promise<UsageTotalRow[]> {
+  const { rows } = await db.raw<{ rows: UsageTotalRow[] }>(
+    `with used (service_key, quantity) as (
+       select service_key, extract(epoch from least(ended_at, :end) - greatest(started_at, :start))::bigint
+       from gpu_usage_intervals
+       where organization_id = :organization and started_at < :end and ended_at > :start
+       union all
+       select s.service_key,
+              extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
+       from deployments d
+       join deployment_gpu_services s on s.deployment_id = d.id
+       where d.organization_id = :organization and s.service_key is not null and d.running_since is not null
+         and (d.running_until is null or d.accrued_until is distinct from d.running_until)
+         and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)
+       union all
+       select p.service_key, u.quantity
+       from usage_records u
+       join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model
+       where u.organization_id = :organization and u.deployment_id is null and u.unit = 'token'
+         and u.created_at >= :start and u.created_at < :end
+     )
+     select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
+            p.gpu_type, p.gpu_count, p.currency, sum(used.quantity)::text as total_quantity,
+            trim_scale(p.unit_amount_decimal)::text as unit_amount_decimal,
+            round(sum(used.quantity) * p.unit_amount_decimal, 2)::text as estimated_amount
+     from used join prices p using (service_key)
+     group by p.id
+     order by p.meter, p.service_key`,
+    { organization: organizationId, start: period.start, end: period.end, now },
+  );
+  return rows;
+}
+
+/** Flagged usage of the organization in the period, not resolved yet. */
+export async function countOpenAnomalies(db: Db, organizationId: number, period: Period): Promise<number> {
+  return UsageAnomalyRow.query(db)
+    .where({ organization_id: organizationId })
+    .whereNull('resolved_at')
+    .where('usage_at', '>=', period.start)
+    .where('usage_at', '<', period.end)
+    .resultSize();
 }

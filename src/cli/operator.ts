@@ -9,6 +9,8 @@
  *   cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
  *   model enable|disable --name M  make a catalog model deployable or not
  *   model restrict --name M --organizations 1,2   offer it only to these organizations ("all" lifts it)
+ *   prices list                    every priced service: key, meter, unit price per unit, display name
+ *   prices set <service_key> <unit_amount_decimal>   set a service's price in USD per unit (adds the service if new)
  *
  * Registration checks the credentials against the engine before storing anything: the admin user
  * signs in and holds the scopes the platform needs (models:list, models:read, models:write, admin),
@@ -19,11 +21,14 @@
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
 import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts';
+import { findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
+import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../billing/service-keys.ts';
 import { listClusters } from '../clusters/clusters.repository.ts';
 import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../clusters/clusters.service.ts';
 import { loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
 import { createDatabase, migrateToLatest } from '../db/database.ts';
+import { isUniqueViolation } from '../db/errors.ts';
 import { resolveDatabase } from '../db/resolve.ts';
 import { createLogger } from '../logger.ts';
 
@@ -103,8 +108,35 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       if (!(await restrictModel(deps.db, name(), ids))) throw new UsageError(`no catalog model is named ${name()}`);
       return ids ? `${name()} is offered only to organizations ${ids.join(', ')}` : `${name()} is offered to every organization`;
     }
+    case 'prices list': {
+      return (await listPrices(deps.db))
+        .map((p) => [p.service_key, p.meter, `${p.unit_amount_decimal} ${p.currency}/${p.unit}`, p.display_name].join('\t'))
+        .join('\n');
+    }
+    case 'prices set': {
+      const [, , key, amount, ...rest] = positionals;
+      if (!key || !amount || rest.length) throw new UsageError('usage: prices set <service_key> <unit_amount_decimal>, e.g. prices set aws:us-east-1:gpu_instance:g5.xlarge:a10g:1 0.000279');
+      const [dimensions, unitAmount] = priceInput(key, amount);
+      const before = await findPrice(deps.db, key);
+      const price = await upsertPrice(deps.db, dimensions, unitAmount).catch((error: unknown) => {
+        if (!isUniqueViolation(error, 'prices_one_per_hosted_model')) throw error;
+        throw new UsageError(`${dimensions.instance_type} already has a price under another key (see prices list): a hosted model has one price`);
+      });
+      const was = before ? `was ${before.unit_amount_decimal}` : 'a new service';
+      return `price of ${price.service_key} (${price.display_name}) set to ${price.unit_amount_decimal} ${price.currency}/${price.unit} (${was})`;
+    }
     default:
-      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict (see src/cli/operator.ts)');
+      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict, prices list|set (see src/cli/operator.ts)');
+  }
+}
+
+/** The checked dimensions and amount of `prices set`; a malformed one is a usage error saying what is wrong. */
+function priceInput(key: string, amount: string): [ServiceDimensions, string] {
+  try {
+    return [parseServiceKey(key), parseUnitAmount(amount)];
+  } catch (error) {
+    if (error instanceof InvalidPriceError) throw new UsageError(error.message);
+    throw error;
   }
 }
 

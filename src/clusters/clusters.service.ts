@@ -4,6 +4,7 @@ import { EngineError, XinferenceClient, type ManagementCredentials } from '../ad
 import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
 import type { ClusterRow } from '../db/models/clusters.ts';
+import { addClusterGpuPrices } from '../billing/billing.repository.ts';
 import {
   findClientColumns,
   findClusterByName,
@@ -152,6 +153,8 @@ export class ClustersService {
         result.instances.push({ worker: worker.address, instanceType: type.name, gpus: worker.gpuCount });
       }
       result.unavailable = await markMissingUnavailable(trx, clusterId, workers.map((worker) => worker.address));
+      // Each service the cluster now sells gets a price row (its list price unless an operator set one).
+      await addClusterGpuPrices(trx, clusterId);
       await recordSync(trx, clusterId, engineVersion);
     });
     return result;

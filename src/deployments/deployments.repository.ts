@@ -4,7 +4,7 @@ import { DeploymentRow } from '../db/models/deployments.ts';
 import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
 import { InstanceRow } from '../db/models/instances.ts';
 import { forUpdateOf } from '../db/query.ts';
-import { ACTIVE_STATUSES, type DeploymentStatus } from './deployment-states.ts';
+import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 
 export type Deployment = components['schemas']['Deployment'];
@@ -94,6 +94,8 @@ type TransitionChanges = Partial<
  * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
  * with `changes`; false when it had moved on. The caller takes `to` from the state machine. The
  * time of the move is `status_changed_at`, and also `terminated_at` for a move to `terminated`.
+ * Entering and leaving `running` also record the second it happened (`running_since`,
+ * `running_until`), the bounds of its GPU seconds (src/billing/gpu-metering.ts).
  */
 export async function moveDeployment(
   db: Db,
@@ -103,8 +105,25 @@ export async function moveDeployment(
   const moved = await DeploymentRow.query(db)
     .findById(id)
     .whereIn('status', typeof move.from === 'string' ? [move.from] : move.from)
-    .patch({ ...move.changes, status: move.to, status_changed_at: db.fn.now(), ...(move.to === 'terminated' ? { terminated_at: db.fn.now() } : {}) });
+    .patch({
+      ...move.changes,
+      status: move.to,
+      status_changed_at: db.fn.now(),
+      ...(move.to === 'terminated' ? { terminated_at: db.fn.now() } : {}),
+      ...runningBounds(db, move.to),
+    });
   return moved > 0;
+}
+
+/**
+ * The second a deployment enters or leaves `running`. The clock is read when the row is written, not
+ * when the transaction began: an accrual that locked the row first closed seconds up to its own
+ * clock, and the update, re-evaluated once that lock is released, never ends before them.
+ */
+function runningBounds(db: Db, to: DeploymentStatus) {
+  const second = "date_trunc('second', clock_timestamp())";
+  if (to === SERVING) return { running_since: db.raw(second) };
+  return { running_until: db.raw(`case when status = ? then ${second} else running_until end`, [SERVING]) };
 }
 
 /** The deployment's status if it is one of these, its row locked until the transaction ends; else undefined. */

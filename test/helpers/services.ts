@@ -10,9 +10,11 @@ import type { ClusterSimulator, SimulatedWorker } from '../../src/local/cluster-
 import { startLocalCluster } from '../../src/local/local-cluster.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { findDeployment } from '../../src/deployments/deployments.repository.ts';
 import { uniqueEmail, PASSWORD } from '../factories/accounts.ts';
 import { APP_ORIGIN, TEST_APP_SECRET } from './app.ts';
 import { createTestDatabase } from './database.ts';
+import { waitUntil } from './net.ts';
 
 type RegisterRequest = components['schemas']['RegisterRequest'];
 
@@ -66,4 +68,19 @@ export async function startServices(
       await database.drop();
     },
   };
+}
+
+/**
+ * A deployment of `owner`'s provisioned by running its steps here, as the workers would: placed and
+ * launched, then awaited until running (services started with a cluster). Its id.
+ */
+export async function runningDeployment(services: Services, owner: SessionPrincipal, model_name = 'qwen2.5-instruct'): Promise<string> {
+  const { provisioner, deployments } = services.container;
+  const { id } = await deployments.create(owner, { model_name });
+  await provisioner.provision(id, services.log, false);
+  await waitUntil(async () => {
+    await provisioner.awaitReady(id, services.log);
+    return (await findDeployment(services.db, id))?.status === 'running';
+  }, `deployment ${id} to run`);
+  return id;
 }

@@ -6,8 +6,8 @@ type Db = Pick<TestApp, 'db'>;
 /**
  * Moves stored times into the past, as if time had passed: what a test of expiry needs and what
  * neither the API nor the repositories offer (on purpose). With two catalog rows of
- * provisioning.test.ts and one billing limit of deployments.test.ts, the only raw writes of the
- * tests; each function names what it ages.
+ * provisioning.test.ts, one billing limit of deployments.test.ts and a usage anomaly of
+ * usage-summary.test.ts, the only raw writes of the tests; each function names what it ages.
  */
 
 /** The session of this cookie token now has these creation and expiry times. */
@@ -36,4 +36,10 @@ export async function expireVerificationToken(app: Db, token: string): Promise<v
 export async function expireRateLimit(app: Db, key: string): Promise<void> {
   const updated = await app.db('rate_limit_points').where({ key }).update({ expire: Date.now() - 1 });
   if (updated !== 1) throw new Error(`no rate limit counter ${key}`);
+}
+
+/** The running deployment entered `running` at `since` (a whole second), as if it had run since then. */
+export async function runningSince(app: Db, deploymentId: string, since: Date): Promise<void> {
+  const updated = await app.db('deployments').where({ id: deploymentId, status: 'running' }).whereNull('accrued_until').update({ running_since: since, status_changed_at: since });
+  if (updated !== 1) throw new Error(`deployment ${deploymentId} is not running, or its GPU seconds were already closed`);
 }

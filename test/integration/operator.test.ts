@@ -173,3 +173,50 @@ describe('catalog commands', () => {
     await expect(run('cluster', 'dance')).rejects.toThrow(UsageError);
   });
 });
+
+describe('price commands', () => {
+  /** The real CLI in a process of its own, on the app's database: its exit code, stdout and stderr. */
+  async function cli(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    const child = spawn(process.execPath, ['src/cli/operator.ts', ...argv], {
+      env: { ...process.env, NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET, DATABASE_URL: app.databaseUrl, LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const [code] = await once(child, 'exit');
+    return { code: code as number, stdout, stderr };
+  }
+
+  it('lists the seeded prices: instance types at their list price per GPU share, hosted models per token', async () => {
+    const lines = (await run('prices', 'list')).split('\n');
+    expect(lines).toContain('aws:us-east-1:gpu_instance:g5.xlarge:a10g:1\tgpu_instance_seconds\t0.000279444000 usd/second\tGPU instance g5.xlarge (1 x A10G), us-east-1');
+    // g5.12xlarge is $5.672 an hour for 4 GPUs: one of them, $0.000393889 a second.
+    expect(lines).toContain('aws:us-east-1:gpu_instance:g5.12xlarge:a10g:1\tgpu_instance_seconds\t0.000393889000 usd/second\tGPU instance g5.12xlarge (1 x A10G), us-east-1');
+    expect(lines).toContain('platform::hosted_model:qwen2.5-instruct::\thosted_tokens\t0.000000300000 usd/token\tHosted model qwen2.5-instruct');
+  });
+
+  it('sets a price through the real CLI, adds a new service, and refuses a malformed key or amount with exit code 2', async () => {
+    const set = await cli('prices', 'set', 'gcp:us-central1:gpu_instance:g2-standard-4:l4:1', '0.0002');
+    expect(set).toMatchObject({ code: 0, stderr: '' });
+    expect(set.stdout).toBe('price of gcp:us-central1:gpu_instance:g2-standard-4:l4:1 (GPU instance g2-standard-4 (1 x L4), us-central1) set to 0.000200000000 usd/second (was 0.000196333000)\n');
+
+    const added = await cli('prices', 'set', 'platform::hosted_model:qwen3::', '0.00000025');
+    expect(added.stdout).toContain('set to 0.000000250000 usd/token (a new service)');
+    const listed = await cli('prices', 'list');
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toContain('gcp:us-central1:gpu_instance:g2-standard-4:l4:1\tgpu_instance_seconds\t0.000200000000 usd/second');
+    expect(listed.stdout).toContain('platform::hosted_model:qwen3::\thosted_tokens\t0.000000250000 usd/token\tHosted model qwen3');
+
+    const badKey = await cli('prices', 'set', 'gcp:us-central1:gpu_instance:g2-standard-4:L4:1', '0.0002');
+    expect(badKey).toMatchObject({ code: 2, stderr: 'the gpu_type segment is lower case ("l4")\n' });
+    const badAmount = await cli('prices', 'set', 'gcp:us-central1:gpu_instance:g2-standard-4:l4:1', '2e-4');
+    expect(badAmount.code).toBe(2);
+    expect(badAmount.stderr).toMatch(/^the unit amount is a decimal number of dollars/);
+    expect((await app.db('prices').where({ service_key: 'gcp:us-central1:gpu_instance:g2-standard-4:l4:1' }).first()).unit_amount_decimal).toBe('0.000200000000');
+    await expect(run('prices', 'set', 'platform::hosted_model:qwen3::')).rejects.toThrow(/usage: prices set <service_key> <unit_amount_decimal>/);
+    // One price a hosted model: a second key for it would count its tokens twice.
+    await expect(run('prices', 'set', 'platform:eu-west-1:hosted_model:qwen3::', '0.0000003')).rejects.toThrow(/qwen3 already has a price under another key/);
+  });
+});

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { METER_GPU_SECONDS_QUEUE } from '../../src/billing/gpu-metering.ts';
 import { jobDefinitions } from '../../src/container.ts';
 import { TERMINATE_QUEUE } from '../../src/deployments/provisioning.ts';
 import { workOn } from '../../src/jobs/queue.ts';
@@ -218,6 +219,32 @@ describe('provisioning on the cluster', () => {
     const failed = await until(running.id, 'failed');
     expect(failed).toMatchObject({ failure_stage: 'health_check', failure_reason: 'The engine no longer serves the model.' });
     expect(await activeAllocations(running.id)).toHaveLength(0);
+  });
+});
+
+describe('GPU seconds of a deployment, metered by the workers', () => {
+  const intervalsOf = (id: string) => app.db('gpu_usage_intervals').where({ deployment_id: id }).orderBy('started_at');
+  const secondsOf = async (id: string) => (await intervalsOf(id)).reduce((sum, interval) => sum + Number(interval.quantity), 0);
+  /** Queues the meter's tick, as its schedule does every minute, for the app's workers to run; then the seconds closed. */
+  const tickedSecondsOf = async (id: string) => {
+    await app.container.boss.send(METER_GPU_SECONDS_QUEUE, {});
+    return secondsOf(id);
+  };
+
+  it('closes its seconds while it runs, and the last ones at the second it was deleted', async () => {
+    const { id } = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 0.5 });
+    await until(id, 'running');
+    await waitUntil(async () => (await tickedSecondsOf(id)) > 0, 'the meter job to close a second of running');
+
+    expect((await remove(id)).response.status).toBe(200);
+    await until(id, 'terminated');
+    const { running_since: since, running_until: stopped } = await app.db('deployments').where({ id }).first();
+    const ran = (stopped.getTime() - since.getTime()) / 1000;
+    await waitUntil(async () => (await tickedSecondsOf(id)) === ran, () => `the meter job to close the ${ran} seconds it ran`);
+    const intervals = await intervalsOf(id);
+    expect(intervals[0]?.started_at).toEqual(since);
+    intervals.slice(1).forEach((interval, i) => expect(interval.started_at).toEqual(intervals[i]?.ended_at));
+    expect(intervals.at(-1)?.ended_at).toEqual(stopped);
   });
 });
 

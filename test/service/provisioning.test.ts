@@ -3,7 +3,7 @@ import type { SessionPrincipal } from '../../src/accounts/principal.ts';
 import { findDeployment } from '../../src/deployments/deployments.repository.ts';
 import { engineModelUid, PROVISION_QUEUE } from '../../src/deployments/provisioning.ts';
 import { waitUntil } from '../helpers/net.ts';
-import { startServices, type Services } from '../helpers/services.ts';
+import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
 
 /**
  * The deployment state machine as the provisioner applies it: each step acts only from the states
@@ -30,16 +30,7 @@ const launchesOf = (id: string) => simulator().launches.filter((launch) => launc
 
 const requested = async (model_name = 'qwen2.5-instruct') => (await services.container.deployments.create(owner, { model_name })).id;
 
-/** Provisioned by running its steps here, as the workers would: placed and launched, then awaited until running. */
-async function running(model_name?: string): Promise<string> {
-  const id = await requested(model_name);
-  await provisioner().provision(id, services.log, false);
-  await waitUntil(async () => {
-    await provisioner().awaitReady(id, services.log);
-    return (await statusOf(id)) === 'running';
-  }, `deployment ${id} to run`);
-  return id;
-}
+const running = (model_name?: string) => runningDeployment(services, owner, model_name);
 
 describe('the provisioner applies the deployment state machine', () => {
   it('places and launches nothing for a deployment deleted before its provision step ran', async () => {

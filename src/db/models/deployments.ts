@@ -27,6 +27,12 @@ export class DeploymentRow extends BaseModel {
   declare status_changed_at: Date;
   /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
   declare engine_unhealthy_since: Date | null;
+  /** The whole second it entered `running` (written with that status change); null if it never ran. */
+  declare running_since: Date | null;
+  /** The whole second it left `running`; null while it runs or if it never ran. */
+  declare running_until: Date | null;
+  /** How far its GPU seconds are closed in `gpu_usage_intervals`; null before the first interval. */
+  declare accrued_until: Date | null;
   declare created_at: Date;
   declare updated_at: Date;
   declare terminated_at: Date | null;

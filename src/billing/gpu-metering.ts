@@ -1,0 +1,99 @@
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { JobDefinition } from '../jobs/queue.ts';
+import {
+  currentSecond,
+  findGpuMeteringDue,
+  gpuServiceKeyOf,
+  insertGpuInterval,
+  lockMeteredDeployment,
+  recordAccruedUntil,
+} from './billing.repository.ts';
+
+export const METER_GPU_SECONDS_QUEUE = 'meter-gpu-seconds';
+
+/** What one accrual closed. */
+export interface Accrual {
+  deploymentId: string;
+  seconds: number;
+}
+
+/**
+ * The `gpu_instance_seconds` meter. A deployment accrues GPU seconds from the second it entered
+ * `running` (`running_since`) to the second it left it (`running_until`), or to now while it runs.
+ * Each accrual closes one interval `[accrued_until or running_since, end)` under the deployment's
+ * row lock and moves `accrued_until` to its end in the same transaction: the bounds come from the
+ * data, never from when the tick ran, so a missed tick is caught up by the next one in one interval,
+ * and a repeated, concurrent or crashed tick counts no second twice (the table also refuses two
+ * intervals starting at the same second or overlapping).
+ */
+export class GpuMeter {
+  readonly #db: Knex;
+
+  constructor(db: Knex) {
+    this.#db = db;
+  }
+
+  /**
+   * Closes the seconds of every deployment due, each in its own transaction; a deployment that
+   * cannot be closed is logged and the others go on. `at` stands for now (tests simulate time with
+   * it); by default the database clock.
+   */
+  async tick(log: Logger, at?: Date): Promise<Accrual[]> {
+    const closed: Accrual[] = [];
+    let failures = 0;
+    for (const deploymentId of await findGpuMeteringDue(this.#db)) {
+      try {
+        const seconds = await this.accrue(deploymentId, at);
+        if (seconds) closed.push({ deploymentId, seconds });
+      } catch (error) {
+        failures++;
+        log.error({ err: error, deployment_id: deploymentId }, 'GPU seconds of a deployment could not be closed; the next tick tries again');
+      }
+    }
+    if (failures) throw new Error(`GPU seconds of ${failures} deployments could not be closed`);
+    return closed;
+  }
+
+  /** Closes the deployment's seconds up to now (or `at`, or the second it left `running`): the seconds added. */
+  async accrue(deploymentId: string, at?: Date): Promise<number> {
+    return this.#db.transaction(async (trx) => {
+      const deployment = await lockMeteredDeployment(trx, deploymentId);
+      if (!deployment?.running_since) return 0;
+      const start = deployment.accrued_until ?? deployment.running_since;
+      const end = deployment.running_until ?? (at ? wholeSecond(at) : await currentSecond(trx));
+      if (end <= start) {
+        // Left running within the second already closed: nothing more to count, and nothing due.
+        if (deployment.running_until) await recordAccruedUntil(trx, deploymentId, deployment.running_until);
+        return 0;
+      }
+      const serviceKey = await gpuServiceKeyOf(trx, deploymentId);
+      if (!serviceKey) throw new Error(`deployment ${deploymentId} ran without GPUs placed: its seconds have no service to be priced as`);
+      await insertGpuInterval(trx, {
+        deployment_id: deploymentId,
+        organization_id: deployment.organization_id,
+        service_key: serviceKey,
+        started_at: start,
+        ended_at: end,
+      });
+      await recordAccruedUntil(trx, deploymentId, end);
+      return (end.getTime() - start.getTime()) / 1000;
+    });
+  }
+}
+
+function wholeSecond(at: Date): Date {
+  return new Date(Math.floor(at.getTime() / 1000) * 1000);
+}
+
+/** Every minute, the GPU seconds of running deployments (and of those that just left running) are closed. */
+export function meterGpuSecondsJob(meter: GpuMeter): JobDefinition<object> {
+  return {
+    queue: METER_GPU_SECONDS_QUEUE,
+    schedule: '* * * * *',
+    async handle(_data, { log }) {
+      const closed = await meter.tick(log);
+      if (closed.length) log.debug({ deployments: closed.length, seconds: closed.reduce((sum, a) => sum + a.seconds, 0) }, 'GPU seconds closed');
+    },
+  };
+}

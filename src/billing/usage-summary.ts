@@ -1,0 +1,63 @@
+import type { Knex } from 'knex';
+import type { components } from '../../generated/api.d.ts';
+import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
+import { countOpenAnomalies, currentSecond, findBillingAccount, usageTotals, type Period, type UsageTotalRow } from './billing.repository.ts';
+
+export type UsageSummary = components['schemas']['UsageSummary'];
+type UsageTotal = components['schemas']['UsageTotal'];
+
+/**
+ * The current billing period: the subscription's when the account has one that contains `now`,
+ * otherwise the calendar month (UTC) of `now`.
+ */
+export function currentPeriod(account: Pick<BillingAccountRow, 'current_period_start' | 'current_period_end'>, now: Date): Period {
+  const { current_period_start: start, current_period_end: end } = account;
+  if (start && end && start <= now && now < end) return { start, end };
+  return {
+    start: new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1)),
+    end: new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1)),
+  };
+}
+
+/**
+ * The organization's usage summary for the current period (the interface's Usage summary): per
+ * service, its total, unit price and estimated amount, GPU seconds of running deployments counted up
+ * to now (`at`, by default the database clock); and the usage flagged for review and still open.
+ */
+export async function usageSummary(db: Knex, organizationId: number, at?: Date): Promise<UsageSummary> {
+  const account = await findBillingAccount(db, organizationId);
+  if (!account) throw new Error(`organization ${organizationId} has no billing account`);
+  const now = at ?? (await currentSecond(db));
+  const period = currentPeriod(account, now);
+  const [totals, openAnomalies] = await Promise.all([usageTotals(db, organizationId, period, now), countOpenAnomalies(db, organizationId, period)]);
+  return {
+    organization_id: organizationId,
+    period_start: period.start.toISOString(),
+    period_end: period.end.toISOString(),
+    currency: account.currency,
+    usage_totals: totals.map(toUsageTotal),
+    open_anomalies: openAnomalies,
+  };
+}
+
+function toUsageTotal(row: UsageTotalRow): UsageTotal {
+  return {
+    meter: row.meter,
+    unit: row.unit,
+    total_quantity: row.total_quantity,
+    service_key: row.service_key,
+    display_name: row.display_name,
+    dimensions: {
+      provider: row.provider,
+      region: row.region,
+      resource_kind: row.resource_kind,
+      instance_type: row.instance_type,
+      gpu_type: row.gpu_type,
+      gpu_count: row.gpu_count,
+    },
+    unit_amount_decimal: row.unit_amount_decimal,
+    unit_amount_currency: row.currency,
+    estimated_amount: row.estimated_amount,
+    estimated_amount_currency: row.currency,
+  };
+}

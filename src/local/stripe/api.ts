@@ -1,0 +1,110 @@
+import { invalidRequest, missingParam } from './errors.ts';
+import type { FormParams, FormValue } from './form.ts';
+import type { StripeObject, StripeStore } from './store.ts';
+import type { WebhookSender } from './webhooks.ts';
+
+/** What every route of the emulator is given, and the small helpers they share. */
+export interface Context {
+  store: StripeStore;
+  webhooks: WebhookSender;
+  /** Where the emulator's own pages live (checkout, invoices, portal). */
+  baseUrl: string;
+  /** The API request being served, as events name it in `request`. */
+  request: { id: string; idempotency_key: string | null };
+}
+
+/** The one path parameter the emulator's routes have (`/v1/customers/:id`). */
+export interface PathParams {
+  id: string;
+}
+
+export interface Route {
+  method: 'GET' | 'POST' | 'DELETE';
+  /** `/v1/customers/:id` */
+  path: string;
+  /** Top-level parameters Stripe accepts on this endpoint (`expand` always); any other is refused. */
+  params: string[];
+  required?: string[];
+  handle(ctx: Context, params: FormParams, path: PathParams): unknown;
+}
+
+export function emit(ctx: Context, type: string, object: StripeObject | { id: string; object: string }, previous?: Record<string, unknown>): void {
+  ctx.webhooks.emit(type, object as StripeObject, { previous, request: ctx.request });
+}
+
+export function str(params: FormParams, name: string): string | undefined {
+  const value = params[name];
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') throw invalidRequest(`Invalid string: ${name}`, { param: name });
+  return value;
+}
+
+export function requiredStr(params: FormParams, name: string): string {
+  const value = str(params, name);
+  if (value === undefined || value === '') throw missingParam(name);
+  return value;
+}
+
+export function int(params: FormParams, name: string): number | undefined {
+  const value = str(params, name);
+  if (value === undefined) return undefined;
+  if (!/^-?\d+$/.test(value)) throw invalidRequest(`Invalid integer: ${value}`, { param: name });
+  return Number(value);
+}
+
+export function bool(params: FormParams, name: string): boolean | undefined {
+  const value = str(params, name);
+  if (value === undefined) return undefined;
+  if (value !== 'true' && value !== 'false') throw invalidRequest(`Invalid boolean: ${value}`, { param: name });
+  return value === 'true';
+}
+
+export function record(params: FormParams, name: string): FormParams | undefined {
+  const value = params[name];
+  if (value === undefined || value === '') return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) throw invalidRequest(`Invalid hash`, { param: name });
+  return value;
+}
+
+export function array(params: FormParams, name: string): FormValue[] | undefined {
+  const value = params[name];
+  if (value === undefined || value === '') return undefined;
+  if (!Array.isArray(value)) throw invalidRequest(`Invalid array`, { param: name });
+  return value;
+}
+
+/** Metadata: string values, and `""` to unset a key (https://docs.stripe.com/api/metadata). */
+export function mergeMetadata(current: Record<string, string>, update: FormParams | undefined): Record<string, string> {
+  const merged = new Map(Object.entries(current));
+  for (const [key, value] of Object.entries(update ?? {})) {
+    if (typeof value !== 'string') throw invalidRequest('Invalid metadata value', { param: `metadata[${key}]` });
+    if (value === '') merged.delete(key);
+    else merged.set(key, value);
+  }
+  return Object.fromEntries(merged);
+}
+
+/**
+ * A list object (https://docs.stripe.com/api/pagination): newest first, `limit` 1 to 100 (10 by
+ * default), `starting_after` / `ending_before` a cursor id, `has_more`.
+ */
+export function list<T extends { id: string }>(url: string, items: T[], params: FormParams): { object: 'list'; data: T[]; has_more: boolean; url: string } {
+  const limit = int(params, 'limit') ?? 10;
+  if (limit < 1 || limit > 100) throw invalidRequest('Invalid value for limit: must be between 1 and 100', { param: 'limit' });
+  const after = str(params, 'starting_after');
+  const before = str(params, 'ending_before');
+  let window = items;
+  if (after) {
+    const index = items.findIndex((item) => item.id === after);
+    if (index < 0) throw invalidRequest(`No such object: '${after}'`, { param: 'starting_after', code: 'resource_missing' });
+    window = items.slice(index + 1);
+  } else if (before) {
+    const index = items.findIndex((item) => item.id === before);
+    if (index < 0) throw invalidRequest(`No such object: '${before}'`, { param: 'ending_before', code: 'resource_missing' });
+    window = items.slice(Math.max(0, index - limit), index);
+    return { object: 'list', data: window, has_more: index - limit > 0, url };
+  }
+  return { object: 'list', data: window.slice(0, limit), has_more: window.length > limit, url };
+}
+
+export const LIST_PARAMS = ['limit', 'starting_after', 'ending_before'];

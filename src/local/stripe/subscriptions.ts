@@ -31,7 +31,7 @@ export const subscriptionRoutes: Route[] = [
   {
     method: 'GET',
     path: '/v1/subscriptions',
-    params: [...LIST_PARAMS, 'customer', 'status', 'price', 'test_clock'],
+    params: [...LIST_PARAMS, 'customer', 'status', 'price'],
     handle(ctx, params) {
       const customer = str(params, 'customer');
       const status = str(params, 'status');

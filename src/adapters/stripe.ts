@@ -73,7 +73,16 @@ export class StripePaymentProcessor implements PaymentProcessor {
     });
   }
 
-  createSetupCheckoutSession(input: { key: string; customerId: string; currency: string; successUrl: string; cancelUrl: string; metadata: Record<string, string> }): Promise<ProcessorCheckoutSession> {
+  createSetupCheckoutSession(input: {
+    key: string;
+    customerId: string;
+    currency: string;
+    ui: 'embedded' | 'hosted';
+    returnUrl: string;
+    metadata: Record<string, string>;
+  }): Promise<ProcessorCheckoutSession> {
+    const ui: Stripe.Checkout.SessionCreateParams =
+      input.ui === 'embedded' ? { ui_mode: 'embedded_page', return_url: input.returnUrl } : { ui_mode: 'hosted_page', success_url: input.returnUrl, cancel_url: input.returnUrl };
     return call(async () =>
       toCheckoutSession(
         await this.stripe.checkout.sessions.create(
@@ -81,10 +90,9 @@ export class StripePaymentProcessor implements PaymentProcessor {
             mode: 'setup',
             customer: input.customerId,
             currency: input.currency,
-            success_url: input.successUrl,
-            cancel_url: input.cancelUrl,
             metadata: input.metadata,
             setup_intent_data: { metadata: input.metadata },
+            ...ui,
           },
           { idempotencyKey: `checkout-setup-${input.key}` },
         ),

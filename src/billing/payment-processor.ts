@@ -102,16 +102,24 @@ export interface ProcessorEvent {
 }
 
 export interface PaymentProcessor {
-  /** The customer for an organization, created once (`key` from the organization id). */
+  /**
+   * The customer for an organization, created once per `key` (from the organization id). The key
+   * holds for 24 hours (Stripe's idempotency window): billing stores the customer id and calls this
+   * only while it has none.
+   */
   ensureCustomer(input: { key: string; organizationId: number; name: string; email?: string }): Promise<ProcessorCustomer>;
   getCustomer(customerId: string): Promise<ProcessorCustomer>;
-  /** A Checkout Session in setup mode, to save a card (both purposes of the setup-session route). */
+  /**
+   * A Checkout Session in setup mode, to save a card (both purposes of the setup-session route):
+   * `embedded` gives a `clientSecret` for the web app to mount Checkout and comes back to
+   * `returnUrl`; `hosted` gives the processor's page `url`, which leads to `returnUrl` either way.
+   */
   createSetupCheckoutSession(input: {
     key: string;
     customerId: string;
     currency: string;
-    successUrl: string;
-    cancelUrl: string;
+    ui: 'embedded' | 'hosted';
+    returnUrl: string;
     metadata: Record<string, string>;
   }): Promise<ProcessorCheckoutSession>;
   getCheckoutSession(sessionId: string): Promise<ProcessorCheckoutSession>;

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, WebhookSignatureError } from '../../src/billing/payment-processor.ts';
-import { completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
 import { freePort, waitUntil } from '../helpers/net.ts';
 import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
 
@@ -32,7 +32,7 @@ describe('payment processor port (StripePaymentProcessor)', () => {
 
   it.runIf(onEmulator)('creates one setup Checkout Session per key; once completed, its SetupIntent holds the saved card', async () => {
     const customer = await customerFor(3);
-    const input = { key: `setup-${run}`, customerId: customer.id, currency: 'usd', successUrl: 'https://app.example.com/ok', cancelUrl: 'https://app.example.com/cancel', metadata: { purpose: 'payment_method_setup' } };
+    const input = { key: `setup-${run}`, customerId: customer.id, currency: 'usd', ui: 'hosted' as const, returnUrl: 'https://app.example.com/billing', metadata: { purpose: 'payment_method_setup' } };
     const session = await processor.createSetupCheckoutSession(input);
     expect(await processor.createSetupCheckoutSession(input)).toEqual(session);
     expect(session).toMatchObject({ mode: 'setup', status: 'open', paymentStatus: 'no_payment_required', customerId: customer.id, metadata: { purpose: 'payment_method_setup' } });
@@ -46,6 +46,22 @@ describe('payment processor port (StripePaymentProcessor)', () => {
     expect(await processor.listPaymentMethods(customer.id)).toEqual([
       { id: intent.paymentMethodId, customerId: customer.id, brand: 'visa', last4: '4242', expMonth: 12, expYear: 2034, allowRedisplay: 'unspecified' },
     ]);
+  });
+
+  it.runIf(onEmulator)('creates an embedded setup session: a client secret and no page URL; completed, it returns to return_url', async () => {
+    const customer = await customerFor(8);
+    const session = await processor.createSetupCheckoutSession({
+      key: `embedded-${run}`,
+      customerId: customer.id,
+      currency: 'usd',
+      ui: 'embedded',
+      returnUrl: 'https://app.example.com/billing?session={CHECKOUT_SESSION_ID}',
+      metadata: { purpose: 'postpaid_activation' },
+    });
+    expect(session).toMatchObject({ url: null, clientSecret: expect.stringMatching(/^cs_test_\w+_secret_\w+$/), status: 'open' });
+    const completion = await completeCheckoutSession(checkoutPageUrl(target.apiUrl ?? '', session.id));
+    expect(completion).toMatchObject({ status: 303, redirect: `https://app.example.com/billing?session=${session.id}` });
+    expect((await processor.getCheckoutSession(session.id)).status).toBe('complete');
   });
 
   it('sets the default card, detaches it, and refuses a detached card as default with a PaymentProcessorError', async () => {

@@ -2,6 +2,7 @@ import type Stripe from 'stripe';
 import { emit, int, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
 import { DECLINE, testCard } from './cards.ts';
 import { attachPaymentMethod, createCardPaymentMethod, createSetupIntent, rememberCard } from './customers.ts';
+import { checkoutPageUrl } from './complete-checkout.ts';
 import { invalidRequest } from './errors.ts';
 import type { FormParams } from './form.ts';
 import { build, newId } from './store.ts';
@@ -128,7 +129,7 @@ function createSetupSession(ctx: Context, params: FormParams): Stripe.Checkout.S
       success_url: successUrl ?? null,
       total_details: null,
       ui_mode: uiMode as Stripe.Checkout.Session.UiMode,
-      url: embedded ? null : `${ctx.baseUrl}/checkout/${id}`,
+      url: embedded ? null : checkoutPageUrl(ctx.baseUrl, id),
     }),
   );
 }

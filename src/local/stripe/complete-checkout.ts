@@ -10,6 +10,11 @@ export interface CheckoutCompletion {
   page: string;
 }
 
+/** The emulator's Checkout page of a session (its `url` in hosted mode; embedded sessions have none at Stripe). */
+export function checkoutPageUrl(emulatorUrl: string, sessionId: string): string {
+  return `${emulatorUrl}/checkout/${sessionId}`;
+}
+
 export async function completeCheckoutSession(sessionUrl: string, card = { number: '4242 4242 4242 4242', expiry: '12 / 34', cvc: '123' }): Promise<CheckoutCompletion> {
   const response = await fetch(sessionUrl, {
     method: 'POST',

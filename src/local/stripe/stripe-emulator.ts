@@ -55,6 +55,8 @@ export interface StripeEmulator {
 /** The API version the emulator speaks: the one the SDK pins (`Stripe.API_VERSION`). */
 export const EMULATOR_API_VERSION: string = Stripe.API_VERSION;
 
+const IDEMPOTENCY_KEY_LIFETIME_MS = 24 * 3600 * 1000;
+
 export async function startStripeEmulator(options: StripeEmulatorOptions): Promise<StripeEmulator> {
   const host = options.host ?? '127.0.0.1';
   const secretKey = `sk_test_emulator_${randomBytes(16).toString('hex')}`;
@@ -68,7 +70,7 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
     log: options.log,
   });
   const routes = [...customerRoutes, ...checkoutRoutes, ...catalogRoutes, ...subscriptionRoutes, ...eventRoutes(secrets)];
-  const idempotency = new Map<string, { fingerprint: string; status: number; body: string }>();
+  const idempotency = new Map<string, { fingerprint: string; status: number; body: string; savedAt: number }>();
   let baseUrl = '';
 
   const server = createServer((req, res) => {
@@ -104,7 +106,9 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
       ctx.request.idempotency_key = key;
       headers['idempotency-key'] = key;
       const fingerprint = createHash('sha256').update(`${req.method} ${url.pathname}\n${canonical(params)}`).digest('hex');
-      const saved = idempotency.get(key);
+      // Keys are kept 24 hours (https://docs.stripe.com/api/idempotent_requests); an older one is new again.
+      const kept = idempotency.get(key);
+      const saved = kept && Date.now() - kept.savedAt < IDEMPOTENCY_KEY_LIFETIME_MS ? kept : undefined;
       if (saved && saved.fingerprint !== fingerprint) {
         return fail(
           new StripeApiError(
@@ -117,7 +121,7 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
       if (saved) return sendRaw(res, saved.status, saved.body, { ...headers, 'idempotent-replayed': 'true' });
       const { status, text } = execute(ctx, route, params, path);
       // Parameter errors are not saved (they never ran); every result that ran is replayed as it was.
-      if (!(status === 400 && /"code": ?"parameter_(unknown|missing)"/.test(text))) idempotency.set(key, { fingerprint, status, body: text });
+      if (!(status === 400 && /"code": ?"parameter_(unknown|missing)"/.test(text))) idempotency.set(key, { fingerprint, status, body: text, savedAt: Date.now() });
       return sendRaw(res, status, text, headers);
     }
     const { status, text } = execute(ctx, route, params, path);

@@ -223,6 +223,15 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     expect(cycle).toMatchObject({ status: 'open', collection_method: 'send_invoice', due_date: (cycle?.created ?? 0) + 14 * 86_400 });
   });
 
+  it('sends customer.subscription.created, then customer.subscription.deleted when the subscription is canceled', async () => {
+    const { subscription } = await subscribed('canceled', 'pm_card_visa');
+    const canceled = await stripe.subscriptions.cancel(subscription.id);
+    expect(canceled).toMatchObject({ status: 'canceled', canceled_at: expect.any(Number) });
+    const events = await eventsAbout(subscription.id, ['customer.subscription.created', 'customer.subscription.deleted']);
+    expect(events.map((webhook) => webhook.event.type)).toEqual(['customer.subscription.created', 'customer.subscription.deleted']);
+    expect((await stripe.subscriptions.list({ customer: canceled.customer as string })).data).toEqual([]);
+  });
+
   it('signs webhooks so constructEvent verifies them, and a tampered payload or a stale signature fails', async () => {
     const customer = await newCustomer('signed');
     const [webhook] = await eventsAbout(customer.id, ['customer.created']);

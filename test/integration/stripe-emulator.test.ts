@@ -92,6 +92,9 @@ describe('Stripe emulator through the stripe SDK (also against Stripe test mode)
     await expect(stripe.customers.create({ name: 'x', colour: 'blue' } as Stripe.CustomerCreateParams)).rejects.toMatchObject({ statusCode: 400, code: 'parameter_unknown', param: 'colour' });
     await expect(stripe.billing.meters.create({ display_name: 'x' } as Stripe.Billing.MeterCreateParams)).rejects.toMatchObject({ statusCode: 400, code: 'parameter_missing' });
     await expect(stripe.customers.retrieve('cus_doesnotexist')).rejects.toMatchObject({ statusCode: 404, code: 'resource_missing' });
+    const product = await stripe.products.create({ name: `unknown-${run}` });
+    const nested = { currency: 'usd', product: product.id, unit_amount: 1, recurring: { interval: 'month', colour: 'blue' } } as Stripe.PriceCreateParams;
+    await expect(stripe.prices.create(nested)).rejects.toMatchObject({ statusCode: 400, code: 'parameter_unknown', param: 'recurring[colour]' });
   });
 
   it('pages lists newest first with has_more and starting_after', async () => {

@@ -22,7 +22,11 @@ export interface Route {
   method: 'GET' | 'POST' | 'DELETE';
   /** `/v1/customers/:id` */
   path: string;
-  /** Top-level parameters Stripe accepts on this endpoint (`expand` always); any other is refused. */
+  /**
+   * Parameters Stripe accepts on this endpoint (`expand` always), in bracket notation with `[]` for
+   * an array element (`items[][price]`); an entry allows everything below it (`metadata`). Any
+   * other parameter is refused with `parameter_unknown`, naming it as sent (`items[0][colour]`).
+   */
   params: string[];
   required?: string[];
   handle(ctx: Context, params: FormParams, path: PathParams): unknown;
@@ -108,3 +112,16 @@ export function list<T extends { id: string }>(url: string, items: T[], params: 
 }
 
 export const LIST_PARAMS = ['limit', 'starting_after', 'ending_before'];
+
+/** The first parameter the route does not accept, as sent (`recurring[colour]`), if any. */
+export function unknownParameter(route: Route, params: FormParams): string | undefined {
+  const leaves: [sent: string, pattern: string][] = [];
+  const walk = (value: FormValue, sent: string, pattern: string) => {
+    if (typeof value === 'string') leaves.push([sent, pattern]);
+    else if (Array.isArray(value)) value.forEach((item, i) => walk(item, `${sent}[${i}]`, `${pattern}[]`));
+    else for (const [key, item] of Object.entries(value)) walk(item, `${sent}[${key}]`, `${pattern}[${key}]`);
+  };
+  for (const [name, value] of Object.entries(params)) if (name !== 'expand') walk(value, name, name);
+  const allowed = (pattern: string) => route.params.some((entry) => pattern === entry || pattern.startsWith(`${entry}[`));
+  return leaves.find(([, pattern]) => !allowed(pattern))?.[0];
+}

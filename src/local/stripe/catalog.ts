@@ -52,7 +52,7 @@ export const catalogRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/prices',
-    params: ['currency', 'product', 'product_data', 'unit_amount', 'unit_amount_decimal', 'recurring', 'lookup_key', 'transfer_lookup_key', 'nickname', 'metadata', 'billing_scheme', 'active', 'tax_behavior'],
+    params: ['currency', 'product', 'product_data[name]', 'product_data[unit_label]', 'product_data[metadata]', 'unit_amount', 'unit_amount_decimal', 'recurring[interval]', 'recurring[interval_count]', 'recurring[usage_type]', 'recurring[meter]', 'lookup_key', 'transfer_lookup_key', 'nickname', 'metadata', 'billing_scheme', 'active', 'tax_behavior'],
     required: ['currency'],
     handle: (ctx, params) => createPrice(ctx, params),
   },
@@ -79,7 +79,7 @@ export const catalogRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/billing/meters',
-    params: ['display_name', 'event_name', 'default_aggregation', 'customer_mapping', 'value_settings', 'event_time_window'],
+    params: ['display_name', 'event_name', 'default_aggregation[formula]', 'customer_mapping[event_payload_key]', 'customer_mapping[type]', 'value_settings[event_payload_key]', 'event_time_window'],
     required: ['display_name', 'event_name', 'default_aggregation'],
     handle(ctx, params) {
       const eventName = requiredStr(params, 'event_name');
@@ -139,13 +139,13 @@ export const catalogRoutes: Route[] = [
       if (typeof value !== 'string' || !/^-?\d+(\.\d+)?$/.test(value)) {
         throw invalidRequest(`Invalid payload[${meter.value_settings.event_payload_key}]: must be a number`, { param: `payload[${meter.value_settings.event_payload_key}]` });
       }
-      const event = {
-        event_name: eventName,
-        identifier,
-        payload: payload as Record<string, string>,
-        timestamp: int(params, 'timestamp') ?? ctx.store.now(customerId),
-        created: ctx.store.now(customerId),
-      };
+      // "Must be within the past 35 calendar days or up to 5 minutes in the future" (the customer's time on a test clock).
+      const now = ctx.store.now(customerId);
+      const timestamp = int(params, 'timestamp') ?? now;
+      if (timestamp < now - 35 * 86_400 || timestamp > now + 300) {
+        throw invalidRequest('The timestamp must be within the past 35 calendar days or up to 5 minutes in the future.', { param: 'timestamp' });
+      }
+      const event = { event_name: eventName, identifier, payload: payload as Record<string, string>, timestamp, created: now };
       ctx.store.meterEvents.set(identifier, event);
       return { object: 'billing.meter_event', livemode: false, ...event };
     },
@@ -201,7 +201,12 @@ function createPrice(ctx: Context, params: FormParams): Stripe.Price {
   if (productData) {
     const name = productData.name;
     if (typeof name !== 'string') throw missingParam('product_data[name]');
-    product = ctx.store.put(build<Stripe.Product>('product', { id: newId('prod', 14), name, created: ctx.store.now(), default_price: null, description: null, metadata: {}, package_dimensions: null, type: 'service', updated: ctx.store.now() })).id;
+    const unitLabel = typeof productData.unit_label === 'string' ? productData.unit_label : null;
+    const metadata = mergeMetadata({}, record(productData, 'metadata'));
+    const now = ctx.store.now();
+    product = ctx.store.put(
+      build<Stripe.Product>('product', { id: newId('prod', 14), name, created: now, default_price: null, description: null, metadata, package_dimensions: null, type: 'service', unit_label: unitLabel, updated: now }),
+    ).id;
   }
   if (!product) throw missingParam('product');
   ctx.store.get<Stripe.Product>(product, 'product', 'product');

@@ -22,7 +22,7 @@ export const checkoutRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/checkout/sessions',
-    params: ['mode', 'customer', 'success_url', 'cancel_url', 'return_url', 'ui_mode', 'currency', 'payment_method_types', 'client_reference_id', 'metadata', 'setup_intent_data', 'expires_at', 'customer_email'],
+    params: ['mode', 'customer', 'success_url', 'cancel_url', 'return_url', 'ui_mode', 'currency', 'payment_method_types', 'client_reference_id', 'metadata', 'setup_intent_data[metadata]', 'setup_intent_data[description]', 'expires_at', 'customer_email'],
     required: ['mode'],
     handle: (ctx, params) => createSetupSession(ctx, params),
   },

@@ -119,7 +119,7 @@ export const customerRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/customers',
-    params: ['email', 'name', 'description', 'metadata', 'test_clock', 'payment_method', 'invoice_settings'],
+    params: ['email', 'name', 'description', 'metadata', 'test_clock', 'payment_method', 'invoice_settings[default_payment_method]'],
     handle(ctx, params) {
       const customer = createCustomer(ctx, {
         email: str(params, 'email'),
@@ -154,7 +154,7 @@ export const customerRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/customers/:id',
-    params: ['email', 'name', 'description', 'metadata', 'invoice_settings'],
+    params: ['email', 'name', 'description', 'metadata', 'invoice_settings[default_payment_method]'],
     handle(ctx, params, path) {
       const customer = ctx.store.get<Stripe.Customer>(path.id, 'customer');
       const before = structuredClone(customer);
@@ -167,7 +167,6 @@ export const customerRoutes: Route[] = [
       if (params.metadata !== undefined) customer.metadata = mergeMetadata(customer.metadata, record(params, 'metadata'));
       const settings = record(params, 'invoice_settings');
       if (settings) {
-        for (const key of Object.keys(settings)) if (key !== 'default_payment_method') throw invalidRequest(`Received unknown parameter: invoice_settings[${key}]`, { code: 'parameter_unknown' });
         const preferred = settings.default_payment_method;
         if (preferred !== undefined) setDefaultPaymentMethod(ctx, customer, typeof preferred === 'string' && preferred !== '' ? preferred : null);
       }

@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import Stripe from 'stripe';
-import { array, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type PathParams, type Route } from './api.ts';
+import { array, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
 import { checkoutRoutes } from './checkout.ts';
 import { catalogRoutes } from './catalog.ts';
 import { customerRoutes } from './customers.ts';
@@ -131,7 +131,8 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
   function execute(ctx: Context, route: Route, params: FormParams, path: PathParams): { status: number; text: string } {
     try {
       const expand = array(params, 'expand')?.map(String) ?? [];
-      for (const name of Object.keys(params)) if (name !== 'expand' && !route.params.includes(name)) throw unknownParam(name);
+      const unknown = unknownParameter(route, params);
+      if (unknown) throw unknownParam(unknown);
       for (const name of route.required ?? []) if (params[name] === undefined || params[name] === '') throw invalidRequest(`Missing required param: ${name}.`, { code: 'parameter_missing', param: name });
       const result = route.handle(ctx, params, path);
       return { status: 200, text: JSON.stringify(expand.length ? expanded(store, result, expand) : result, null, 2) };

@@ -23,7 +23,7 @@ export const subscriptionRoutes: Route[] = [
   {
     method: 'POST',
     path: '/v1/subscriptions',
-    params: ['customer', 'items', 'collection_method', 'days_until_due', 'default_payment_method', 'metadata', 'payment_behavior', 'off_session', 'description'],
+    params: ['customer', 'items[][price]', 'items[][quantity]', 'items[][metadata]', 'collection_method', 'days_until_due', 'default_payment_method', 'metadata', 'payment_behavior', 'off_session', 'description'],
     required: ['customer', 'items'],
     handle: (ctx, params) => createSubscription(ctx, params),
   },

@@ -3,7 +3,11 @@ import {
   METERS,
   PaymentProcessorError,
   WebhookSignatureError,
+  type CustomerInput,
+  type MeterEventInput,
   type MeterName,
+  type MeterPricesInput,
+  type MeterTotalInput,
   type PaymentProcessor,
   type ProcessorCheckoutSession,
   type ProcessorCustomer,
@@ -12,6 +16,8 @@ import {
   type ProcessorPaymentMethod,
   type ProcessorSetupIntent,
   type ProcessorSubscription,
+  type SetupSessionInput,
+  type SubscriptionInput,
 } from '../billing/payment-processor.ts';
 
 /**
@@ -54,7 +60,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     this.stripe = createStripeClient(settings);
   }
 
-  ensureCustomer(input: { key: string; organizationId: number; name: string; email?: string }): Promise<ProcessorCustomer> {
+  ensureCustomer(input: CustomerInput): Promise<ProcessorCustomer> {
     return call(async () =>
       toCustomer(
         await this.stripe.customers.create(
@@ -73,14 +79,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     });
   }
 
-  createSetupCheckoutSession(input: {
-    key: string;
-    customerId: string;
-    currency: string;
-    ui: 'embedded' | 'hosted';
-    returnUrl: string;
-    metadata: Record<string, string>;
-  }): Promise<ProcessorCheckoutSession> {
+  createSetupCheckoutSession(input: SetupSessionInput): Promise<ProcessorCheckoutSession> {
     const ui: Stripe.Checkout.SessionCreateParams =
       input.ui === 'embedded' ? { ui_mode: 'embedded_page', return_url: input.returnUrl } : { ui_mode: 'hosted_page', success_url: input.returnUrl, cancel_url: input.returnUrl };
     return call(async () =>
@@ -133,7 +132,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     return call(async () => toCustomer(await this.stripe.customers.update(customerId, { invoice_settings: { default_payment_method: paymentMethodId } })));
   }
 
-  createSubscription(input: { key: string; customerId: string; priceIds: string[]; defaultPaymentMethodId?: string; metadata: Record<string, string> }): Promise<ProcessorSubscription> {
+  createSubscription(input: SubscriptionInput): Promise<ProcessorSubscription> {
     return call(async () =>
       toSubscription(
         await this.stripe.subscriptions.create(
@@ -177,7 +176,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     return call(async () => ({ url: (await this.stripe.billingPortal.sessions.create({ customer: input.customerId, return_url: input.returnUrl })).url }));
   }
 
-  ensureMeterPrices(input: { currency: string; unitAmountDecimal: Record<MeterName, string> }): Promise<ProcessorMeterPrice[]> {
+  ensureMeterPrices(input: MeterPricesInput): Promise<ProcessorMeterPrice[]> {
     return call(async () => {
       const active = await this.stripe.billing.meters.list({ status: 'active', limit: 100 });
       const prices: ProcessorMeterPrice[] = [];
@@ -216,7 +215,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     });
   }
 
-  reportMeterEvent(input: { meter: MeterName; customerId: string; value: number; identifier: string; timestamp: Date }): Promise<void> {
+  reportMeterEvent(input: MeterEventInput): Promise<void> {
     return call(async () => {
       await this.stripe.billing.meterEvents.create({
         event_name: input.meter,
@@ -227,7 +226,7 @@ export class StripePaymentProcessor implements PaymentProcessor {
     });
   }
 
-  meterTotal(input: { meterId: string; customerId: string; start: Date; end: Date }): Promise<number> {
+  meterTotal(input: MeterTotalInput): Promise<number> {
     return call(async () => {
       let total = 0;
       const summaries = this.stripe.billing.meters.listEventSummaries(input.meterId, {

@@ -101,27 +101,65 @@ export interface ProcessorEvent {
   objectId: string;
 }
 
+export interface CustomerInput {
+  key: string;
+  organizationId: number;
+  name: string;
+  email?: string;
+}
+
+export interface SetupSessionInput {
+  key: string;
+  customerId: string;
+  currency: string;
+  ui: 'embedded' | 'hosted';
+  returnUrl: string;
+  metadata: Record<string, string>;
+}
+
+export interface SubscriptionInput {
+  key: string;
+  customerId: string;
+  priceIds: string[];
+  defaultPaymentMethodId?: string;
+  metadata: Record<string, string>;
+}
+
+export interface MeterPricesInput {
+  currency: string;
+  /** Smallest currency unit per unit of each meter, as a decimal string (`"0.05"` cents a second). */
+  unitAmountDecimal: Record<MeterName, string>;
+}
+
+export interface MeterEventInput {
+  meter: MeterName;
+  customerId: string;
+  value: number;
+  identifier: string;
+  timestamp: Date;
+}
+
+export interface MeterTotalInput {
+  meterId: string;
+  customerId: string;
+  start: Date;
+  end: Date;
+}
+
 export interface PaymentProcessor {
   /**
    * The customer for an organization, created once per `key` (from the organization id). The key
    * holds for 24 hours (Stripe's idempotency window): billing stores the customer id and calls this
    * only while it has none.
    */
-  ensureCustomer(input: { key: string; organizationId: number; name: string; email?: string }): Promise<ProcessorCustomer>;
+  ensureCustomer(input: CustomerInput): Promise<ProcessorCustomer>;
   getCustomer(customerId: string): Promise<ProcessorCustomer>;
   /**
    * A Checkout Session in setup mode, to save a card (both purposes of the setup-session route):
    * `embedded` gives a `clientSecret` for the web app to mount Checkout and comes back to
    * `returnUrl`; `hosted` gives the processor's page `url`, which leads to `returnUrl` either way.
    */
-  createSetupCheckoutSession(input: {
-    key: string;
-    customerId: string;
-    currency: string;
-    ui: 'embedded' | 'hosted';
-    returnUrl: string;
-    metadata: Record<string, string>;
-  }): Promise<ProcessorCheckoutSession>;
+  createSetupCheckoutSession(input: SetupSessionInput): Promise<ProcessorCheckoutSession>;
   getCheckoutSession(sessionId: string): Promise<ProcessorCheckoutSession>;
   getSetupIntent(setupIntentId: string): Promise<ProcessorSetupIntent>;
   listPaymentMethods(customerId: string): Promise<ProcessorPaymentMethod[]>;
@@ -130,18 +168,18 @@ export interface PaymentProcessor {
   /** Sets `invoice_settings.default_payment_method`; the card must be attached to the customer. */
   setDefaultPaymentMethod(customerId: string, paymentMethodId: string): Promise<ProcessorCustomer>;
   /** A subscription to the metered prices, collected from the default card (`key` from the billing account id). */
-  createSubscription(input: { key: string; customerId: string; priceIds: string[]; defaultPaymentMethodId?: string; metadata: Record<string, string> }): Promise<ProcessorSubscription>;
+  createSubscription(input: SubscriptionInput): Promise<ProcessorSubscription>;
   getSubscription(subscriptionId: string): Promise<ProcessorSubscription>;
   setCollectionMethod(subscriptionId: string, method: 'charge_automatically' | 'send_invoice', daysUntilDue?: number): Promise<ProcessorSubscription>;
   listInvoices(customerId: string, options?: { limit?: number; startingAfter?: string }): Promise<{ invoices: ProcessorInvoice[]; hasMore: boolean }>;
   getInvoice(invoiceId: string): Promise<ProcessorInvoice>;
   createPortalSession(input: { customerId: string; returnUrl: string }): Promise<{ url: string }>;
   /** Finds or creates each meter, its product and its price (by lookup key), at the given unit amounts. */
-  ensureMeterPrices(input: { currency: string; unitAmountDecimal: Record<MeterName, string> }): Promise<ProcessorMeterPrice[]>;
+  ensureMeterPrices(input: MeterPricesInput): Promise<ProcessorMeterPrice[]>;
   /** One usage report; the processor counts an `identifier` once. */
-  reportMeterEvent(input: { meter: MeterName; customerId: string; value: number; identifier: string; timestamp: Date }): Promise<void>;
+  reportMeterEvent(input: MeterEventInput): Promise<void>;
   /** The meter's total for a customer over [start, end), minute-aligned (the processor's summary). */
-  meterTotal(input: { meterId: string; customerId: string; start: Date; end: Date }): Promise<number>;
+  meterTotal(input: MeterTotalInput): Promise<number>;
   /** Checks the signature of a webhook on its raw body; throws `WebhookSignatureError` when it does not hold. */
   verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
 }

@@ -206,7 +206,7 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     expect(renewed.items.data[0]?.current_period_start).toBe(subscription.items.data[0]?.current_period_end);
   });
 
-  it('sends invoice.payment_failed when the default card fails its charges, and the subscription goes past_due', async () => {
+  it('sends invoice.payment_failed when the default card fails its charges, and the subscription goes past_due; the invoice can be voided', async () => {
     const { clock, customer, subscription, start } = await subscribed('failing', 'pm_card_chargeCustomerFail');
     await stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: start + 60, payload: { stripe_customer_id: customer.id, value: '100' } });
     await advance(clock, start + 32 * 86_400);
@@ -215,6 +215,9 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     await eventsAbout(cycle?.id ?? '', ['invoice.payment_failed']);
     expect((await stripe.subscriptions.retrieve(subscription.id)).status).toBe('past_due');
     await expect(stripe.invoices.pay(cycle?.id ?? '')).rejects.toMatchObject({ statusCode: 402, code: 'card_declined' });
+    expect(await stripe.invoices.voidInvoice(cycle?.id ?? '')).toMatchObject({ status: 'void' });
+    await eventsAbout(cycle?.id ?? '', ['invoice.voided']);
+    await expect(stripe.invoices.voidInvoice(cycle?.id ?? '')).rejects.toMatchObject({ statusCode: 400 });
   });
 
   it('sends invoices for collection when the collection method is send_invoice: open, with a due date', async () => {

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import Stripe from 'stripe';
 import { array, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
@@ -278,7 +278,7 @@ function expanded(store: StripeStore, result: unknown, paths: string[]): unknown
         const value = node[segment];
         if (i === segments.length - 1) {
           if (typeof value === 'string') node[segment] = structuredClone(store.any(value) ?? value);
-          else if (value !== null && (typeof value !== 'object' || value === undefined)) throw invalidRequest(`This property cannot be expanded (${path}).`, { param: 'expand' });
+          else if (value !== null && typeof value !== 'object') throw invalidRequest(`This property cannot be expanded (${path}).`, { param: 'expand' });
         } else if (typeof value === 'object' && value !== null) {
           node = value as Record<string, unknown>;
         } else if (typeof value === 'string' && store.any(value)) {
@@ -317,4 +317,3 @@ function sendRaw(res: ServerResponse, status: number, text: string, headers: Rec
   res.end(text);
 }
 
-export type { Server };

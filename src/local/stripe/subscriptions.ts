@@ -126,6 +126,21 @@ export const subscriptionRoutes: Route[] = [
     },
   },
   {
+    // https://docs.stripe.com/api/invoices/void: only an open (finalized, unpaid) invoice can be voided.
+    method: 'POST',
+    path: '/v1/invoices/:id/void',
+    params: [],
+    handle(ctx, _params, path) {
+      const invoice = ctx.store.get<Stripe.Invoice>(path.id, 'invoice');
+      if (invoice.status !== 'open') throw invalidRequest(`You can only void an open invoice; this one is ${invoice.status}.`, { code: 'invoice_not_editable' });
+      invoice.status = 'void';
+      invoice.status_transitions.voided_at = ctx.store.now(invoice.customer as string);
+      invoice.next_payment_attempt = null;
+      emit(ctx, 'invoice.voided', invoice);
+      return invoice;
+    },
+  },
+  {
     method: 'POST',
     path: '/v1/test_helpers/test_clocks',
     params: ['frozen_time', 'name'],

@@ -113,6 +113,42 @@ export function list<T extends { id: string }>(url: string, items: T[], params: 
 
 export const LIST_PARAMS = ['limit', 'starting_after', 'ending_before'];
 
+/** A list endpoint's filter: the query parameter's value (strings for an array parameter) against an object. */
+export type ListFilter<T> = (item: T, value: string | string[]) => boolean;
+
+/**
+ * `GET` of a list of `object`s: newest first, paged, with each filter applied when its parameter is
+ * sent, and each of `unlessSent` when its parameter is not (subscriptions hide canceled ones).
+ */
+export function listRoute<T extends { id: string }>(
+  path: string,
+  object: string,
+  filters: Record<string, ListFilter<T>>,
+  unlessSent: Record<string, (item: T) => boolean> = {},
+): Route {
+  return {
+    method: 'GET',
+    path,
+    params: [...LIST_PARAMS, ...Object.keys(filters)],
+    handle(ctx, params) {
+      const tests: ((item: T) => boolean)[] = Object.entries(unlessSent).filter(([name]) => params[name] === undefined).map(([, test]) => test);
+      for (const [name, filter] of Object.entries(filters)) {
+        const value = params[name];
+        if (value === undefined) continue;
+        if (typeof value === 'object' && !Array.isArray(value)) throw invalidRequest(`Invalid value for ${name}`, { param: name });
+        const given = Array.isArray(value) ? value.map(String) : value;
+        tests.push((item) => filter(item, given));
+      }
+      return list(path, ctx.store.all<T>(object, (item) => tests.every((test) => test(item))), params);
+    },
+  };
+}
+
+/** `GET` of one object by id (404 `resource_missing` otherwise). */
+export function retrieveRoute(path: string, object: string): Route {
+  return { method: 'GET', path, params: [], handle: (ctx, _params, { id }) => ctx.store.get(id, object) };
+}
+
 /** The first parameter the route does not accept, as sent (`recurring[colour]`), if any. */
 export function unknownParameter(route: Route, params: FormParams): string | undefined {
   const leaves: [sent: string, pattern: string][] = [];

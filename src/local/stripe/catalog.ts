@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import { array, bool, emit, int, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
+import { bool, emit, int, LIST_PARAMS, list, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, type Context, type Route } from './api.ts';
 import { invalidRequest, missingParam } from './errors.ts';
 import type { FormParams } from './form.ts';
 import { build, newId } from './store.ts';
@@ -38,17 +38,8 @@ export const catalogRoutes: Route[] = [
       return product;
     },
   },
-  { method: 'GET', path: '/v1/products/:id', params: [], handle: (ctx, _params, path) => ctx.store.get<Stripe.Product>(path.id, 'product') },
-  {
-    method: 'GET',
-    path: '/v1/products',
-    params: [...LIST_PARAMS, 'active', 'ids'],
-    handle(ctx, params) {
-      const active = bool(params, 'active');
-      const ids = array(params, 'ids');
-      return list('/v1/products', ctx.store.all<Stripe.Product>('product', (p) => (active === undefined || p.active === active) && (!ids || ids.includes(p.id))), params);
-    },
-  },
+  retrieveRoute('/v1/products/:id', 'product'),
+  listRoute<Stripe.Product>('/v1/products', 'product', { active: (p, v) => String(p.active) === v, ids: (p, v) => v.includes(p.id) }),
   {
     method: 'POST',
     path: '/v1/prices',
@@ -56,26 +47,14 @@ export const catalogRoutes: Route[] = [
     required: ['currency'],
     handle: (ctx, params) => createPrice(ctx, params),
   },
-  { method: 'GET', path: '/v1/prices/:id', params: [], handle: (ctx, _params, path) => ctx.store.get<Stripe.Price>(path.id, 'price') },
-  {
-    method: 'GET',
-    path: '/v1/prices',
-    params: [...LIST_PARAMS, 'active', 'product', 'lookup_keys', 'currency', 'type'],
-    handle(ctx, params) {
-      const active = bool(params, 'active');
-      const product = str(params, 'product');
-      const keys = array(params, 'lookup_keys');
-      const type = str(params, 'type');
-      return list(
-        '/v1/prices',
-        ctx.store.all<Stripe.Price>(
-          'price',
-          (p) => (active === undefined || p.active === active) && (!product || p.product === product) && (!keys || keys.includes(p.lookup_key ?? '')) && (!type || p.type === type),
-        ),
-        params,
-      );
-    },
-  },
+  retrieveRoute('/v1/prices/:id', 'price'),
+  listRoute<Stripe.Price>('/v1/prices', 'price', {
+    active: (p, v) => String(p.active) === v,
+    product: (p, v) => p.product === v,
+    lookup_keys: (p, v) => p.lookup_key !== null && v.includes(p.lookup_key),
+    currency: (p, v) => p.currency === v,
+    type: (p, v) => p.type === v,
+  }),
   {
     method: 'POST',
     path: '/v1/billing/meters',
@@ -108,16 +87,8 @@ export const catalogRoutes: Route[] = [
       );
     },
   },
-  { method: 'GET', path: '/v1/billing/meters/:id', params: [], handle: (ctx, _params, path) => ctx.store.get<Stripe.Billing.Meter>(path.id, 'billing.meter') },
-  {
-    method: 'GET',
-    path: '/v1/billing/meters',
-    params: [...LIST_PARAMS, 'status'],
-    handle(ctx, params) {
-      const status = str(params, 'status');
-      return list('/v1/billing/meters', ctx.store.all<Stripe.Billing.Meter>('billing.meter', (m) => !status || m.status === status), params);
-    },
-  },
+  retrieveRoute('/v1/billing/meters/:id', 'billing.meter'),
+  listRoute<Stripe.Billing.Meter>('/v1/billing/meters', 'billing.meter', { status: (m, v) => m.status === v }),
   {
     method: 'POST',
     path: '/v1/billing/meter_events',

@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import { emit, int, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
+import { emit, int, listRoute, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
 import { DECLINE, testCard } from './cards.ts';
 import { attachPaymentMethod, createCardPaymentMethod, createSetupIntent, rememberCard } from './customers.ts';
 import { checkoutPageUrl } from './complete-checkout.ts';
@@ -27,16 +27,11 @@ export const checkoutRoutes: Route[] = [
     handle: (ctx, params) => createSetupSession(ctx, params),
   },
   { method: 'GET', path: '/v1/checkout/sessions/:id', params: [], handle: (ctx, _params, path) => sessionNow(ctx, path.id) },
-  {
-    method: 'GET',
-    path: '/v1/checkout/sessions',
-    params: [...LIST_PARAMS, 'customer', 'status', 'setup_intent'],
-    handle(ctx, params) {
-      const customer = str(params, 'customer');
-      const status = str(params, 'status');
-      return list('/v1/checkout/sessions', ctx.store.all<Stripe.Checkout.Session>('checkout.session', (s) => (!customer || s.customer === customer) && (!status || s.status === status)), params);
-    },
-  },
+  listRoute<Stripe.Checkout.Session>('/v1/checkout/sessions', 'checkout.session', {
+    customer: (s, v) => s.customer === v,
+    status: (s, v) => s.status === v,
+    setup_intent: (s, v) => s.setup_intent === v,
+  }),
   {
     method: 'POST',
     path: '/v1/checkout/sessions/:id/expire',

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type Stripe from 'stripe';
-import { emit, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
+import { emit, LIST_PARAMS, list, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, type Context, type Route } from './api.ts';
 import { DECLINE, testPaymentMethodCard, type TestCard } from './cards.ts';
 import { invalidRequest, StripeApiError } from './errors.ts';
 import { build, newId } from './store.ts';
@@ -135,22 +135,8 @@ export const customerRoutes: Route[] = [
       return customer;
     },
   },
-  {
-    method: 'GET',
-    path: '/v1/customers',
-    params: [...LIST_PARAMS, 'email', 'test_clock'],
-    handle(ctx, params) {
-      const email = str(params, 'email');
-      const clock = str(params, 'test_clock');
-      return list('/v1/customers', ctx.store.all<Stripe.Customer>('customer', (c) => (!email || c.email === email) && (!clock || c.test_clock === clock)), params);
-    },
-  },
-  {
-    method: 'GET',
-    path: '/v1/customers/:id',
-    params: [],
-    handle: (ctx, _params, path) => ctx.store.get<Stripe.Customer>(path.id, 'customer'),
-  },
+  listRoute<Stripe.Customer>('/v1/customers', 'customer', { email: (c, v) => c.email === v, test_clock: (c, v) => c.test_clock === v }),
+  retrieveRoute('/v1/customers/:id', 'customer'),
   {
     method: 'POST',
     path: '/v1/customers/:id',
@@ -193,12 +179,7 @@ export const customerRoutes: Route[] = [
       return listPaymentMethods(ctx, customer, params, '/v1/payment_methods');
     },
   },
-  {
-    method: 'GET',
-    path: '/v1/payment_methods/:id',
-    params: [],
-    handle: (ctx, _params, path) => ctx.store.get<Stripe.PaymentMethod>(path.id, 'payment_method'),
-  },
+  retrieveRoute('/v1/payment_methods/:id', 'payment_method'),
   {
     method: 'POST',
     path: '/v1/payment_methods/:id/attach',
@@ -243,12 +224,7 @@ export const customerRoutes: Route[] = [
       return createSetupIntent(ctx, { customer: customer ?? null, usage, metadata: mergeMetadata({}, record(params, 'metadata')), description: str(params, 'description') ?? null });
     },
   },
-  {
-    method: 'GET',
-    path: '/v1/setup_intents/:id',
-    params: [],
-    handle: (ctx, _params, path) => ctx.store.get<Stripe.SetupIntent>(path.id, 'setup_intent'),
-  },
+  retrieveRoute('/v1/setup_intents/:id', 'setup_intent'),
 ];
 
 export function createSetupIntent(ctx: Context, fields: { customer: string | null; usage: 'off_session' | 'on_session'; metadata: Record<string, string>; description: string | null }): Stripe.SetupIntent {

@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import Stripe from 'stripe';
-import { array, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
+import { array, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
 import { checkoutRoutes } from './checkout.ts';
 import { catalogRoutes } from './catalog.ts';
 import { customerRoutes } from './customers.ts';
@@ -11,7 +11,7 @@ import { decodeForm, type FormParams } from './form.ts';
 import { servePage } from './pages.ts';
 import { build, newId, StripeStore, type StripeObject } from './store.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
-import { newWebhookSecret, WebhookSender, type Delivery } from './webhooks.ts';
+import { newWebhookSecret, WebhookSender, type Delivery, type EmulatedEvent } from './webhooks.ts';
 
 /**
  * A local Stripe emulator: a stand-in for api.stripe.com used by `make run` and the tests when no
@@ -177,17 +177,8 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
 /** Events (https://docs.stripe.com/api/events) and webhook endpoints (https://docs.stripe.com/api/webhook_endpoints). */
 function eventRoutes(secrets: Map<string, string>): Route[] {
   return [
-    { method: 'GET', path: '/v1/events/:id', params: [], handle: (ctx, _params, path) => ctx.store.get(path.id, 'event') },
-    {
-      method: 'GET',
-      path: '/v1/events',
-      params: [...LIST_PARAMS, 'type', 'types'],
-      handle(ctx, params) {
-        const type = str(params, 'type');
-        const types = array(params, 'types');
-        return list('/v1/events', ctx.store.all<Stripe.Event>('event', (e) => (!type || e.type === type) && (!types || types.includes(e.type))), params);
-      },
-    },
+    retrieveRoute('/v1/events/:id', 'event'),
+    listRoute<EmulatedEvent>('/v1/events', 'event', { type: (e, v) => e.type === v, types: (e, v) => v.includes(e.type) }),
     {
       method: 'POST',
       path: '/v1/webhook_endpoints',
@@ -203,8 +194,8 @@ function eventRoutes(secrets: Map<string, string>): Route[] {
         return { ...endpoint, secret };
       },
     },
-    { method: 'GET', path: '/v1/webhook_endpoints/:id', params: [], handle: (ctx, _params, path) => ctx.store.get(path.id, 'webhook_endpoint') },
-    { method: 'GET', path: '/v1/webhook_endpoints', params: LIST_PARAMS, handle: (ctx, params) => list('/v1/webhook_endpoints', ctx.store.all<Stripe.WebhookEndpoint>('webhook_endpoint'), params) },
+    retrieveRoute('/v1/webhook_endpoints/:id', 'webhook_endpoint'),
+    listRoute<Stripe.WebhookEndpoint>('/v1/webhook_endpoints', 'webhook_endpoint', {}),
     {
       method: 'DELETE',
       path: '/v1/webhook_endpoints/:id',

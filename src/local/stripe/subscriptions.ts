@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import { array, bool, emit, int, LIST_PARAMS, list, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
+import { array, bool, emit, int, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, type Context, type Route } from './api.ts';
 import { DECLINE } from './cards.ts';
 import { aggregate } from './catalog.ts';
 import { cardOf, emitUpdated } from './customers.ts';
@@ -27,28 +27,18 @@ export const subscriptionRoutes: Route[] = [
     required: ['customer', 'items'],
     handle: (ctx, params) => createSubscription(ctx, params),
   },
-  { method: 'GET', path: '/v1/subscriptions/:id', params: [], handle: (ctx, _params, path) => ctx.store.get<Stripe.Subscription>(path.id, 'subscription') },
-  {
-    method: 'GET',
-    path: '/v1/subscriptions',
-    params: [...LIST_PARAMS, 'customer', 'status', 'price'],
-    handle(ctx, params) {
-      const customer = str(params, 'customer');
-      const status = str(params, 'status');
-      const price = str(params, 'price');
-      return list(
-        '/v1/subscriptions',
-        ctx.store.all<Stripe.Subscription>(
-          'subscription',
-          (s) =>
-            (!customer || s.customer === customer) &&
-            (status === 'all' || (status ? s.status === status : s.status !== 'canceled')) &&
-            (!price || s.items.data.some((item) => item.price.id === price)),
-        ),
-        params,
-      );
+  retrieveRoute('/v1/subscriptions/:id', 'subscription'),
+  listRoute<Stripe.Subscription>(
+    '/v1/subscriptions',
+    'subscription',
+    {
+      customer: (s, v) => s.customer === v,
+      status: (s, v) => v === 'all' || s.status === v,
+      price: (s, v) => s.items.data.some((item) => item.price.id === v),
     },
-  },
+    // Canceled subscriptions are listed only when asked for (`status=canceled` or `all`).
+    { status: (s) => s.status !== 'canceled' },
+  ),
   {
     method: 'POST',
     path: '/v1/subscriptions/:id',
@@ -86,30 +76,13 @@ export const subscriptionRoutes: Route[] = [
       return subscription;
     },
   },
-  {
-    method: 'GET',
-    path: '/v1/invoices',
-    params: [...LIST_PARAMS, 'customer', 'subscription', 'status', 'collection_method'],
-    handle(ctx, params) {
-      const customer = str(params, 'customer');
-      const subscription = str(params, 'subscription');
-      const status = str(params, 'status');
-      const method = str(params, 'collection_method');
-      return list(
-        '/v1/invoices',
-        ctx.store.all<Stripe.Invoice>(
-          'invoice',
-          (i) =>
-            (!customer || i.customer === customer) &&
-            (!subscription || i.parent?.subscription_details?.subscription === subscription) &&
-            (!status || i.status === status) &&
-            (!method || i.collection_method === method),
-        ),
-        params,
-      );
-    },
-  },
-  { method: 'GET', path: '/v1/invoices/:id', params: [], handle: (ctx, _params, path) => ctx.store.get<Stripe.Invoice>(path.id, 'invoice') },
+  listRoute<Stripe.Invoice>('/v1/invoices', 'invoice', {
+    customer: (i, v) => i.customer === v,
+    subscription: (i, v) => i.parent?.subscription_details?.subscription === v,
+    status: (i, v) => i.status === v,
+    collection_method: (i, v) => i.collection_method === v,
+  }),
+  retrieveRoute('/v1/invoices/:id', 'invoice'),
   {
     method: 'POST',
     path: '/v1/invoices/:id/pay',
@@ -160,7 +133,7 @@ export const subscriptionRoutes: Route[] = [
       );
     },
   },
-  { method: 'GET', path: '/v1/test_helpers/test_clocks/:id', params: [], handle: (ctx, _params, path) => ctx.store.get(path.id, 'test_helpers.test_clock') },
+  retrieveRoute('/v1/test_helpers/test_clocks/:id', 'test_helpers.test_clock'),
   {
     method: 'POST',
     path: '/v1/test_helpers/test_clocks/:id/advance',

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck build migrate run test test-engine bench clean
+.PHONY: install generate check-generated lint typecheck build migrate run test test-engine test-billing bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -60,6 +60,11 @@ test: $(INSTALLED)
 test-engine: $(INSTALLED)
 	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see README)"; exit 2; }
 	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
+
+## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see README)
+test-billing: $(INSTALLED)
+	@case "$$STRIPE_TEST_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_TEST_SECRET_KEY=sk_test_… (a test-mode secret key, see README)"; exit 2;; esac
+	vitest run --config vitest.billing.config.ts $(VITEST_ARGS)
 
 ## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
 bench: build

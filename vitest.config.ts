@@ -8,7 +8,8 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 60_000,
     pool: 'forks',
-    // The engine conformance suite runs against the simulator here; `make test-engine` points it at a real cluster.
-    env: { NODE_ENV: 'test', LOG_LEVEL: 'silent', XINFERENCE_URL: '' },
+    // The engine conformance suite runs against the simulator here, the Stripe suites against the
+    // Stripe emulator; `make test-engine` and `make test-billing` point them at the real ones.
+    env: { NODE_ENV: 'test', LOG_LEVEL: 'silent', XINFERENCE_URL: '', STRIPE_TEST_SECRET_KEY: '' },
   },
 });

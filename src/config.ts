@@ -44,6 +44,12 @@ const schema = z.object({
   OIDC_PROVIDER_NAME: z.string().regex(/^[a-z0-9-]{1,64}$/, 'must be lower-case letters, digits or dashes').default('google'),
   OIDC_DISPLAY_NAME: z.string().min(1).optional(),
   MAX_ACTIVE_RESOURCES: z.coerce.number().int().min(0).default(5),
+  STRIPE_SECRET_KEY: z.string().regex(/^(sk|rk)_(test|live)_\w+$/, 'must be a Stripe secret key (sk_test_… or sk_live_…)').optional(),
+  STRIPE_PUBLISHABLE_KEY: z.string().regex(/^pk_(test|live)_\w+$/, 'must be a Stripe publishable key (pk_test_… or pk_live_…)').optional(),
+  STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
+  STRIPE_API_URL: z.url().optional(),
+  STRIPE_EMULATOR: booleanFlag.optional(),
+  STRIPE_EMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(12111),
   CLUSTER_SIMULATOR: booleanFlag.optional(),
   CLUSTER_SIMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(9997),
   CLUSTER_SIMULATOR_MODEL_LOAD_MS: z.coerce.number().int().min(0).default(3000),
@@ -91,6 +97,17 @@ export interface Config {
   oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
   /** Active deployments a new billing account may hold. */
   maxActiveResources: number;
+  /**
+   * The payment processor: Stripe when `STRIPE_SECRET_KEY` is set (`apiUrl` points the SDK at another
+   * host, such as an emulator); the local Stripe emulator (a stand-in) that `make run` starts otherwise.
+   */
+  stripe: {
+    secretKey: string | undefined;
+    publishableKey: string | undefined;
+    webhookSecret: string | undefined;
+    apiUrl: string | undefined;
+    emulator: { enabled: boolean; port: number };
+  };
   /** The local GPU cluster simulator (a stand-in) that `make run` starts and registers. */
   clusterSimulator: { enabled: boolean; port: number; modelLoadMs: number };
   provisioning: {
@@ -148,6 +165,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.OIDC_ISSUER && !isHttpsOrLoopback(e.OIDC_ISSUER)) {
     throw new ConfigError('Invalid configuration:\n  OIDC_ISSUER: must be an https URL (http only on a loopback host)');
   }
+  if (e.STRIPE_SECRET_KEY && (!e.STRIPE_PUBLISHABLE_KEY || !e.STRIPE_WEBHOOK_SECRET)) {
+    throw new ConfigError('Invalid configuration:\n  STRIPE_PUBLISHABLE_KEY, STRIPE_WEBHOOK_SECRET: required with STRIPE_SECRET_KEY');
+  }
+  if (e.STRIPE_SECRET_KEY && e.STRIPE_EMULATOR) {
+    throw new ConfigError('Invalid configuration:\n  STRIPE_EMULATOR: the Stripe emulator stands in only when STRIPE_SECRET_KEY is unset');
+  }
   const secure = e.SESSION_COOKIE_SECURE ?? e.NODE_ENV === 'production';
   if (e.NODE_ENV === 'production' && !secure) {
     throw new ConfigError('Invalid configuration:\n  SESSION_COOKIE_SECURE: must be true in production (session cookies must never travel over plain HTTP)');
@@ -192,6 +215,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       clientSecret: e.OIDC_CLIENT_SECRET,
     },
     maxActiveResources: e.MAX_ACTIVE_RESOURCES,
+    stripe: {
+      secretKey: e.STRIPE_SECRET_KEY,
+      publishableKey: e.STRIPE_PUBLISHABLE_KEY,
+      webhookSecret: e.STRIPE_WEBHOOK_SECRET,
+      apiUrl: e.STRIPE_API_URL,
+      emulator: { enabled: e.STRIPE_EMULATOR ?? (!e.STRIPE_SECRET_KEY && e.NODE_ENV === 'development'), port: e.STRIPE_EMULATOR_PORT },
+    },
     clusterSimulator: {
       enabled: e.CLUSTER_SIMULATOR ?? e.NODE_ENV === 'development',
       port: e.CLUSTER_SIMULATOR_PORT,

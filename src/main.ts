@@ -3,6 +3,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { LOCAL_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
+import { startLocalStripe, withLocalStripe } from './local/local-stripe.ts';
 import { startMailDev } from './local/maildev.ts';
 import { createLogger } from './logger.ts';
 import { startRuntime } from './runtime.ts';
@@ -11,7 +12,8 @@ import { startRuntime } from './runtime.ts';
  * Composition root: the database, the local stand-ins, the runtime, each registered in one
  * lifecycle as it starts; SIGTERM/SIGINT (also during start-up) stop them in reverse order.
  */
-async function start(config: Config, log: Logger, lifecycle: Lifecycle): Promise<void> {
+async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promise<void> {
+  let config = settings;
   const database = await lifecycle.start('database', () => resolveDatabase(config, log), (resolved) => resolved.stop());
 
   let smtpUrl = config.smtpUrl;
@@ -23,7 +25,12 @@ async function start(config: Config, log: Logger, lifecycle: Lifecycle): Promise
     inbox = maildev.webUrl;
   }
 
-  // Started before the runtime so that it stops after it (in-flight requests and jobs still reach it).
+  // The stand-ins are started before the runtime so that they stop after it (in-flight requests and jobs still reach them).
+  const stripeEmulator = config.stripe.emulator.enabled
+    ? await lifecycle.start('Stripe emulator', () => startLocalStripe(config, log), (started) => started.stop())
+    : undefined;
+  if (stripeEmulator) config = withLocalStripe(config, stripeEmulator);
+
   const simulator =
     config.clusterSimulator.enabled && config.role !== 'api'
       ? await lifecycle.start(
@@ -48,6 +55,7 @@ async function start(config: Config, log: Logger, lifecycle: Lifecycle): Promise
         `  OpenAPI       ${base}/openapi.json`,
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
+        `  Payments      ${stripeEmulator ? `Stripe emulator (local stand-in) at ${stripeEmulator.url}` : config.stripe.secretKey ? 'Stripe (STRIPE_SECRET_KEY)' : 'none configured'}`,
         `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator.url}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
         '',
         '',

@@ -96,4 +96,20 @@ describe('configuration', () => {
     expect(loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0.5' }).inference.idleTimeoutMs).toBe(500);
     expect(() => loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0' })).toThrow(/INFERENCE_IDLE_TIMEOUT_SECONDS/);
   });
+
+  it('starts the Stripe emulator in development only when no Stripe key is set, and wants all three Stripe settings together', () => {
+    expect(loadConfig(development).stripe).toEqual({
+      secretKey: undefined,
+      publishableKey: undefined,
+      webhookSecret: undefined,
+      apiUrl: undefined,
+      emulator: { enabled: true, port: 12111 },
+    });
+    expect(loadConfig({ NODE_ENV: 'test' }).stripe.emulator.enabled).toBe(false);
+    const stripe = { STRIPE_SECRET_KEY: 'sk_test_abc123', STRIPE_PUBLISHABLE_KEY: 'pk_test_abc123', STRIPE_WEBHOOK_SECRET: 'whsec_abc123' };
+    expect(loadConfig({ ...development, ...stripe }).stripe).toMatchObject({ secretKey: 'sk_test_abc123', emulator: { enabled: false } });
+    expect(() => loadConfig({ ...development, STRIPE_SECRET_KEY: 'sk_test_abc123' })).toThrow(/STRIPE_PUBLISHABLE_KEY, STRIPE_WEBHOOK_SECRET: required with STRIPE_SECRET_KEY/);
+    expect(() => loadConfig({ ...development, ...stripe, STRIPE_EMULATOR: 'true' })).toThrow(/STRIPE_EMULATOR/);
+    expect(() => loadConfig({ ...development, ...stripe, STRIPE_SECRET_KEY: 'pk_test_abc123' })).toThrow(/STRIPE_SECRET_KEY: must be a Stripe secret key/);
+  });
 });

@@ -1,0 +1,335 @@
+import Stripe from 'stripe';
+import {
+  METERS,
+  PaymentProcessorError,
+  WebhookSignatureError,
+  type CustomerInput,
+  type MeterEventInput,
+  type MeterName,
+  type MeterPricesInput,
+  type MeterTotalInput,
+  type PaymentProcessor,
+  type ProcessorCheckoutSession,
+  type ProcessorCustomer,
+  type ProcessorInvoice,
+  type ProcessorMeterPrice,
+  type ProcessorPaymentMethod,
+  type ProcessorSetupIntent,
+  type ProcessorSubscription,
+  type SetupSessionInput,
+  type SubscriptionInput,
+} from '../billing/payment-processor.ts';
+
+/**
+ * The payment processor on the official `stripe` SDK, at the API version the SDK pins
+ * (`STRIPE_API_VERSION`, sent with every request so a new SDK never changes shapes under us).
+ * `apiUrl` points it elsewhere than api.stripe.com (the local Stripe emulator) through the SDK's
+ * `host`/`port`/`protocol`: the code path is the same.
+ */
+export const STRIPE_API_VERSION = '2026-10-28.endive' satisfies typeof Stripe.API_VERSION;
+
+export interface StripeSettings {
+  secretKey: string;
+  webhookSecret: string;
+  /** `http://127.0.0.1:12111` for the emulator; undefined for Stripe itself. */
+  apiUrl?: string;
+  /** Accepted age of a webhook's signature timestamp (Stripe's default: 300 s). */
+  webhookToleranceSeconds?: number;
+}
+
+export function createStripeClient(settings: Pick<StripeSettings, 'secretKey' | 'apiUrl'>): Stripe {
+  const target = settings.apiUrl ? new URL(settings.apiUrl) : undefined;
+  return new Stripe(settings.secretKey, {
+    apiVersion: STRIPE_API_VERSION,
+    maxNetworkRetries: 2,
+    timeout: 20_000,
+    telemetry: false,
+    appInfo: { name: 'model-deployment-service' },
+    ...(target
+      ? { host: target.hostname, port: Number(target.port || (target.protocol === 'https:' ? 443 : 80)), protocol: target.protocol === 'http:' ? 'http' : 'https' }
+      : {}),
+  });
+}
+
+export class StripePaymentProcessor implements PaymentProcessor {
+  private readonly stripe: Stripe;
+  private readonly settings: StripeSettings;
+
+  constructor(settings: StripeSettings) {
+    this.settings = settings;
+    this.stripe = createStripeClient(settings);
+  }
+
+  ensureCustomer(input: CustomerInput): Promise<ProcessorCustomer> {
+    return call(async () =>
+      toCustomer(
+        await this.stripe.customers.create(
+          { name: input.name, email: input.email, metadata: { organization_id: String(input.organizationId) } },
+          { idempotencyKey: `customer-${input.key}` },
+        ),
+      ),
+    );
+  }
+
+  getCustomer(customerId: string): Promise<ProcessorCustomer> {
+    return call(async () => {
+      const customer = await this.stripe.customers.retrieve(customerId);
+      if (customer.deleted) throw new PaymentProcessorError(`The customer ${customerId} was deleted at the processor.`, { code: 'resource_missing', status: 404 });
+      return toCustomer(customer);
+    });
+  }
+
+  createSetupCheckoutSession(input: SetupSessionInput): Promise<ProcessorCheckoutSession> {
+    const ui: Stripe.Checkout.SessionCreateParams =
+      input.ui === 'embedded' ? { ui_mode: 'embedded_page', return_url: input.returnUrl } : { ui_mode: 'hosted_page', success_url: input.returnUrl, cancel_url: input.returnUrl };
+    return call(async () =>
+      toCheckoutSession(
+        await this.stripe.checkout.sessions.create(
+          {
+            mode: 'setup',
+            customer: input.customerId,
+            currency: input.currency,
+            metadata: input.metadata,
+            setup_intent_data: { metadata: input.metadata },
+            ...ui,
+          },
+          { idempotencyKey: `checkout-setup-${input.key}` },
+        ),
+      ),
+    );
+  }
+
+  getCheckoutSession(sessionId: string): Promise<ProcessorCheckoutSession> {
+    return call(async () => toCheckoutSession(await this.stripe.checkout.sessions.retrieve(sessionId)));
+  }
+
+  getSetupIntent(setupIntentId: string): Promise<ProcessorSetupIntent> {
+    return call(async () => {
+      const intent = await this.stripe.setupIntents.retrieve(setupIntentId);
+      return { id: intent.id, customerId: idOf(intent.customer), status: intent.status, paymentMethodId: idOf(intent.payment_method) };
+    });
+  }
+
+  listPaymentMethods(customerId: string): Promise<ProcessorPaymentMethod[]> {
+    return call(async () => {
+      const methods: ProcessorPaymentMethod[] = [];
+      for await (const method of this.stripe.customers.listPaymentMethods(customerId, { type: 'card', limit: 100 })) methods.push(toPaymentMethod(method));
+      return methods;
+    });
+  }
+
+  getPaymentMethod(paymentMethodId: string): Promise<ProcessorPaymentMethod> {
+    return call(async () => toPaymentMethod(await this.stripe.paymentMethods.retrieve(paymentMethodId)));
+  }
+
+  detachPaymentMethod(paymentMethodId: string): Promise<void> {
+    return call(async () => {
+      await this.stripe.paymentMethods.detach(paymentMethodId);
+    });
+  }
+
+  setDefaultPaymentMethod(customerId: string, paymentMethodId: string): Promise<ProcessorCustomer> {
+    return call(async () => toCustomer(await this.stripe.customers.update(customerId, { invoice_settings: { default_payment_method: paymentMethodId } })));
+  }
+
+  createSubscription(input: SubscriptionInput): Promise<ProcessorSubscription> {
+    return call(async () =>
+      toSubscription(
+        await this.stripe.subscriptions.create(
+          {
+            customer: input.customerId,
+            items: input.priceIds.map((price) => ({ price })),
+            collection_method: 'charge_automatically',
+            default_payment_method: input.defaultPaymentMethodId,
+            metadata: input.metadata,
+          },
+          { idempotencyKey: `subscription-${input.key}` },
+        ),
+      ),
+    );
+  }
+
+  getSubscription(subscriptionId: string): Promise<ProcessorSubscription> {
+    return call(async () => toSubscription(await this.stripe.subscriptions.retrieve(subscriptionId)));
+  }
+
+  setCollectionMethod(subscriptionId: string, method: 'charge_automatically' | 'send_invoice', daysUntilDue = 30): Promise<ProcessorSubscription> {
+    return call(async () =>
+      toSubscription(
+        await this.stripe.subscriptions.update(subscriptionId, method === 'send_invoice' ? { collection_method: method, days_until_due: daysUntilDue } : { collection_method: method }),
+      ),
+    );
+  }
+
+  listInvoices(customerId: string, options: { limit?: number; startingAfter?: string } = {}): Promise<{ invoices: ProcessorInvoice[]; hasMore: boolean }> {
+    return call(async () => {
+      const page = await this.stripe.invoices.list({ customer: customerId, limit: options.limit ?? 100, starting_after: options.startingAfter });
+      return { invoices: page.data.map(toInvoice), hasMore: page.has_more };
+    });
+  }
+
+  getInvoice(invoiceId: string): Promise<ProcessorInvoice> {
+    return call(async () => toInvoice(await this.stripe.invoices.retrieve(invoiceId)));
+  }
+
+  createPortalSession(input: { customerId: string; returnUrl: string }): Promise<{ url: string }> {
+    return call(async () => ({ url: (await this.stripe.billingPortal.sessions.create({ customer: input.customerId, return_url: input.returnUrl })).url }));
+  }
+
+  ensureMeterPrices(input: MeterPricesInput): Promise<ProcessorMeterPrice[]> {
+    return call(async () => {
+      const active = await this.stripe.billing.meters.list({ status: 'active', limit: 100 });
+      const prices: ProcessorMeterPrice[] = [];
+      for (const meter of Object.keys(METERS) as MeterName[]) {
+        const amount = input.unitAmountDecimal[meter];
+        const found = active.data.find((candidate) => candidate.event_name === meter);
+        const meterId =
+          found?.id ??
+          (
+            await this.stripe.billing.meters.create(
+              { display_name: METERS[meter].displayName, event_name: meter, default_aggregation: { formula: 'sum' } },
+              { idempotencyKey: `meter-${meter}` },
+            )
+          ).id;
+        const lookupKey = `${meter}_${input.currency}`;
+        const existing = (await this.stripe.prices.list({ lookup_keys: [lookupKey], active: true, limit: 1 })).data[0];
+        if (existing && existing.recurring?.meter === meterId && String(existing.unit_amount_decimal) === amount) {
+          prices.push({ meter, meterId, priceId: existing.id, unitAmountDecimal: amount });
+          continue;
+        }
+        // A new amount is a new price (prices are immutable); the lookup key moves to it.
+        const price = await this.stripe.prices.create(
+          {
+            currency: input.currency,
+            unit_amount_decimal: Stripe.Decimal.from(amount),
+            recurring: { interval: 'month', usage_type: 'metered', meter: meterId },
+            product_data: { name: METERS[meter].displayName, unit_label: METERS[meter].unit },
+            lookup_key: lookupKey,
+            transfer_lookup_key: true,
+          },
+          { idempotencyKey: `price-${meterId}-${input.currency}-${amount}` },
+        );
+        prices.push({ meter, meterId, priceId: price.id, unitAmountDecimal: amount });
+      }
+      return prices;
+    });
+  }
+
+  reportMeterEvent(input: MeterEventInput): Promise<void> {
+    return call(async () => {
+      await this.stripe.billing.meterEvents.create({
+        event_name: input.meter,
+        payload: { stripe_customer_id: input.customerId, value: String(input.value) },
+        identifier: input.identifier,
+        timestamp: Math.floor(input.timestamp.getTime() / 1000),
+      });
+    });
+  }
+
+  meterTotal(input: MeterTotalInput): Promise<number> {
+    return call(async () => {
+      let total = 0;
+      const summaries = this.stripe.billing.meters.listEventSummaries(input.meterId, {
+        customer: input.customerId,
+        start_time: Math.floor(input.start.getTime() / 1000),
+        end_time: Math.floor(input.end.getTime() / 1000),
+      });
+      for await (const summary of summaries) total += Number(summary.aggregated_value);
+      return total;
+    });
+  }
+
+  verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined) {
+    let event: Stripe.Event;
+    try {
+      event = this.stripe.webhooks.constructEvent(rawBody, signatureHeader ?? '', this.settings.webhookSecret, this.settings.webhookToleranceSeconds);
+    } catch (error) {
+      throw new WebhookSignatureError(error instanceof Error ? error.message : 'Invalid signature', { cause: error });
+    }
+    const object = event.data.object as { id?: string; object?: string };
+    return { id: event.id, type: event.type, created: new Date(event.created * 1000), objectType: object.object ?? '', objectId: object.id ?? '' };
+  }
+}
+
+/** Runs one SDK call; any Stripe error becomes one PaymentProcessorError (502 on our side). */
+async function call<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof PaymentProcessorError) throw error;
+    if (error instanceof Stripe.errors.StripeError) {
+      throw new PaymentProcessorError(error.message, { code: error.code, status: error.statusCode, cause: error });
+    }
+    throw new PaymentProcessorError(error instanceof Error ? error.message : 'The payment processor failed', { cause: error });
+  }
+}
+
+function idOf(value: string | { id: string } | null | undefined): string | null {
+  return value == null ? null : typeof value === 'string' ? value : value.id;
+}
+
+const date = (seconds: number) => new Date(seconds * 1000);
+
+function toCustomer(customer: Stripe.Customer): ProcessorCustomer {
+  return { id: customer.id, defaultPaymentMethodId: idOf(customer.invoice_settings.default_payment_method) };
+}
+
+function toCheckoutSession(session: Stripe.Checkout.Session): ProcessorCheckoutSession {
+  return {
+    id: session.id,
+    url: session.url,
+    clientSecret: session.client_secret,
+    mode: session.mode,
+    status: session.status ?? 'open',
+    paymentStatus: session.payment_status,
+    expiresAt: date(session.expires_at),
+    setupIntentId: idOf(session.setup_intent),
+    customerId: idOf(session.customer),
+    metadata: session.metadata ?? {},
+  };
+}
+
+function toPaymentMethod(method: Stripe.PaymentMethod): ProcessorPaymentMethod {
+  return {
+    id: method.id,
+    customerId: idOf(method.customer),
+    brand: method.card?.brand ?? method.type,
+    last4: method.card?.last4 ?? '',
+    expMonth: method.card?.exp_month ?? 0,
+    expYear: method.card?.exp_year ?? 0,
+    allowRedisplay: method.allow_redisplay ?? 'unspecified',
+  };
+}
+
+function toSubscription(subscription: Stripe.Subscription): ProcessorSubscription {
+  const first = subscription.items.data[0];
+  return {
+    id: subscription.id,
+    customerId: idOf(subscription.customer) ?? '',
+    status: subscription.status,
+    collectionMethod: subscription.collection_method,
+    currentPeriodStart: date(first?.current_period_start ?? subscription.start_date),
+    currentPeriodEnd: date(first?.current_period_end ?? subscription.start_date),
+    defaultPaymentMethodId: idOf(subscription.default_payment_method),
+    items: subscription.items.data.map((item) => ({ id: item.id, priceId: item.price.id, meterId: item.price.recurring?.meter ?? null })),
+  };
+}
+
+function toInvoice(invoice: Stripe.Invoice): ProcessorInvoice {
+  return {
+    id: invoice.id ?? '',
+    customerId: idOf(invoice.customer) ?? '',
+    subscriptionId: idOf(invoice.parent?.subscription_details?.subscription),
+    status: invoice.status ?? 'draft',
+    collectionMethod: invoice.collection_method,
+    amountDue: invoice.amount_due,
+    amountPaid: invoice.amount_paid,
+    currency: invoice.currency,
+    hostedInvoiceUrl: invoice.hosted_invoice_url ?? null,
+    invoicePdf: invoice.invoice_pdf ?? null,
+    dueDate: invoice.due_date ? date(invoice.due_date) : null,
+    periodStart: date(invoice.period_start),
+    periodEnd: date(invoice.period_end),
+    created: date(invoice.created),
+  };
+}

@@ -1,0 +1,89 @@
+import { createServer, type Server } from 'node:http';
+import type Stripe from 'stripe';
+import { createStripeClient } from '../../src/adapters/stripe.ts';
+import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
+import { createLogger } from '../../src/logger.ts';
+
+/**
+ * The Stripe the billing tests talk to through the real `stripe` SDK: the local Stripe emulator,
+ * or a Stripe test-mode account when `STRIPE_TEST_SECRET_KEY` is set (sk_test_… only; the
+ * internet is then needed). Parts only the emulator can do (completing Checkout without a browser,
+ * webhooks to a loopback address, a whole billing period in a second) run on the emulator alone.
+ */
+export const realStripeKey = process.env.STRIPE_TEST_SECRET_KEY || undefined;
+if (realStripeKey && !realStripeKey.startsWith('sk_test_')) throw new Error('STRIPE_TEST_SECRET_KEY must be a test-mode key (sk_test_…)');
+export const onEmulator = !realStripeKey;
+
+export interface StripeTarget {
+  stripe: Stripe;
+  secretKey: string;
+  /** Where the SDK is pointed (undefined: api.stripe.com). */
+  apiUrl: string | undefined;
+  emulator: StripeEmulator | undefined;
+  stop(): Promise<void>;
+}
+
+export async function startStripeTarget(): Promise<StripeTarget> {
+  if (realStripeKey) {
+    return { stripe: createStripeClient({ secretKey: realStripeKey }), secretKey: realStripeKey, apiUrl: undefined, emulator: undefined, stop: async () => undefined };
+  }
+  // Retries come quickly here: a test waits for the second attempt, not for Stripe's hours.
+  const emulator = await startStripeEmulator({ log: createLogger('silent'), webhookRetryDelaysMs: [50, 100, 200] });
+  return {
+    stripe: createStripeClient({ secretKey: emulator.secretKey, apiUrl: emulator.url }),
+    secretKey: emulator.secretKey,
+    apiUrl: emulator.url,
+    emulator,
+    stop: () => emulator.stop(),
+  };
+}
+
+export interface ReceivedWebhook {
+  payload: string;
+  signature: string | undefined;
+  event: { id: string; type: string; data: { object: { id: string; object: string } & Record<string, unknown> } };
+}
+
+/** A webhook endpoint on loopback that keeps what it receives; it can refuse the next N deliveries with 500. */
+export class WebhookReceiver {
+  readonly received: ReceivedWebhook[] = [];
+  private refusals = 0;
+  private server: Server | undefined;
+  url = '';
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (chunk: Buffer) => chunks.push(chunk));
+      req.on('end', () => {
+        if (this.refusals > 0) {
+          this.refusals -= 1;
+          res.writeHead(500).end();
+          return;
+        }
+        const payload = Buffer.concat(chunks).toString('utf8');
+        const signature = req.headers['stripe-signature'];
+        this.received.push({ payload, signature: Array.isArray(signature) ? signature[0] : signature, event: JSON.parse(payload) as ReceivedWebhook['event'] });
+        res.writeHead(200).end();
+      });
+    });
+    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
+    const address = this.server.address();
+    this.url = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}/webhook`;
+    return this;
+  }
+
+  refuseNext(count: number): void {
+    this.refusals = count;
+  }
+
+  /** The events received so far about one object, in the order they came. */
+  about(objectId: string): ReceivedWebhook[] {
+    return this.received.filter((webhook) => webhook.event.data.object.id === objectId);
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+}

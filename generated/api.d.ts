@@ -3760,12 +3760,6 @@ export interface components {
     };
     responses: never;
     parameters: {
-        /**
-         * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-         *     Secure). Required when the request is
-         *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-         */
-        CsrfHeader: string;
         /** @description Page size. */
         "PageQuery.limit": number;
         /** @description Number of items to skip. */
@@ -4169,14 +4163,7 @@ export interface operations {
     createDeployment: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -4381,14 +4368,7 @@ export interface operations {
     deleteDeployment: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 deployment_id: string;
             };
@@ -4593,14 +4573,7 @@ export interface operations {
     createTranscription: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5114,14 +5087,7 @@ export interface operations {
     createCheckoutSetupSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5461,14 +5427,7 @@ export interface operations {
     setDefaultPaymentMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5585,14 +5544,7 @@ export interface operations {
     detachPaymentMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The processor's payment method id (Stripe `pm_…`). */
                 payment_method_id: string;
@@ -5670,14 +5622,7 @@ export interface operations {
     createBillingPortalSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5845,14 +5790,7 @@ export interface operations {
     activatePostpaidSubscription: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5947,14 +5885,7 @@ export interface operations {
     updateCollectionMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6262,14 +6193,7 @@ export interface operations {
     createChatCompletion: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6461,14 +6385,7 @@ export interface operations {
     createEmbedding: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6682,14 +6599,7 @@ export interface operations {
     createImage: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -7010,14 +6920,7 @@ export interface operations {
     acceptInvitationByToken: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 token: components["schemas"]["InvitationToken"];
             };
@@ -7126,14 +7029,7 @@ export interface operations {
     rejectInvitationByToken: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 token: components["schemas"]["InvitationToken"];
             };
@@ -7482,14 +7378,7 @@ export interface operations {
     acceptInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -7598,14 +7487,7 @@ export interface operations {
     rejectInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -7904,14 +7786,7 @@ export interface operations {
     updateOrganization: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -8102,14 +7977,7 @@ export interface operations {
     createApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -8292,14 +8160,7 @@ export interface operations {
     revokeApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 api_key_id: number;
             };
@@ -8389,14 +8250,7 @@ export interface operations {
     updateApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 api_key_id: number;
             };
@@ -8614,14 +8468,7 @@ export interface operations {
     createInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -8729,14 +8576,7 @@ export interface operations {
     revokeInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -8833,14 +8673,7 @@ export interface operations {
     resendInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -9016,14 +8849,7 @@ export interface operations {
     removeMember: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The member's user id, as `GET /v1/organization/members` lists it; the caller's own id to leave. */
                 user_id: number;
@@ -9106,14 +8932,7 @@ export interface operations {
     updateMemberRole: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The member's user id, as `GET /v1/organization/members` lists it. */
                 user_id: number;
@@ -9224,14 +9043,7 @@ export interface operations {
     createRerank: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9728,14 +9540,7 @@ export interface operations {
     resendEmailVerification: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9810,14 +9615,7 @@ export interface operations {
     logOut: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9874,14 +9672,7 @@ export interface operations {
     updateProfile: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -10169,14 +9960,7 @@ export interface operations {
     revokeOtherSessions: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -10240,14 +10024,7 @@ export interface operations {
     revokeSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The session's public id, as listed by `GET /v1/user/sessions`. */
                 session_id: string;

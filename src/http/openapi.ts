@@ -22,6 +22,8 @@ const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'tr
 export interface SecurityHandlers {
   /** Resolves the caller from the session cookie, or throws an AppError. */
   SessionCookie: (context: Context, req: Request, res: Response) => unknown;
+  /** Checks the CSRF header against the session's token and resolves the session's caller, or throws an AppError. */
+  CsrfToken: (context: Context, req: Request, res: Response) => unknown;
   /** Resolves the caller from a bearer API key, or throws an AppError. */
   ApiKeyBearer: (context: Context, req: Request, res: Response) => unknown;
 }
@@ -285,6 +287,7 @@ function securityFailure(context: Context, keySent: boolean): AppError {
   return (
     (keySent ? failureOf('ApiKeyBearer') : undefined) ??
     failureOf('SessionCookie') ??
+    failureOf('CsrfToken') ??
     failureOf('ApiKeyBearer') ??
     new AppError('UNAUTHENTICATED', 'Sign in to use this route.')
   );

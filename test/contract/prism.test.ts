@@ -69,10 +69,15 @@ describe('contract: Prism mock of the OpenAPI document', () => {
   it('rejects an unknown field of a strict body with 422', async () => {
     const response = await fetch(`${baseUrl}/api/v1/model-deployments`, {
       method: 'POST',
-      headers: { ...session, 'content-type': 'application/json' },
+      headers: { ...session, 'X-CSRF-Token': 'token', 'content-type': 'application/json' },
       body: JSON.stringify({ model_name: 'qwen2.5-instruct', gpu: 'h100' }),
     });
     expect(response.status).toBe(422);
+  });
+
+  it('refuses a state-changing call with the session cookie but without the CSRF token', async () => {
+    const { response } = await client().POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct' }, headers: session });
+    expect(response.status).toBe(401);
   });
 
   it('signs in and returns the session example', async () => {

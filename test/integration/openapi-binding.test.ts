@@ -152,6 +152,7 @@ describe('OpenAPI binding', () => {
         SessionCookie: () => {
           throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
         },
+        CsrfToken: () => undefined,
         ApiKeyBearer: () => undefined,
       },
       allowedOrigins: [],
@@ -285,7 +286,7 @@ describe('response validation (openapi-backend postResponseHandler)', () => {
       logger: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }),
       document,
       handlers,
-      security: { SessionCookie: () => undefined, ApiKeyBearer: () => undefined },
+      security: { SessionCookie: () => undefined, CsrfToken: () => undefined, ApiKeyBearer: () => undefined },
       allowedOrigins: [],
       trustProxy: false,
       validateResponses,

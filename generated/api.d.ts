@@ -2724,17 +2724,27 @@ export interface components {
         InferenceError: {
             error: components["schemas"]["InferenceErrorDetail"];
         };
+        /**
+         * @description Stable codes of hosted-inference errors. Clients branch on these, never on `message`.
+         * @enum {string}
+         */
+        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
         /** @description The hosted-inference error object, as OpenAI-compatible clients parse it. */
         InferenceErrorDetail: {
             /** @description What went wrong, in words. */
             message: string;
-            /** @description The kind of error, e.g. `invalid_request_error`, `authentication_error`, `permission_error`, `not_found_error`, `rate_limit_error`, `server_error`. */
-            type: string;
-            /** @description A stable code, e.g. `invalid_api_key`, `model_not_found`, `deployment_not_running`. */
-            code: string | null;
+            /** @description The kind of error. */
+            type: components["schemas"]["InferenceErrorType"];
+            /** @description A stable code. */
+            code: components["schemas"]["InferenceErrorCode"] | (null);
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
+        /**
+         * @description The kind of a hosted-inference error, as OpenAI-compatible clients branch on it; set by the HTTP status.
+         * @enum {string}
+         */
+        InferenceErrorType: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "server_error";
         /** @description A model the caller may call. */
         InferenceModel: {
             /** @description The value to send as `model`: the deployment id for a deployment, the model name for a hosted model. */

@@ -5,6 +5,7 @@ import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
 import { authorize } from './authorization.ts';
+import { forJsonSchemaValidators } from '../openapi-document.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
 import { logFailedAnswer, setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
@@ -62,7 +63,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   const rulesOf = (operation: Operation): OperationRules => rules.get(operation.operationId ?? '') as OperationRules;
 
   const api = new OpenAPIBackend({
-    definition: document,
+    definition: forJsonSchemaValidators(document),
     strict: true,
     // Validators are compiled on first use: compiling the request and response validators of every
     // operation up front costs over 100 MB, most of it for routes a process never serves.

@@ -1,7 +1,7 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 import { createParser } from 'eventsource-parser';
-import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { forJsonSchemaValidators, loadOpenApiDocument } from '../../src/openapi-document.ts';
 import { foundViolations as violations, pendingChecks as pending } from './contract-checks.ts';
 
 /**
@@ -21,7 +21,7 @@ interface Operation {
   responses: Record<string, { content?: Record<string, MediaType> }>;
 }
 
-const document = loadOpenApiDocument() as unknown as { paths: Record<string, Record<string, Operation>> };
+const document = forJsonSchemaValidators(loadOpenApiDocument()) as unknown as { paths: Record<string, Record<string, Operation>> };
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats.default(ajv);
 ajv.addSchema(document, 'openapi.json');

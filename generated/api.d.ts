@@ -1865,7 +1865,8 @@ export interface components {
             /** Format: int32 */
             index: number;
             message: components["schemas"]["ChatCompletionMessage"];
-            finish_reason: components["schemas"]["ChatFinishReason"] | null;
+            /** @enum {string|null} */
+            finish_reason: "stop" | "length" | "tool_calls" | "content_filter" | "function_call" | null;
             /** @description Present when `logprobs` was requested. */
             logprobs?: components["schemas"]["ChatChoiceLogprobs"] | null;
         };
@@ -1911,8 +1912,11 @@ export interface components {
             /** Format: int32 */
             index: number;
             delta: components["schemas"]["ChatCompletionDelta"];
-            /** @description Set on the last chunk of the choice. */
-            finish_reason: components["schemas"]["ChatFinishReason"] | null;
+            /**
+             * @description Set on the last chunk of the choice.
+             * @enum {string|null}
+             */
+            finish_reason: "stop" | "length" | "tool_calls" | "content_filter" | "function_call" | null;
             logprobs?: components["schemas"]["ChatChoiceLogprobs"] | null;
         };
         /** @description What a chunk adds to the message. */
@@ -2587,8 +2591,11 @@ export interface components {
             selected_instance_type: string | null;
             /** @description One sentence saying why that instance type was chosen, with the numbers. */
             selection_reason: string | null;
-            /** @description Step at which provisioning failed, when `status` is `failed`. */
-            failure_stage: components["schemas"]["DeploymentFailureStage"] | null;
+            /**
+             * @description Step at which provisioning failed, when `status` is `failed`.
+             * @enum {string|null}
+             */
+            failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
             /** @description What went wrong, in words, when `status` is `failed`. */
             failure_reason: string | null;
             /** Format: date-time */
@@ -2721,8 +2728,11 @@ export interface components {
             message: string;
             /** @description The kind of error. */
             type: components["schemas"]["InferenceErrorType"];
-            /** @description A stable code. */
-            code: components["schemas"]["InferenceErrorCode"] | null;
+            /**
+             * @description A stable code.
+             * @enum {string|null}
+             */
+            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
@@ -3897,7 +3907,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -3917,7 +3927,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Catalog entry id. */
+                /** @description Catalog entry id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 model_id: string;
             };
             cookie?: never;
@@ -4022,7 +4032,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4139,7 +4149,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4258,7 +4268,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4275,6 +4285,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 deployment_id: string;
             };
             cookie?: never;
@@ -4357,7 +4368,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4374,6 +4385,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 deployment_id: string;
             };
             cookie?: never;
@@ -4466,7 +4478,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4881,7 +4893,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -4971,7 +4983,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5035,7 +5047,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5120,7 +5132,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5224,7 +5236,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5300,7 +5312,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5396,7 +5408,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5482,7 +5494,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5607,7 +5619,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5692,7 +5704,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5790,7 +5802,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5873,7 +5885,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5975,7 +5987,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -6097,7 +6109,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -6211,7 +6223,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -6302,7 +6314,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -6340,7 +6352,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChatCompletion"];
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["ChatCompletionChunk"];
                 };
             };
             /**
@@ -7017,7 +7029,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7070,7 +7082,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7187,7 +7199,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7301,7 +7313,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7447,7 +7459,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7561,7 +7573,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7678,7 +7690,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7792,7 +7804,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7996,7 +8008,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8092,7 +8104,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8198,7 +8210,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8312,7 +8324,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8392,7 +8404,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8488,7 +8500,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8619,7 +8631,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8719,7 +8731,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8834,7 +8846,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -8938,7 +8950,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9042,7 +9054,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9126,7 +9138,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9216,7 +9228,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9335,7 +9347,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9663,7 +9675,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9728,7 +9740,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9771,7 +9783,7 @@ export interface operations {
                     "application/json": components["schemas"]["SsoProviderList"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9860,7 +9872,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -9941,7 +9953,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10002,7 +10014,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10113,7 +10125,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10238,7 +10250,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10307,7 +10319,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10376,7 +10388,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10453,7 +10465,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -10572,7 +10584,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];

@@ -9,12 +9,15 @@
  *   type that as an open map, so it becomes `additionalProperties: false`.
  * - Response bodies of management routes are closed too (the service answers exactly their
  *   fields), so a dynamic mock invents none; inference bodies stay open (engine fields pass through).
- * - `Model | null` is `{allOf: [$ref], nullable: true}`, the one shape all three generators type
- *   `T | null` (TypeSpec adds `type: object` beside it for models: dropped). `nullable: true` next to
- *   an `enum` admits null only if the enum lists it: null is appended.
+ * - `Model | null` stays as TypeSpec writes it, `{type: object, allOf: [$ref], nullable: true}`: the
+ *   shape all three generators type `T | null` and Redocly accepts (`nullable` beside a `type`); a
+ *   nullable union (no single type) is `{allOf: [$ref], nullable: true}`. `Enum | null` is inlined
+ *   as the enum's values plus null. `nullable: true` next to an `enum` admits null only if the enum
+ *   lists it: null is appended.
  * - `explode: false` on a query parameter whose schema is not an array is dropped: TypeSpec writes it
  *   on every query parameter, `explode` has no effect on a scalar (Parameter Object), and
  *   openapi-backend would split such a value at commas into an array.
+ * - An event stream's example is written as sent (`eventStreamExamplesAsSent`).
  * - Every response declares the `X-Request-Id` header the service sends on every answer.
  * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
  *
@@ -44,13 +47,21 @@ export function closedWhereStrict(document: Schema): Schema {
 }
 
 export function nullableAsGeneratorsRead(document: Schema): Schema {
+  const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
+  const referenced = (schema: Schema): Schema | undefined => {
+    const ref = Array.isArray(schema.allOf) && schema.allOf.length === 1 ? (schema.allOf[0] as Schema).$ref : undefined;
+    return typeof ref === 'string' ? schemas[ref.split('/').pop() ?? ''] : undefined;
+  };
   return mapNodes(document, (schema) => {
     if (schema.nullable !== true) return schema;
-    if (Array.isArray(schema.enum) && !schema.enum.includes(null)) schema = { ...schema, enum: [...schema.enum, null] };
-    if (Array.isArray(schema.allOf) && schema.allOf.length === 1 && schema.type === 'object' && !schema.properties) {
-      const { type: _, ...rest } = schema;
-      return rest;
+    const target = referenced(schema);
+    if (Array.isArray(target?.enum)) {
+      // A nullable enum by reference: inline, so every generator keeps its values (orval reads a
+      // typed allOf as the bare type) and every validator reads `nullable` beside its `type`.
+      const { allOf: _, ...rest } = schema;
+      schema = { type: target.type, enum: target.enum, ...rest };
     }
+    if (Array.isArray(schema.enum) && !schema.enum.includes(null)) schema = { ...schema, enum: [...schema.enum, null] };
     return schema;
   }) as Schema;
 }
@@ -139,10 +150,28 @@ export function withRequestIdHeader(document: Schema): Schema {
   return document;
 }
 
+/**
+ * The schema of a `text/event-stream` response is that of each event's data (TypeSpec cannot say
+ * "a stream of"); its example is written as sent: that event, then `data: [DONE]`, so a mock
+ * streams what the service streams.
+ */
+export function eventStreamExamplesAsSent(document: Schema): Schema {
+  const asSent = (data: unknown) => (typeof data === 'string' ? data : `data: ${JSON.stringify(data)}\n\ndata: [DONE]\n\n`);
+  for (const operation of operationsOf(document)) {
+    for (const response of Object.values(operation.responses ?? {})) {
+      const media = response.content?.['text/event-stream'] as { example?: unknown; examples?: Record<string, { value?: unknown }> } | undefined;
+      if (!media) continue;
+      if (media.example !== undefined) media.example = asSent(media.example);
+      for (const example of Object.values(media.examples ?? {})) example.value = asSent(example.value);
+    }
+  }
+  return document;
+}
+
 export function normalize(document: Schema): Schema {
   const normalized = nullableAsGeneratorsRead(closedWhereStrict(document));
   normalized.openapi = '3.0.3';
-  return withErrorExamples(withRequestIdHeader(closedManagementResponses(withoutScalarExplode(normalized))));
+  return withErrorExamples(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized)))));
 }
 
 const [file] = process.argv.slice(2);

@@ -298,8 +298,12 @@ function toIssue(error: ErrorObject): ValidationIssue {
   const [, where = '', ...rest] = error.instancePath.split('/');
   const location = [where === 'requestBody' ? 'body' : where, ...rest].filter(Boolean).join('/');
   if (error.keyword === 'additionalProperties' || (error.keyword === 'not' && error.schemaPath.includes('additionalProperties'))) {
-    const field = 'additionalProperty' in error.params ? String(error.params.additionalProperty) : rest.at(-1);
-    return { location, message: `unknown field \`${field}\` is not allowed` };
+    // `additionalProperties: false` points at the object and names the field; `{not: {}}` pointed at the field.
+    if ('additionalProperty' in error.params) {
+      const field = String(error.params.additionalProperty);
+      return { location: [location, field].filter(Boolean).join('/'), message: `unknown field \`${field}\` is not allowed` };
+    }
+    return { location, message: `unknown field \`${rest.at(-1)}\` is not allowed` };
   }
   if (error.keyword === 'required' && error.params.missingProperty === 'requestBody') {
     return { location: 'body', message: 'a JSON body is required (Content-Type: application/json)' };

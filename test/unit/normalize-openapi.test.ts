@@ -18,9 +18,16 @@ describe('nullable fields, as client generators read them', () => {
     expect(out).toEqual(document({ S: { type: 'string', enum: ['a', 'b', null], nullable: true } }));
   });
 
-  it('writes a nullable model as allOf its reference, nullable, without the type TypeSpec adds beside it', () => {
-    const out = nullableAsGeneratorsRead(document({ N: { type: 'object', allOf: [{ $ref: '#/components/schemas/O' }], nullable: true, description: 'd' } }));
-    expect(schemasOf(out).N).toEqual({ allOf: [{ $ref: '#/components/schemas/O' }], nullable: true, description: 'd' });
+  it('keeps a nullable model as TypeSpec writes it, typed allOf its reference', () => {
+    const input = document({ N: { type: 'object', allOf: [{ $ref: '#/components/schemas/O' }], nullable: true, description: 'd' } });
+    expect(nullableAsGeneratorsRead(structuredClone(input))).toEqual(input);
+  });
+
+  it('inlines a nullable enum reference as its values and null', () => {
+    const out = nullableAsGeneratorsRead(
+      document({ E: { type: 'string', enum: ['x', 'y'] }, M: { allOf: [{ $ref: '#/components/schemas/E' }], nullable: true, description: 'd' } }),
+    );
+    expect(schemasOf(out).M).toEqual({ type: 'string', enum: ['x', 'y', null], nullable: true, description: 'd' });
   });
 
   it('leaves plain nullable scalars alone', () => {

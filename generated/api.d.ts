@@ -2277,15 +2277,6 @@ export interface components {
         } & {
             [key: string]: unknown;
         };
-        /** @description The embeddings of the inputs, in input order. */
-        CreateEmbeddingResponse: {
-            /** @enum {string} */
-            object: "list";
-            data: components["schemas"]["Embedding"][];
-            /** @description The model that answered (see `ChatCompletion.model`). */
-            model: string;
-            usage: components["schemas"]["EmbeddingUsage"];
-        };
         /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateImageRequest: {
             model: components["schemas"]["InferenceModelRef"];
@@ -2663,6 +2654,15 @@ export interface components {
             /** @description The vector; a base64 string of little-endian float32 when `encoding_format` is `base64`. */
             embedding: number[] | string;
         };
+        /** @description The embeddings of the inputs, in input order. */
+        EmbeddingList: {
+            /** @enum {string} */
+            object: "list";
+            data: components["schemas"]["Embedding"][];
+            /** @description The model that answered (see `ChatCompletion.model`). */
+            model: string;
+            usage: components["schemas"]["EmbeddingUsage"];
+        };
         /** @description Texts to embed in one request, at most 2048. */
         EmbeddingTextList: string[];
         /** @description Token usage of an embeddings request. */
@@ -2703,17 +2703,7 @@ export interface components {
             created: number;
             data: components["schemas"]["ImageData"][];
         };
-        /**
-         * @description The hosted-inference error body.
-         * @example {
-         *       "error": {
-         *         "message": "The model `llama-3.1-8b` does not exist or you do not have access to it.",
-         *         "type": "not_found_error",
-         *         "code": "model_not_found",
-         *         "param": "model"
-         *       }
-         *     }
-         */
+        /** @description The hosted-inference error body. Each error response of an operation has an example per code it carries (make generate). */
         InferenceError: {
             error: components["schemas"]["InferenceErrorDetail"];
         };
@@ -3143,15 +3133,8 @@ export interface components {
             allow_redisplay: string;
         };
         /**
-         * @description An error of a management route: the RFC 9457 problem fields plus a stable `code`.
-         * @example {
-         *       "type": "https://docs.model-deployment.example/errors/not-found",
-         *       "title": "Not Found",
-         *       "status": 404,
-         *       "detail": "Deployment 0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21 was not found.",
-         *       "code": "NOT_FOUND",
-         *       "request_id": "req_01JD3Q8Z7N4V2X5B6C7D8E9F0G"
-         *     }
+         * @description An error of a management route: the RFC 9457 problem fields plus a stable `code`. Each error
+         *     response of an operation has an example per code it carries (make generate).
          */
         Problem: {
             /** @description A URI naming the kind of problem; documented at that address. */
@@ -3749,7 +3732,10 @@ export interface components {
     };
     requestBodies: never;
     headers: {
-        /** @description The id of this request, in logs and in error bodies (`request_id`). A well-formed inbound `X-Request-Id` is kept. */
+        /**
+         * @description The id of this request, in logs and in error bodies (`request_id`). A well-formed inbound `X-Request-Id` is kept.
+         * @example req_01JD3Q8Z7N4V2X5B6C7D8E9F0G
+         */
         "X-Request-Id": string;
     };
     pathItems: never;
@@ -6352,6 +6338,11 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ChatCompletion"];
+                    /**
+                     * @example data: {"id":"chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d","object":"chat.completion.chunk","created":1795269912,"model":"dep-0192f1c62b9e7c4e","choices":[{"index":0,"delta":{"role":"assistant","content":"Paris"},"finish_reason":null}]}
+                     *
+                     *     data: [DONE]
+                     */
                     "text/event-stream": components["schemas"]["ChatCompletionChunk"];
                 };
             };
@@ -6577,7 +6568,7 @@ export interface operations {
                      *       }
                      *     }
                      */
-                    "application/json": components["schemas"]["CreateEmbeddingResponse"];
+                    "application/json": components["schemas"]["EmbeddingList"];
                 };
             };
             /**
@@ -7635,8 +7626,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403 on accept or decline by id: `EMAIL_NOT_VERIFIED`, the caller's email is not verified yet (an
+             *     invitation by id goes only to a proven address); or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -7752,8 +7743,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403 on accept or decline by id: `EMAIL_NOT_VERIFIED`, the caller's email is not verified yet (an
+             *     invitation by id goes only to a proven address); or `CSRF_FAILED`.
              */
             403: {
                 headers: {

@@ -28,7 +28,8 @@ interface Response {
 }
 
 const ERRORS_SPEC = new URL('../../spec/common/errors.tsp', import.meta.url);
-const REQUEST_ID = 'req_01JD3Q8Z7N4V2X5B6C7D8E9F0G';
+/** The request id of every example. */
+export const REQUEST_ID = 'req_01JD3Q8Z7N4V2X5B6C7D8E9F0G';
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
 
 /** The members of `enum <name>` in spec/common/errors.tsp with their one-line doc comments, in order. */

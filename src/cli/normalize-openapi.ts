@@ -25,7 +25,7 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { INBOUND_ID } from '../http/request-log.ts';
-import { withErrorExamples } from './error-examples.ts';
+import { REQUEST_ID, withErrorExamples } from './error-examples.ts';
 
 type Schema = Record<string, unknown>;
 
@@ -137,6 +137,7 @@ const REQUEST_ID_HEADER = {
   description: 'The id of this request, in logs and in error bodies (`request_id`). A well-formed inbound `X-Request-Id` is kept.',
   required: true,
   schema: { type: 'string', pattern: INBOUND_ID.source },
+  example: REQUEST_ID,
 };
 
 export function withRequestIdHeader(document: Schema): Schema {
@@ -160,9 +161,11 @@ export function eventStreamExamplesAsSent(document: Schema): Schema {
   for (const operation of operationsOf(document)) {
     for (const response of Object.values(operation.responses ?? {})) {
       const media = response.content?.['text/event-stream'] as { example?: unknown; examples?: Record<string, { value?: unknown }> } | undefined;
-      if (!media) continue;
-      if (media.example !== undefined) media.example = asSent(media.example);
-      for (const example of Object.values(media.examples ?? {})) example.value = asSent(example.value);
+      const first = media?.example ?? Object.values(media?.examples ?? {})[0]?.value;
+      if (!media || first === undefined) continue;
+      // One `example`: Prism takes it before any schema-level example, which is an object it cannot stream.
+      delete media.examples;
+      media.example = asSent(first);
     }
   }
   return document;

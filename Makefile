@@ -28,9 +28,12 @@ check-generated: $(INSTALLED)
 	$(MAKE) -s generate GENERATED=$$tmp && \
 	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
 
-## lint: Spectral (with the OWASP ruleset) on the document, ESLint on the TypeScript
+## lint: Spectral (with the OWASP ruleset) and Redocly (recommended, redocly.yaml) on the document,
+## ESLint on the TypeScript. Redocly's warnings are errors (recommended-strict) except where
+## .redocly.lint-ignore.yaml keeps one, with its reason.
 lint: $(INSTALLED)
 	spectral lint generated/openapi.json --fail-severity=error -D
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint generated/openapi.json --format=summary
 	eslint .
 
 ## typecheck: TypeScript, strict, no emit

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck migrate run test test-engine bench clean
+.PHONY: install generate check-generated api-gate lint typecheck migrate run test test-engine bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -27,6 +27,11 @@ check-generated: $(INSTALLED)
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) -s generate GENERATED=$$tmp && \
 	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
+
+## api-gate: fail when generated/openapi.json breaks a client of the released document (spec/released/)
+## unless spec/CHANGELOG.md records it under a new major info.version (also run by `make test`)
+api-gate: $(INSTALLED)
+	node src/cli/api-gate.ts spec/released/openapi-v1.json generated/openapi.json spec/CHANGELOG.md
 
 ## lint: Spectral (with the OWASP ruleset) and Redocly (recommended, redocly.yaml) on the document,
 ## ESLint on the TypeScript. Redocly's warnings are errors (recommended-strict) except where

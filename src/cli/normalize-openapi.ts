@@ -18,6 +18,7 @@
  *   on every query parameter, `explode` has no effect on a scalar (Parameter Object), and
  *   openapi-backend would split such a value at commas into an array.
  * - An event stream's example is written as sent (`eventStreamExamplesAsSent`).
+ * - An operation with `x-deprecation` is `deprecated: true` and declares `Deprecation` and `Sunset`.
  * - Every response declares the `X-Request-Id` header the service sends on every answer.
  * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
  *
@@ -171,10 +172,40 @@ export function eventStreamExamplesAsSent(document: Schema): Schema {
   return document;
 }
 
+const DEPRECATION_HEADERS = {
+  Deprecation: {
+    description: 'RFC 9745: since when the operation is deprecated, as `@<Unix seconds>` (its `x-deprecation.since`).',
+    required: true,
+    schema: { type: 'string', pattern: '^@[0-9]+$' },
+    example: '@1798761600',
+  },
+  Sunset: {
+    description: 'RFC 8594: when the operation stops answering, as an HTTP date (its `x-deprecation.sunset`).',
+    required: true,
+    schema: { type: 'string' },
+    example: 'Thu, 01 Jul 2027 00:00:00 GMT',
+  },
+};
+
+/** An operation with `x-deprecation` is `deprecated`, and each of its answers declares `Deprecation` and `Sunset`. */
+export function withDeprecationHeaders(document: Schema): Schema {
+  const deprecated = operationsOf(document).filter((operation) => (operation as Schema)['x-deprecation'] !== undefined);
+  if (!deprecated.length) return document;
+  const components = (document.components ??= {}) as Schema;
+  components.headers = { ...(components.headers as Schema | undefined), ...DEPRECATION_HEADERS };
+  for (const operation of deprecated) {
+    (operation as Schema).deprecated = true;
+    for (const response of Object.values(operation.responses ?? {})) {
+      response.headers = { ...response.headers, Deprecation: { $ref: '#/components/headers/Deprecation' }, Sunset: { $ref: '#/components/headers/Sunset' } };
+    }
+  }
+  return document;
+}
+
 export function normalize(document: Schema): Schema {
   const normalized = nullableAsGeneratorsRead(closedWhereStrict(document));
   normalized.openapi = '3.0.3';
-  return withErrorExamples(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized)))));
+  return withErrorExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized))))));
 }
 
 const [file] = process.argv.slice(2);

@@ -168,6 +168,8 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         req.operation = rulesOf(operation);
         matched.set(req, operation);
         setRoute(res, req.operation.route);
+        // On every answer of a deprecated operation, errors included (README: deprecation policy).
+        if (req.operation.deprecationHeaders) res.set(req.operation.deprecationHeaders);
       }
       const formatOf = operation ?? atPath[0];
       req.errorFormat = formatOf ? rulesOf(formatOf).errorFormat : 'problem';

@@ -23,6 +23,8 @@ interface Operation {
   'x-error-format'?: unknown;
   'x-body-limit'?: unknown;
   'x-csrf-exempt'?: unknown;
+  'x-deprecation'?: unknown;
+  deprecated?: boolean;
 }
 
 const document = loadOpenApiDocument() as unknown as {
@@ -166,5 +168,28 @@ describe('the OpenAPI document', () => {
       })
       .map((o) => o.route);
     expect(open).toEqual([]);
+  });
+
+  it('marks deprecated exactly the operations with x-deprecation, each answer declaring Deprecation and Sunset', () => {
+    const wrong = operations
+      .filter(({ operation }) => {
+        const deprecated = operation['x-deprecation'] !== undefined;
+        const declared = Object.values(operation.responses).every((response) => {
+          const headers = Object.keys((response as { headers?: object }).headers ?? {});
+          return headers.includes('Deprecation') && headers.includes('Sunset');
+        });
+        return (operation.deprecated === true) !== deprecated || (deprecated && !declared);
+      })
+      .map((o) => o.route);
+    expect(wrong).toEqual([]);
+  });
+
+  it('declares X-Request-Id on every response', () => {
+    const missing = operations.flatMap(({ route, operation }) =>
+      Object.entries(operation.responses)
+        .filter(([, response]) => !Object.keys((response as { headers?: object }).headers ?? {}).includes('X-Request-Id'))
+        .map(([status]) => `${route} ${status}`),
+    );
+    expect(missing).toEqual([]);
   });
 });

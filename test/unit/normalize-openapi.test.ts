@@ -5,8 +5,10 @@ import {
   closedWhereStrict,
   nullableAsGeneratorsRead,
   withoutScalarExplode,
+  withDeprecationHeaders,
   withRequestIdHeader,
 } from '../../src/cli/normalize-openapi.ts';
+import { deprecationHeaders } from '../../src/http/operations.ts';
 import { forJsonSchemaValidators } from '../../src/openapi-document.ts';
 
 const document = (schemas: Record<string, unknown>) => ({ components: { schemas } });
@@ -88,6 +90,22 @@ describe('the X-Request-Id header', () => {
     const out = withRequestIdHeader(input) as unknown as typeof input & { components: { headers: Record<string, unknown> } };
     expect(out.components.headers['X-Request-Id']).toMatchObject({ required: true, schema: { type: 'string' } });
     expect(Object.values(out.paths['/a'].get.responses).map((r) => Object.keys((r as { headers: object }).headers))).toEqual([['X-Request-Id'], ['Allow', 'X-Request-Id']]);
+  });
+});
+
+describe('deprecation', () => {
+  it('marks an operation with x-deprecation deprecated and declares Deprecation and Sunset on its answers', () => {
+    const input = { paths: { '/a': { get: { 'x-deprecation': { since: '2026-11-01', sunset: '2027-07-01' }, responses: { '200': {} } }, post: { responses: { '200': {} } } } } };
+    const out = withDeprecationHeaders(input) as unknown as { paths: { '/a': Record<string, { deprecated?: boolean; responses: Record<string, { headers?: object }> }> } };
+    expect(out.paths['/a'].get?.deprecated).toBe(true);
+    expect(Object.keys(out.paths['/a'].get?.responses['200']?.headers ?? {})).toEqual(['Deprecation', 'Sunset']);
+    expect(out.paths['/a'].post?.deprecated).toBeUndefined();
+  });
+
+  it('writes the headers from the dates: Deprecation as @<Unix seconds>, Sunset as an HTTP date', () => {
+    expect(deprecationHeaders({ since: '2026-11-01', sunset: '2027-07-01' })).toEqual({ Deprecation: '@1793491200', Sunset: 'Thu, 01 Jul 2027 00:00:00 GMT' });
+    expect(deprecationHeaders(undefined)).toBeUndefined();
+    expect(() => deprecationHeaders({ since: 'soon' })).toThrow(/since and sunset/);
   });
 });
 

@@ -1,10 +1,9 @@
-import { execFile } from 'node:child_process';
-import { cp, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkApiChanges } from '../../src/cli/api-gate.ts';
+import { generateChangedSpec } from '../helpers/spec-copy.ts';
 
 /**
  * The breaking-change gate (src/cli/api-gate.ts): the generated document against the released one
@@ -14,7 +13,6 @@ const root = path.resolve(import.meta.dirname, '../..');
 const RELEASED = path.join(root, 'spec/released/openapi-v1.json');
 const GENERATED = path.join(root, 'generated/openapi.json');
 const CHANGELOG = path.join(root, 'spec/CHANGELOG.md');
-const run = promisify(execFile);
 
 let dir: string;
 beforeAll(async () => {
@@ -24,22 +22,6 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** Compiles a copy of spec/ changed by `change` (file → new text) the way `make generate` does; returns the document's path. */
-async function generateChanged(change: (file: string, text: string) => string, files: string[]): Promise<string> {
-  const copy = path.join(dir, 'project');
-  await cp(path.join(root, 'spec'), path.join(copy, 'spec'), { recursive: true });
-  await symlink(path.join(root, 'node_modules'), path.join(copy, 'node_modules'), 'dir');
-  for (const file of files) {
-    const at = path.join(copy, 'spec', file);
-    await writeFile(at, change(file, await readFile(at, 'utf8')));
-  }
-  const out = path.join(copy, 'generated');
-  const bin = (name: string) => path.join(root, 'node_modules', '.bin', name);
-  await run(bin('tsp'), ['compile', path.join(copy, 'spec'), '--config', path.join(copy, 'spec/tspconfig.yaml'), '--option', `@typespec/openapi3.emitter-output-dir=${out}`]);
-  await run(process.execPath, [path.join(root, 'src/cli/normalize-openapi.ts'), path.join(out, 'openapi.json')]);
-  return path.join(out, 'openapi.json');
-}
-
 describe('the breaking-change gate', () => {
   it('passes the generated document against the released one', async () => {
     expect(await checkApiChanges(RELEASED, GENERATED, CHANGELOG)).toMatchObject({ passed: true });
@@ -47,7 +29,7 @@ describe('the breaking-change gate', () => {
 
   it('fails when a response field is deleted from spec/, naming the field and the operations it breaks', async () => {
     const withoutField = (_file: string, text: string) => text.replace(/^\s*selection_reason: .*\n/gm, '');
-    const broken = await generateChanged(withoutField, ['deployments/models.tsp', 'deployments/operations.tsp']);
+    const broken = await generateChangedSpec(path.join(dir, 'project'), ['deployments/models.tsp', 'deployments/operations.tsp'], withoutField);
     const document = JSON.parse(await readFile(broken, 'utf8')) as { components: { schemas: { Deployment: { properties: object } } } };
     expect(document.components.schemas.Deployment.properties).not.toHaveProperty('selection_reason');
 

@@ -39,8 +39,14 @@ interface Client {
   deleteWhilePending(client: object, id: string): Promise<{ status: number; code: string | undefined; bodyStatus: number | undefined }>;
 }
 
+/** What the matrix runs of sdk/hey-api-client.ts. */
+interface HeyApiClient {
+  heyApiHappyPaths(baseUrl: string, session: { headers?: Record<string, string>; fetch?: typeof fetch }, key: { headers?: Record<string, string>; fetch?: typeof fetch }, model: string): Promise<Record<string, unknown>>;
+}
+
 let dir: string;
 let client: Client;
+let heyApi: HeyApiClient;
 
 beforeAll(async () => {
   dir = await mkdtemp(path.join(tmpdir(), 'generator-matrix-'));
@@ -49,6 +55,7 @@ beforeAll(async () => {
   for (const file of await readdir(sources)) await cp(path.join(sources, file), path.join(dir, file));
   await generateClients(DOCUMENT, dir);
   client = (await import(path.join(dir, 'client.ts'))) as Client;
+  heyApi = (await import(path.join(dir, 'hey-api-client.ts'))) as HeyApiClient;
 }, 120_000);
 
 afterAll(async () => {
@@ -85,7 +92,7 @@ describe('the generator matrix', () => {
         skipLibCheck: true,
         types: [],
       },
-      include: ['probes-*.ts', 'client.ts', 'out/**/*.ts'],
+      include: ['*.ts', 'out/**/*.ts'],
     };
     await writeFile(path.join(dir, 'tsconfig.json'), JSON.stringify(tsconfig));
     const compiled = await promisify(execFile)(process.execPath, [TSC, '-p', path.join(dir, 'tsconfig.json')], { cwd: dir }).then(
@@ -151,6 +158,12 @@ describe('the typed client against Prism', () => {
     expect(await client.chat(key, 'qwen2.5-instruct')).toEqual({ status: 200, object: 'chat.completion' });
   });
 
+  it('runs the happy paths on the hey-api SDK, its zod schemas validating each request and answer', async () => {
+    const session = { headers: { Cookie: 'session=contract-test', 'X-CSRF-Token': 'contract-test' } };
+    const key = { headers: { Authorization: 'Bearer svc-sk-contract-test' } };
+    expect(await heyApi.heyApiHappyPaths(prism.url, session, key, 'qwen2.5-instruct')).toEqual({ health: 'ok', total: 1, created: 'requested', chat: 'chat.completion' });
+  });
+
   it('reads the mocked chat stream as typed chunks', async () => {
     const key = client.generatedClient(prism.url, { headers: { Authorization: 'Bearer svc-sk-contract-test' } });
     const chunks = [];
@@ -207,6 +220,12 @@ describe('the typed client against the real server', () => {
   it('runs the happy paths with the session, and a chat completion with the API key', async () => {
     expect(await client.managementHappyPaths(sessionClient())).toEqual({ health: 'ok', total: 1, created: 'requested', createdStatus: 201 });
     expect(await client.chat(keyClient(), model)).toEqual({ status: 200, object: 'chat.completion' });
+  });
+
+  it('runs the happy paths on the hey-api SDK, its zod schemas validating each request and answer', async () => {
+    const session = { fetch: contractFetch(app.url, (input, init) => owner.browser.fetch(new Request(input, init))) as typeof fetch };
+    const keyed = { headers: { Authorization: `Bearer ${key}` }, fetch: contractFetch(app.url) as typeof fetch };
+    expect(await heyApi.heyApiHappyPaths(app.url, session, keyed, model)).toEqual({ health: 'ok', total: 2, created: 'requested', chat: 'chat.completion' });
   });
 
   it('reads a streamed chat completion chunk by chunk, each a typed ChatCompletionChunk', async () => {

@@ -42,6 +42,7 @@ interface Client {
 /** What the matrix runs of sdk/hey-api-client.ts. */
 interface HeyApiClient {
   heyApiHappyPaths(baseUrl: string, session: { headers?: Record<string, string>; fetch?: typeof fetch }, key: { headers?: Record<string, string>; fetch?: typeof fetch }, model: string): Promise<Record<string, unknown>>;
+  heyApiTranscribe(baseUrl: string, key: { headers?: Record<string, string> }, model: string): Promise<unknown>;
 }
 
 let dir: string;
@@ -162,6 +163,7 @@ describe('the typed client against Prism', () => {
     const session = { headers: { Cookie: 'session=contract-test', 'X-CSRF-Token': 'contract-test' } };
     const key = { headers: { Authorization: 'Bearer svc-sk-contract-test' } };
     expect(await heyApi.heyApiHappyPaths(prism.url, session, key, 'qwen2.5-instruct')).toEqual({ health: 'ok', total: 1, created: 'requested', chat: 'chat.completion' });
+    expect(await heyApi.heyApiTranscribe(prism.url, key, 'whisper-large-v3')).toBe('Thanks for calling. Your order shipped this morning.');
   });
 
   it('reads the mocked chat stream as typed chunks', async () => {

@@ -3,7 +3,7 @@
  * answer with its zod schemas: run by the matrix against Prism and the real server.
  */
 import { createClient } from './out/hey-api/client/index.js';
-import { createChatCompletion, createDeployment, getHealth, listDeployments } from './out/hey-api/sdk.gen.js';
+import { createChatCompletion, createDeployment, createTranscription, getHealth, listDeployments } from './out/hey-api/sdk.gen.js';
 
 export interface Caller {
   headers?: Record<string, string>;
@@ -19,4 +19,12 @@ export async function heyApiHappyPaths(baseUrl: string, session: Caller, key: Ca
   const created = await createDeployment({ client: asSession, throwOnError: true, body: { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 } });
   const chat = await createChatCompletion({ client: asKey, throwOnError: true, body: { model, messages: [{ role: 'user', content: 'Capital of France?' }] } });
   return { health: health.data.status, total: page.data.total, created: created.data.status, chat: 'object' in chat.data ? chat.data.object : undefined };
+}
+
+/** A `Blob` upload, which the SDK's zod schema checks (`z.instanceof(Blob)`, README: generator settings) before sending the form. */
+export async function heyApiTranscribe(baseUrl: string, key: Caller, model: string) {
+  const asKey = createClient({ baseUrl, headers: key.headers ?? {}, ...(key.fetch ? { fetch: key.fetch } : {}) });
+  const audio = new Blob([new Uint8Array(64)], { type: 'audio/wav' });
+  const { data } = await createTranscription({ client: asKey, throwOnError: true, body: { file: audio, model } });
+  return 'text' in data ? data.text : data;
 }

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated lint typecheck build migrate run test test-engine test-billing bench clean
+.PHONY: install generate check-generated api-gate lint typecheck build migrate run test test-engine test-billing bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -28,9 +28,17 @@ check-generated: $(INSTALLED)
 	$(MAKE) -s generate GENERATED=$$tmp && \
 	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
 
-## lint: Spectral (with the OWASP ruleset) on the document, ESLint on the TypeScript
+## api-gate: fail when generated/openapi.json breaks a client of the released document (spec/released/)
+## unless spec/CHANGELOG.md records it under a new major info.version (also run by `make test`)
+api-gate: $(INSTALLED)
+	node src/cli/api-gate.ts spec/released/openapi-v1.json generated/openapi.json spec/CHANGELOG.md
+
+## lint: Spectral (with the OWASP ruleset) and Redocly (recommended, redocly-lint.yaml) on the document,
+## ESLint on the TypeScript. Redocly's warnings are errors (recommended-strict) except where
+## .redocly.lint-ignore.yaml keeps one, with its reason.
 lint: $(INSTALLED)
 	spectral lint generated/openapi.json --fail-severity=error -D
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint generated/openapi.json --config redocly-lint.yaml --format=summary
 	eslint .
 
 ## typecheck: TypeScript, strict, no emit

@@ -1579,8 +1579,6 @@ export interface components {
         ActivatePostpaidRequest: {
             /** @description A card already saved for the organization's customer (Stripe `pm_…`); it becomes the default. */
             processor_payment_method_id: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description An organization API key. The secret itself is never returned after creation; `key_prefix`
@@ -1867,9 +1865,10 @@ export interface components {
             /** Format: int32 */
             index: number;
             message: components["schemas"]["ChatCompletionMessage"];
-            finish_reason: components["schemas"]["ChatFinishReason"] | (null);
+            /** @enum {string|null} */
+            finish_reason: "stop" | "length" | "tool_calls" | "content_filter" | "function_call" | null;
             /** @description Present when `logprobs` was requested. */
-            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | (never | null);
+            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | null;
         };
         /**
          * @description One event of a streamed chat completion, sent as `data: <this JSON>\n\n`. When
@@ -1905,7 +1904,7 @@ export interface components {
             model: string;
             choices: components["schemas"]["ChatCompletionChunkChoice"][];
             /** @description `null` (or absent) except on the last chunk when `stream_options.include_usage` is true. */
-            usage?: components["schemas"]["CompletionUsage"] | (never | null);
+            usage?: components["schemas"]["CompletionUsage"] | null;
             system_fingerprint?: string | null;
         };
         /** @description One choice in a chunk. */
@@ -1913,9 +1912,12 @@ export interface components {
             /** Format: int32 */
             index: number;
             delta: components["schemas"]["ChatCompletionDelta"];
-            /** @description Set on the last chunk of the choice. */
-            finish_reason: components["schemas"]["ChatFinishReason"] | (null);
-            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | (never | null);
+            /**
+             * @description Set on the last chunk of the choice.
+             * @enum {string|null}
+             */
+            finish_reason: "stop" | "length" | "tool_calls" | "content_filter" | "function_call" | null;
+            logprobs?: components["schemas"]["ChatChoiceLogprobs"] | null;
         };
         /** @description What a chunk adds to the message. */
         ChatCompletionDelta: {
@@ -1997,7 +1999,7 @@ export interface components {
         ChatMessage: {
             role: components["schemas"]["ChatRole"];
             /** @description Text, or an array of content parts. May be `null` or omitted on an `assistant` message that has `tool_calls`. */
-            content?: components["schemas"]["ChatMessageContent"] | (never | null);
+            content?: components["schemas"]["ChatMessageContent"] | null;
             /** @description An optional name for the participant. */
             name?: string;
             /** @description Tool calls made by an `assistant` message (at most 128). */
@@ -2153,8 +2155,6 @@ export interface components {
              * @description When the key stops working; must be in the future. Omitted or `null`: the key never expires.
              */
             expires_at?: string | null;
-        } & {
-            [key: string]: unknown;
         };
         /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateChatCompletionRequest: {
@@ -2166,7 +2166,7 @@ export interface components {
              * @default false
              */
             stream?: boolean | null;
-            stream_options?: components["schemas"]["ChatStreamOptions"] | (never | null);
+            stream_options?: components["schemas"]["ChatStreamOptions"] | null;
             /**
              * Format: double
              * @description Sampling temperature.
@@ -2195,7 +2195,7 @@ export interface components {
              */
             max_completion_tokens?: number | null;
             /** @description Up to 4 sequences where generation stops. */
-            stop?: components["schemas"]["StopSequences"] | (never | null);
+            stop?: components["schemas"]["StopSequences"] | null;
             /** Format: double */
             presence_penalty?: number | null;
             /** Format: double */
@@ -2240,8 +2240,6 @@ export interface components {
              */
             return_url?: string;
             purpose: components["schemas"]["CheckoutPurpose"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description What to deploy. Unknown fields are rejected. */
         CreateDeploymentRequest: {
@@ -2253,8 +2251,6 @@ export interface components {
             model_size_in_billions?: number | components["schemas"]["DecimalString"];
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateEmbeddingRequest: {
@@ -2280,15 +2276,6 @@ export interface components {
             user?: string;
         } & {
             [key: string]: unknown;
-        };
-        /** @description The embeddings of the inputs, in input order. */
-        CreateEmbeddingResponse: {
-            /** @enum {string} */
-            object: "list";
-            data: components["schemas"]["Embedding"][];
-            /** @description The model that answered (see `ChatCompletion.model`). */
-            model: string;
-            usage: components["schemas"]["EmbeddingUsage"];
         };
         /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateImageRequest: {
@@ -2334,8 +2321,6 @@ export interface components {
              * @default member
              */
             role?: components["schemas"]["InvitationRole"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description Opens the customer portal. Unknown fields are rejected. */
         CreatePortalSessionRequest: {
@@ -2344,8 +2329,6 @@ export interface components {
              * @description Where the portal's back link leads. Must be on an allowed origin (`ALLOWED_ORIGINS`); defaults to the web app's billing page.
              */
             return_url?: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine;
@@ -2599,8 +2582,11 @@ export interface components {
             selected_instance_type: string | null;
             /** @description One sentence saying why that instance type was chosen, with the numbers. */
             selection_reason: string | null;
-            /** @description Step at which provisioning failed, when `status` is `failed`. */
-            failure_stage: components["schemas"]["DeploymentFailureStage"] | (null);
+            /**
+             * @description Step at which provisioning failed, when `status` is `failed`.
+             * @enum {string|null}
+             */
+            failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
             /** @description What went wrong, in words, when `status` is `failed`. */
             failure_reason: string | null;
             /** Format: date-time */
@@ -2632,8 +2618,6 @@ export interface components {
         EmailVerificationConfirmRequest: {
             /** @description The token from the verification link (`WEB_APP_URL/verify-email?token=…`). */
             token: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description Answer of a resend: a new verification email is queued for the signed-in user's address.
@@ -2669,6 +2653,15 @@ export interface components {
             index: number;
             /** @description The vector; a base64 string of little-endian float32 when `encoding_format` is `base64`. */
             embedding: number[] | string;
+        };
+        /** @description The embeddings of the inputs, in input order. */
+        EmbeddingList: {
+            /** @enum {string} */
+            object: "list";
+            data: components["schemas"]["Embedding"][];
+            /** @description The model that answered (see `ChatCompletion.model`). */
+            model: string;
+            usage: components["schemas"]["EmbeddingUsage"];
         };
         /** @description Texts to embed in one request, at most 2048. */
         EmbeddingTextList: string[];
@@ -2710,31 +2703,34 @@ export interface components {
             created: number;
             data: components["schemas"]["ImageData"][];
         };
-        /**
-         * @description The hosted-inference error body.
-         * @example {
-         *       "error": {
-         *         "message": "The model `llama-3.1-8b` does not exist or you do not have access to it.",
-         *         "type": "not_found_error",
-         *         "code": "model_not_found",
-         *         "param": "model"
-         *       }
-         *     }
-         */
+        /** @description The hosted-inference error body. Each error response of an operation has an example per code it carries (make generate). */
         InferenceError: {
             error: components["schemas"]["InferenceErrorDetail"];
         };
+        /**
+         * @description Stable codes of hosted-inference errors. Clients branch on these, never on `message`.
+         * @enum {string}
+         */
+        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
         /** @description The hosted-inference error object, as OpenAI-compatible clients parse it. */
         InferenceErrorDetail: {
             /** @description What went wrong, in words. */
             message: string;
-            /** @description The kind of error, e.g. `invalid_request_error`, `authentication_error`, `permission_error`, `not_found_error`, `rate_limit_error`, `server_error`. */
-            type: string;
-            /** @description A stable code, e.g. `invalid_api_key`, `model_not_found`, `deployment_not_running`. */
-            code: string | null;
+            /** @description The kind of error. */
+            type: components["schemas"]["InferenceErrorType"];
+            /**
+             * @description A stable code.
+             * @enum {string|null}
+             */
+            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
+        /**
+         * @description The kind of a hosted-inference error, as OpenAI-compatible clients branch on it; set by the HTTP status.
+         * @enum {string}
+         */
+        InferenceErrorType: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "server_error";
         /** @description A model the caller may call. */
         InferenceModel: {
             /** @description The value to send as `model`: the deployment id for a deployment, the model name for a hosted model. */
@@ -3089,8 +3085,6 @@ export interface components {
              *     counts bytes (422 `VALIDATION_FAILED` when over 72 bytes).
              */
             password: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description Answer of a successful password reset.
@@ -3109,8 +3103,6 @@ export interface components {
              * @description The account's email; compared case-insensitively.
              */
             email: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description A card saved with the processor for the organization's customer.
@@ -3141,15 +3133,8 @@ export interface components {
             allow_redisplay: string;
         };
         /**
-         * @description An error of a management route: the RFC 9457 problem fields plus a stable `code`.
-         * @example {
-         *       "type": "https://docs.model-deployment.example/errors/not-found",
-         *       "title": "Not Found",
-         *       "status": 404,
-         *       "detail": "Deployment 0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21 was not found.",
-         *       "code": "NOT_FOUND",
-         *       "request_id": "req_01JD3Q8Z7N4V2X5B6C7D8E9F0G"
-         *     }
+         * @description An error of a management route: the RFC 9457 problem fields plus a stable `code`. Each error
+         *     response of an operation has an example per code it carries (make generate).
          */
         Problem: {
             /** @description A URI naming the kind of problem; documented at that address. */
@@ -3201,8 +3186,6 @@ export interface components {
             country?: string;
             /** @description Phone number as the user entered it, e.g. `+44 20 7946 0958`. */
             contact_number?: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description Creates an account for the invitee email and joins the inviting organization. Unknown fields are
@@ -3223,15 +3206,13 @@ export interface components {
             country?: string;
             /** @description Phone number as the user entered it, e.g. `+1 202 555 0143`. */
             contact_number?: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description Documents ranked by relevance, most relevant first. */
         Rerank: {
             id: string;
             results: components["schemas"]["RerankResult"][];
             /** @description Token counts (`meta.tokens`), which the proxy asks the engine for; absent when the engine does not count. */
-            meta?: components["schemas"]["RerankMeta"] | (never | null);
+            meta?: components["schemas"]["RerankMeta"] | null;
         };
         /** @description A ranked document's text. */
         RerankDocument: {
@@ -3239,7 +3220,7 @@ export interface components {
         };
         /** @description Engine-reported details of a rerank request. */
         RerankMeta: {
-            tokens?: components["schemas"]["RerankTokens"] | (never | null);
+            tokens?: components["schemas"]["RerankTokens"] | null;
         };
         /** @description One ranked document. */
         RerankResult: {
@@ -3254,7 +3235,7 @@ export interface components {
              */
             relevance_score: number;
             /** @description The document, when `return_documents` is true; `null` otherwise. */
-            document: components["schemas"]["RerankDocument"] | (never | null);
+            document: components["schemas"]["RerankDocument"] | null;
         };
         /** @description Tokens processed by a rerank request. */
         RerankTokens: {
@@ -3368,8 +3349,6 @@ export interface components {
         SetDefaultPaymentMethodRequest: {
             /** @description A card saved for the organization's customer (Stripe `pm_…`). */
             processor_default_payment_method_id: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description Email and password. Unknown fields are rejected. */
         SignInRequest: {
@@ -3380,8 +3359,6 @@ export interface components {
             email: string;
             /** @description The account's password. A wrong one answers 401 `INVALID_CREDENTIALS`, never 422, whatever its length within these bounds. */
             password: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description An OpenID Connect identity provider users can sign in with. */
         SsoProvider: {
@@ -3419,8 +3396,6 @@ export interface components {
         StartInvitationSsoRequest: {
             /** @description The invitation token from the email link. */
             token: components["schemas"]["InvitationToken"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description Up to 4 stop sequences. */
         StopSequenceList: string[];
@@ -3563,21 +3538,15 @@ export interface components {
             expires_at?: string | null;
             /** @description `disabled` suspends the key; `active` re-enables it. */
             status?: components["schemas"]["ApiKeyUpdatableStatus"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
             collection_method: components["schemas"]["CollectionMethod"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description A member's new role. Unknown fields are rejected. */
         UpdateMemberRoleRequest: {
             /** @description The role to give. Only a super_admin may give `admin` or `super_admin`. */
             role: components["schemas"]["Role"];
-        } & {
-            [key: string]: unknown;
         };
         /** @description Changes to the organization. Omitted fields are left unchanged. Unknown fields are rejected. */
         UpdateOrganizationRequest: {
@@ -3585,8 +3554,6 @@ export interface components {
             name?: string;
             /** @description New description, at most 2000 characters; `null` clears it. */
             description?: string | null;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description Profile fields to change; omitted fields are left as they are, `null` clears an optional field.
@@ -3609,8 +3576,6 @@ export interface components {
              *     organization; rename it with `PATCH /v1/organization`.
              */
             organization?: string;
-        } & {
-            [key: string]: unknown;
         };
         /**
          * @description What a usage line is priced by. Every listed dimension is present; one that does not apply to the
@@ -3760,19 +3725,19 @@ export interface components {
     };
     responses: never;
     parameters: {
-        /**
-         * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-         *     Secure). Required when the request is
-         *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-         */
-        CsrfHeader: string;
         /** @description Page size. */
         "PageQuery.limit": number;
         /** @description Number of items to skip. */
         "PageQuery.offset": number;
     };
     requestBodies: never;
-    headers: never;
+    headers: {
+        /**
+         * @description The id of this request, in logs and in error bodies (`request_id`). A well-formed inbound `X-Request-Id` is kept.
+         * @example req_01JD3Q8Z7N4V2X5B6C7D8E9F0G
+         */
+        "X-Request-Id": string;
+    };
     pathItems: never;
 }
 export type $defs = Record<string, never>;
@@ -3798,6 +3763,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3897,6 +3863,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3909,6 +3876,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3918,15 +3886,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3943,7 +3913,7 @@ export interface operations {
             };
             header?: never;
             path: {
-                /** @description Catalog entry id. */
+                /** @description Catalog entry id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 model_id: string;
             };
             cookie?: never;
@@ -3953,6 +3923,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4007,6 +3978,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4019,6 +3991,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4028,6 +4001,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4037,15 +4011,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4071,6 +4047,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4128,6 +4105,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4140,6 +4118,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4149,15 +4128,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4169,14 +4150,7 @@ export interface operations {
     createDeployment: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -4197,6 +4171,7 @@ export interface operations {
             /** @description The request has succeeded and a new resource has been created as a result. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4229,6 +4204,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4241,6 +4217,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4250,6 +4227,7 @@ export interface operations {
             /** @description 409 on create: billing blocks it (`PAYMENT_SETUP_INCOMPLETE`, `ACTIVE_DEPLOYMENT_LIMIT_REACHED`, `SPENDING_LIMIT_REACHED`). */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4259,6 +4237,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4268,15 +4247,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4290,6 +4271,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 deployment_id: string;
             };
             cookie?: never;
@@ -4299,6 +4281,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4331,6 +4314,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4343,6 +4327,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4352,6 +4337,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4361,15 +4347,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4381,15 +4369,9 @@ export interface operations {
     deleteDeployment: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
                 deployment_id: string;
             };
             cookie?: never;
@@ -4399,6 +4381,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4431,6 +4414,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4443,6 +4427,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4452,6 +4437,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4461,6 +4447,7 @@ export interface operations {
             /** @description 409 on delete: `DEPLOYMENT_DELETION_PENDING`, cleanup of cloud resources is still running; retry when it ends. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4470,15 +4457,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4499,6 +4488,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4520,6 +4510,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4531,9 +4522,10 @@ export interface operations {
                     "application/json": components["schemas"]["HealthStatus"];
                 };
             };
-            /** @description The service is unhealthy: its database does not answer. */
+            /** @description 503 `SERVICE_UNAVAILABLE`: the service is unhealthy, its database does not answer. */
             503: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4554,6 +4546,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4581,6 +4574,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4593,14 +4587,7 @@ export interface operations {
     createTranscription: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -4616,6 +4603,7 @@ export interface operations {
              */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4645,6 +4633,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4661,6 +4650,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4676,6 +4666,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4690,6 +4681,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4702,6 +4694,7 @@ export interface operations {
              */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4722,6 +4715,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4740,6 +4734,7 @@ export interface operations {
              */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4759,6 +4754,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4775,6 +4771,7 @@ export interface operations {
              */
             504: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4784,6 +4781,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4814,6 +4812,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4828,6 +4827,7 @@ export interface operations {
             /** @description 400 on password-reset confirm: `INVALID_RESET_TOKEN`, the token is unknown, older than 1 hour or already used (or `MALFORMED_REQUEST` for a body that is not JSON). */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4840,6 +4840,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4849,6 +4850,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4858,6 +4860,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4869,15 +4872,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4907,6 +4912,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4924,6 +4930,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4933,6 +4940,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4942,6 +4950,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4953,15 +4962,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4984,6 +4995,7 @@ export interface operations {
                 headers: {
                     /** @description Present only when this request extended the session: the renewed session and `csrf_token` cookies. */
                     "Set-Cookie"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5014,15 +5026,17 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5043,6 +5057,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5073,6 +5088,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5085,6 +5101,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5094,15 +5111,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5114,14 +5133,7 @@ export interface operations {
     createCheckoutSetupSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5140,6 +5152,7 @@ export interface operations {
             /** @description The request has succeeded and a new resource has been created as a result. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5159,6 +5172,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5171,6 +5185,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5180,6 +5195,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5189,6 +5205,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5198,15 +5215,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5227,6 +5246,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5248,6 +5268,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5260,6 +5281,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5269,15 +5291,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5298,6 +5322,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5339,6 +5364,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5351,6 +5377,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5360,15 +5387,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5389,6 +5418,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5420,6 +5450,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5432,6 +5463,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5441,15 +5473,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5461,14 +5495,7 @@ export interface operations {
     setDefaultPaymentMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5486,6 +5513,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5517,6 +5545,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5529,6 +5558,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5538,6 +5568,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5547,6 +5578,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5556,6 +5588,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5565,15 +5598,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5585,14 +5620,7 @@ export interface operations {
     detachPaymentMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The processor's payment method id (Stripe `pm_…`). */
                 payment_method_id: string;
@@ -5604,6 +5632,7 @@ export interface operations {
             /** @description There is no content to send for this request, but the headers may be useful. */
             204: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -5611,6 +5640,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5623,6 +5653,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5632,6 +5663,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5641,6 +5673,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5650,15 +5683,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5670,14 +5705,7 @@ export interface operations {
     createBillingPortalSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5695,6 +5723,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5709,6 +5738,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5721,6 +5751,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5730,6 +5761,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5739,6 +5771,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5748,15 +5781,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5777,6 +5812,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5795,6 +5831,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5807,6 +5844,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5816,6 +5854,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5825,15 +5864,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5845,14 +5886,7 @@ export interface operations {
     activatePostpaidSubscription: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5870,6 +5904,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5888,6 +5923,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5900,6 +5936,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5909,6 +5946,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5918,6 +5956,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5927,15 +5966,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5947,14 +5988,7 @@ export interface operations {
     updateCollectionMethod: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -5972,6 +6006,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -5990,6 +6025,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6002,6 +6038,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6011,6 +6048,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6020,6 +6058,7 @@ export interface operations {
             /** @description 409: `PAYMENT_SETUP_INCOMPLETE`, the customer has no default payment method to charge automatically. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6029,6 +6068,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6038,6 +6078,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6047,15 +6088,17 @@ export interface operations {
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6076,6 +6119,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6135,6 +6179,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6147,6 +6192,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6156,15 +6202,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6210,6 +6258,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6224,6 +6273,7 @@ export interface operations {
             /** @description 400: `INVALID_SIGNATURE` (the `Stripe-Signature` header does not verify against the raw body with the endpoint secret, or its timestamp is more than 5 minutes old) or `MALFORMED_REQUEST` (the body is not JSON). */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6233,6 +6283,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6242,15 +6293,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6262,14 +6315,7 @@ export interface operations {
     createChatCompletion: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6287,11 +6333,17 @@ export interface operations {
              */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["ChatCompletion"];
-                    "text/event-stream": string;
+                    /**
+                     * @example data: {"id":"chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d","object":"chat.completion.chunk","created":1795269912,"model":"dep-0192f1c62b9e7c4e","choices":[{"index":0,"delta":{"role":"assistant","content":"Paris"},"finish_reason":null}]}
+                     *
+                     *     data: [DONE]
+                     */
+                    "text/event-stream": components["schemas"]["ChatCompletionChunk"];
                 };
             };
             /**
@@ -6311,6 +6363,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6327,6 +6380,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6342,6 +6396,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6356,6 +6411,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6368,6 +6424,7 @@ export interface operations {
              */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6388,6 +6445,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6406,6 +6464,7 @@ export interface operations {
              */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6425,6 +6484,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6441,6 +6501,7 @@ export interface operations {
              */
             504: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6450,6 +6511,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6461,14 +6523,7 @@ export interface operations {
     createEmbedding: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6487,6 +6542,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6512,7 +6568,7 @@ export interface operations {
                      *       }
                      *     }
                      */
-                    "application/json": components["schemas"]["CreateEmbeddingResponse"];
+                    "application/json": components["schemas"]["EmbeddingList"];
                 };
             };
             /**
@@ -6532,6 +6588,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6548,6 +6605,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6563,6 +6621,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6577,6 +6636,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6589,6 +6649,7 @@ export interface operations {
              */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6609,6 +6670,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6627,6 +6689,7 @@ export interface operations {
              */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6646,6 +6709,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6662,6 +6726,7 @@ export interface operations {
              */
             504: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6671,6 +6736,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6682,14 +6748,7 @@ export interface operations {
     createImage: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -6711,6 +6770,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6744,6 +6804,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6760,6 +6821,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6775,6 +6837,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6789,6 +6852,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6801,6 +6865,7 @@ export interface operations {
              */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6821,6 +6886,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6839,6 +6905,7 @@ export interface operations {
              */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6858,6 +6925,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6874,6 +6942,7 @@ export interface operations {
              */
             504: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6883,6 +6952,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6903,6 +6973,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6932,6 +7003,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6941,15 +7013,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6972,6 +7046,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6981,6 +7056,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -6990,15 +7066,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7010,14 +7088,7 @@ export interface operations {
     acceptInvitationByToken: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 token: components["schemas"]["InvitationToken"];
             };
@@ -7028,6 +7099,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7055,6 +7127,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7067,6 +7140,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7076,6 +7150,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7088,6 +7163,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7097,6 +7173,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7106,15 +7183,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7126,14 +7205,7 @@ export interface operations {
     rejectInvitationByToken: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 token: components["schemas"]["InvitationToken"];
             };
@@ -7144,6 +7216,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7171,6 +7244,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7183,6 +7257,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7192,6 +7267,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7201,6 +7277,7 @@ export interface operations {
             /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7210,6 +7287,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7219,15 +7297,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7264,6 +7344,7 @@ export interface operations {
                 headers: {
                     /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7297,6 +7378,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7306,6 +7388,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7318,6 +7401,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7327,6 +7411,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7336,6 +7421,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7345,6 +7431,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7356,15 +7443,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7397,6 +7486,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7414,6 +7504,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7426,6 +7517,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7435,6 +7527,7 @@ export interface operations {
             /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7444,6 +7537,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7453,6 +7547,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7462,15 +7557,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7482,14 +7579,7 @@ export interface operations {
     acceptInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -7500,6 +7590,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7527,6 +7618,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7534,11 +7626,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403 on accept or decline by id: `EMAIL_NOT_VERIFIED`, the caller's email is not verified yet (an
+             *     invitation by id goes only to a proven address); or `CSRF_FAILED`.
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7548,6 +7641,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7560,6 +7654,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7569,6 +7664,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7578,15 +7674,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7598,14 +7696,7 @@ export interface operations {
     rejectInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -7616,6 +7707,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7643,6 +7735,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7650,11 +7743,12 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403 on accept or decline by id: `EMAIL_NOT_VERIFIED`, the caller's email is not verified yet (an
+             *     invitation by id goes only to a proven address); or `CSRF_FAILED`.
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7664,6 +7758,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7673,6 +7768,7 @@ export interface operations {
             /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7682,6 +7778,7 @@ export interface operations {
             /** @description 410: `INVITATION_EXPIRED`, the invitation's `expires_at` has passed; ask the organization to resend it. */
             410: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7691,15 +7788,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7720,6 +7819,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7759,6 +7859,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7774,6 +7875,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7794,6 +7896,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7813,6 +7916,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7822,6 +7926,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7842,6 +7947,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7863,6 +7969,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7875,6 +7982,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7884,15 +7992,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7904,14 +8014,7 @@ export interface operations {
     updateOrganization: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -7930,6 +8033,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7951,6 +8055,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7963,6 +8068,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7972,6 +8078,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -7981,15 +8088,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8010,6 +8119,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8061,6 +8171,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8073,6 +8184,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8082,15 +8194,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8102,14 +8216,7 @@ export interface operations {
     createApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -8131,6 +8238,7 @@ export interface operations {
             /** @description The request has succeeded and a new resource has been created as a result. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8163,6 +8271,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8175,6 +8284,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8184,6 +8294,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8197,15 +8308,17 @@ export interface operations {
              */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8226,6 +8339,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8251,6 +8365,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8263,6 +8378,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8272,15 +8388,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8292,14 +8410,7 @@ export interface operations {
     revokeApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 api_key_id: number;
             };
@@ -8310,6 +8421,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8339,6 +8451,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8351,6 +8464,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8360,6 +8474,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8369,15 +8484,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8389,14 +8506,7 @@ export interface operations {
     updateApiKey: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 api_key_id: number;
             };
@@ -8418,6 +8528,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8447,6 +8558,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8459,6 +8571,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8468,6 +8581,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8477,6 +8591,7 @@ export interface operations {
             /** @description 409: `API_KEY_REVOKED`, the key is revoked; a revoked key cannot be changed. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8486,6 +8601,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8499,15 +8615,17 @@ export interface operations {
              */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8528,6 +8646,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8573,6 +8692,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8585,6 +8705,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8594,15 +8715,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8614,14 +8737,7 @@ export interface operations {
     createInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -8640,6 +8756,7 @@ export interface operations {
             /** @description The request has succeeded and a new resource has been created as a result. */
             201: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8667,6 +8784,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8679,6 +8797,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8691,6 +8810,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8700,6 +8820,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8709,15 +8830,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8729,14 +8852,7 @@ export interface operations {
     revokeInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -8747,6 +8863,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8774,6 +8891,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8786,6 +8904,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8795,6 +8914,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8804,6 +8924,7 @@ export interface operations {
             /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8813,15 +8934,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8833,14 +8956,7 @@ export interface operations {
     resendInvitation: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 invitation_id: number;
             };
@@ -8851,6 +8967,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8878,6 +8995,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8890,6 +9008,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8899,6 +9018,7 @@ export interface operations {
             /** @description 404: `INVITATION_NOT_FOUND`, no invitation has this token or id (for the caller). */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8908,6 +9028,7 @@ export interface operations {
             /** @description 409: `INVITATION_NOT_PENDING`, the invitation was already accepted, rejected or revoked. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8917,15 +9038,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8946,6 +9069,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8975,6 +9099,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8987,6 +9112,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -8996,15 +9122,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9016,14 +9144,7 @@ export interface operations {
     removeMember: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The member's user id, as `GET /v1/organization/members` lists it; the caller's own id to leave. */
                 user_id: number;
@@ -9037,6 +9158,7 @@ export interface operations {
                 headers: {
                     /** @description Present only when the caller left: expires the session and CSRF cookies (`Max-Age=0`). */
                     "Set-Cookie"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -9044,6 +9166,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9056,6 +9179,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9065,6 +9189,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9077,6 +9202,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9086,15 +9212,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9106,14 +9234,7 @@ export interface operations {
     updateMemberRole: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The member's user id, as `GET /v1/organization/members` lists it. */
                 user_id: number;
@@ -9134,6 +9255,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9153,6 +9275,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9165,6 +9288,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9174,6 +9298,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9186,6 +9311,7 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9195,6 +9321,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9204,15 +9331,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9224,14 +9353,7 @@ export interface operations {
     createRerank: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9256,6 +9378,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9306,6 +9429,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9322,6 +9446,7 @@ export interface operations {
              */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9337,6 +9462,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9351,6 +9477,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9363,6 +9490,7 @@ export interface operations {
              */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9383,6 +9511,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9401,6 +9530,7 @@ export interface operations {
              */
             502: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9420,6 +9550,7 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9436,6 +9567,7 @@ export interface operations {
              */
             504: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9445,6 +9577,7 @@ export interface operations {
             /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9483,6 +9616,7 @@ export interface operations {
                     Location: string;
                     /** @description The session cookie (HttpOnly) and the readable `csrf_token` cookie, and the expired `sso_state` cookie. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -9496,6 +9630,7 @@ export interface operations {
              */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9508,6 +9643,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9523,15 +9659,17 @@ export interface operations {
              */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9565,6 +9703,7 @@ export interface operations {
                     Location: string;
                     /** @description The short-lived `sso_state` cookie (HttpOnly, `SameSite=Lax`, 10 minutes) binding this attempt to the browser. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -9575,6 +9714,7 @@ export interface operations {
              */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9584,15 +9724,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9613,6 +9755,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9631,9 +9774,10 @@ export interface operations {
                     "application/json": components["schemas"]["SsoProviderList"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9663,6 +9807,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9678,6 +9823,7 @@ export interface operations {
             /** @description 400 on email-verification confirm: `INVALID_VERIFICATION_TOKEN`, the token is unknown, older than 24 hours or already used (or `MALFORMED_REQUEST` for a body that is not JSON). */
             400: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9690,6 +9836,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9699,6 +9846,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9708,15 +9856,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9728,14 +9878,7 @@ export interface operations {
     resendEmailVerification: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9744,6 +9887,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9758,6 +9902,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9770,6 +9915,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9779,6 +9925,7 @@ export interface operations {
             /** @description 409 on email-verification resend: `EMAIL_ALREADY_VERIFIED`, the signed-in user's email is verified already. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9790,15 +9937,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9810,14 +9959,7 @@ export interface operations {
     logOut: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9828,6 +9970,7 @@ export interface operations {
                 headers: {
                     /** @description Expires the session cookie and the `csrf_token` cookie (`Max-Age=0`), as two `Set-Cookie` headers. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9842,6 +9985,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9854,15 +9998,17 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9874,14 +10020,7 @@ export interface operations {
     updateProfile: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -9903,6 +10042,7 @@ export interface operations {
                 headers: {
                     /** @description Present only when this request extended the session: the renewed session and `csrf_token` cookies. */
                     "Set-Cookie"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9933,6 +10073,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9945,6 +10086,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9954,6 +10096,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -9966,15 +10109,17 @@ export interface operations {
              */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10013,6 +10158,7 @@ export interface operations {
                 headers: {
                     /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10046,6 +10192,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10055,6 +10202,7 @@ export interface operations {
             /** @description 409 on register: `EMAIL_TAKEN`, an account with this email already exists. */
             409: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10064,6 +10212,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10073,6 +10222,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10084,15 +10234,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10113,6 +10265,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10140,6 +10293,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10149,15 +10303,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10169,14 +10325,7 @@ export interface operations {
     revokeOtherSessions: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path?: never;
             cookie?: never;
         };
@@ -10185,6 +10334,7 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10199,6 +10349,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10211,6 +10362,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10220,15 +10372,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10240,14 +10394,7 @@ export interface operations {
     revokeSession: {
         parameters: {
             query?: never;
-            header?: {
-                /**
-                 * @description Must equal the `csrf_token` cookie set with the session (`__Host-csrf_token` when cookies are
-                 *     Secure). Required when the request is
-                 *     authenticated by the session cookie (403 `CSRF_FAILED` otherwise); ignored for API keys.
-                 */
-                "X-CSRF-Token"?: components["parameters"]["CsrfHeader"];
-            };
+            header?: never;
             path: {
                 /** @description The session's public id, as listed by `GET /v1/user/sessions`. */
                 session_id: string;
@@ -10261,6 +10408,7 @@ export interface operations {
                 headers: {
                     /** @description Present only when the ended session is the current one: expires the session and CSRF cookies (`Max-Age=0`). */
                     "Set-Cookie"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content?: never;
@@ -10268,6 +10416,7 @@ export interface operations {
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10280,6 +10429,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10289,6 +10439,7 @@ export interface operations {
             /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
             404: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10298,15 +10449,17 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10339,6 +10492,7 @@ export interface operations {
                 headers: {
                     /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
                     "Set-Cookie": string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10369,6 +10523,7 @@ export interface operations {
             /** @description 401 on sign-in: `INVALID_CREDENTIALS`, detail `Invalid email or password.` (the same whether the email is unknown or the password wrong). */
             401: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10381,6 +10536,7 @@ export interface operations {
              */
             403: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10390,6 +10546,7 @@ export interface operations {
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10399,6 +10556,7 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -10410,15 +10568,17 @@ export interface operations {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Any other error (500 `INTERNAL_ERROR`, 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`, …). */
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -13,7 +13,7 @@ import type { Config } from './config.ts';
 import { Keyring } from './crypto.ts';
 import { EmailOutbox, sendEmailJob } from './email/email.outbox.ts';
 import type { SecurityHandlers } from './http/openapi.ts';
-import { apiKeyAuthentication, sessionAuthentication } from './http/security.ts';
+import { apiKeyAuthentication, sessionSecurity } from './http/security.ts';
 import type { JobDefinition } from './jobs/queue.ts';
 import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
 import { OrganizationsService } from './organizations/organizations.service.ts';
@@ -100,7 +100,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
 
 export function securityHandlers(c: Container): SecurityHandlers {
   return {
-    SessionCookie: sessionAuthentication({ sessions: c.sessions, cookies: c.cookies }),
+    ...sessionSecurity({ sessions: c.sessions, cookies: c.cookies }),
     ApiKeyBearer: apiKeyAuthentication({ apiKeys: c.apiKeys }),
   };
 }

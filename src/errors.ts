@@ -2,6 +2,7 @@ import type { components } from '../generated/api.d.ts';
 
 export type ErrorCode = components['schemas']['ErrorCode'];
 export type ValidationIssue = components['schemas']['ValidationIssue'];
+export type InferenceErrorCode = components['schemas']['InferenceErrorCode'];
 
 /** The HTTP status and title that go with each error code. */
 const CODES = {
@@ -51,7 +52,7 @@ export interface AppErrorOptions {
   headers?: Record<string, string>;
   cause?: unknown;
   /** On inference routes: the hosted-inference `code` (e.g. `api_key_revoked`) and `param`, and a status other than the code's. */
-  inference?: { code: string; param?: string; status?: number };
+  inference?: { code: InferenceErrorCode; param?: string; status?: number };
 }
 
 /**

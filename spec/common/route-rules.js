@@ -31,6 +31,17 @@ function $csrfExempt(context, target) {
   setExtension(context.program, target, 'x-csrf-exempt', true);
 }
 
+/** @param {DecoratorContext} context @param {Operation} target @param {string} since @param {string} sunset */
+function $deprecation(context, target, since, sunset) {
+  for (const [name, date] of [['since', since], ['sunset', sunset]]) {
+    if (!/^\d{4}-\d{2}-\d{2}$/.test(date) || Number.isNaN(Date.parse(date))) {
+      context.program.reportDiagnostic({ code: 'invalid-deprecation', severity: 'error', message: `@deprecation ${name} must be a date, YYYY-MM-DD: ${date}`, target });
+    }
+  }
+  if (since >= sunset) context.program.reportDiagnostic({ code: 'invalid-deprecation', severity: 'error', message: '@deprecation: the sunset must come after since', target });
+  setExtension(context.program, target, 'x-deprecation', { since, sunset });
+}
+
 export const $decorators = {
-  ModelDeployment: { requiredRole: $requiredRole, errorFormat: $errorFormat, bodyLimit: $bodyLimit, csrfExempt: $csrfExempt },
+  ModelDeployment: { requiredRole: $requiredRole, errorFormat: $errorFormat, bodyLimit: $bodyLimit, csrfExempt: $csrfExempt, deprecation: $deprecation },
 };

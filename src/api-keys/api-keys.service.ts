@@ -3,7 +3,7 @@ import { RateLimiterMemory } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
 import { constantTimeEqual, hashToken } from '../crypto.ts';
-import { AppError } from '../errors.ts';
+import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
 import type { ApiKeyRow } from '../db/models/api-keys.ts';
 import {
@@ -34,13 +34,13 @@ export const FAILED_KEY_LIMIT = { points: 20, windowSeconds: 60 };
 /** `last_used_at` is written at most this often per key. */
 const LAST_USED_EVERY_MS = 60_000;
 
-const refused = (code: string, message: string) => new AppError('UNAUTHENTICATED', message, { inference: { code } });
+const refused = (code: InferenceErrorCode, message: string) => new AppError('UNAUTHENTICATED', message, { inference: { code } });
 
 interface CacheEntry {
   at: number;
   principal?: ApiKeyPrincipal;
   /** Why a known key is refused (`api_key_revoked`, …). */
-  refusal?: { code: string; message: string };
+  refusal?: { code: InferenceErrorCode; message: string };
 }
 
 /**

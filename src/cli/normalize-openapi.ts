@@ -1,77 +1,211 @@
 /**
  * Post-compilation step of `make generate`: states TypeSpec's output the way OpenAPI 3.0.3 defines
- * it, so that every reader (ajv in openapi-backend, Prism, client generators) reads it alike, and the
- * document served, mocked and enforced is one and the same file.
+ * it and the way client generators (openapi-typescript, @hey-api/openapi-ts, orval) and Prism read
+ * it alike. The server and the tests' validators read this same file (through
+ * `forJsonSchemaValidators`, src/openapi-document.ts, for the one construct ajv reads otherwise).
  *
- * - `nullable: true` next to an `enum` admits null only if the enum lists it: null is appended.
- * - `nullable: true` without a `type`, or beside `allOf`/`anyOf`/`oneOf` (TypeSpec writes
- *   `{allOf: [$ref], nullable: true}` for `Model | null`), does not admit null in 3.0.3: the schema
- *   becomes `anyOf: [<the schema>, <null of that type>]`.
+ * - `openapi: 3.0.3` (TypeSpec writes 3.0.0; the document keeps to 3.0.3's clarified text).
+ * - A closed model (`...Record<never>`) is written `additionalProperties: {not: {}}`; generators
+ *   type that as an open map, so it becomes `additionalProperties: false`.
+ * - Response bodies of management routes are closed too (the service answers exactly their
+ *   fields), so a dynamic mock invents none; inference bodies stay open (engine fields pass through).
+ * - `Model | null` stays as TypeSpec writes it, `{type: object, allOf: [$ref], nullable: true}`: the
+ *   shape all three generators type `T | null` and Redocly accepts (`nullable` beside a `type`); a
+ *   nullable union (no single type) is `{allOf: [$ref], nullable: true}`. `Enum | null` is inlined
+ *   as the enum's values plus null. `nullable: true` next to an `enum` admits null only if the enum
+ *   lists it: null is appended.
  * - `explode: false` on a query parameter whose schema is not an array is dropped: TypeSpec writes it
  *   on every query parameter, `explode` has no effect on a scalar (Parameter Object), and
- *   openapi-backend would split such a value at commas into an array (a string with a comma would
- *   fail validation or lose it).
+ *   openapi-backend would split such a value at commas into an array.
+ * - An event stream's example is written as sent (`eventStreamExamplesAsSent`).
+ * - An operation with `x-deprecation` is `deprecated: true` and declares `Deprecation` and `Sunset`.
+ * - Every response declares the `X-Request-Id` header the service sends on every answer.
+ * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
  *
  * Usage: node src/cli/normalize-openapi.ts generated/openapi.json
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import { INBOUND_ID } from '../http/request-log.ts';
+import { REQUEST_ID, withErrorExamples } from './error-examples.ts';
 
 type Schema = Record<string, unknown>;
 
-export function normalizeNullable(document: Schema): Schema {
-  const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
-  const typeOf = (schema: Schema): string | undefined => {
-    if (typeof schema.type === 'string') return schema.type;
-    const ref = schema.$ref;
-    if (typeof ref === 'string' && ref.startsWith('#/components/schemas/')) {
-      const target = schemas[ref.slice('#/components/schemas/'.length)];
-      return target ? typeOf(target) : undefined;
-    }
-    return undefined;
-  };
+const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
 
-  const visit = (node: unknown): unknown => {
-    if (Array.isArray(node)) return node.map(visit);
-    if (!node || typeof node !== 'object') return node;
-    const schema = Object.fromEntries(Object.entries(node).map(([key, value]) => [key, visit(value)])) as Schema;
-    if (schema.nullable !== true) return schema;
-    if (Array.isArray(schema.enum) && !schema.enum.includes(null)) {
-      schema.enum = [...schema.enum, null];
-    }
-    const composed = ['allOf', 'anyOf', 'oneOf'].some((key) => Array.isArray(schema[key]));
-    if (schema.type === undefined || composed) {
-      const { nullable: _, description, ...rest } = schema;
-      const allOf = rest.allOf as Schema[] | undefined;
-      const only = allOf?.length === 1 && Object.keys(rest).every((key) => key === 'allOf' || key === 'type') ? allOf[0] : undefined;
-      const inner = only ?? rest;
-      const nullOnly = { type: typeOf(inner) ?? 'object', nullable: true, enum: [null] };
-      return { ...(description === undefined ? {} : { description }), anyOf: [inner, nullOnly] };
-    }
-    return schema;
-  };
-  return visit(document) as Schema;
+/** Applies `change` to every object node of the document, depth first; its result replaces the node. */
+function mapNodes(node: unknown, change: (schema: Schema) => Schema): unknown {
+  if (Array.isArray(node)) return node.map((item) => mapNodes(item, change));
+  if (!node || typeof node !== 'object') return node;
+  return change(Object.fromEntries(Object.entries(node).map(([key, value]) => [key, mapNodes(value, change)])) as Schema);
 }
 
-const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'];
+export function closedWhereStrict(document: Schema): Schema {
+  return mapNodes(document, (schema) => {
+    const extra = schema.additionalProperties as Schema | undefined;
+    const forbidsAll = extra && typeof extra === 'object' && Object.keys(extra).length === 1 && JSON.stringify(extra.not) === '{}';
+    return forbidsAll ? { ...schema, additionalProperties: false } : schema;
+  }) as Schema;
+}
+
+export function nullableAsGeneratorsRead(document: Schema): Schema {
+  const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
+  const referenced = (schema: Schema): Schema | undefined => {
+    const ref = Array.isArray(schema.allOf) && schema.allOf.length === 1 ? (schema.allOf[0] as Schema).$ref : undefined;
+    return typeof ref === 'string' ? schemas[ref.split('/').pop() ?? ''] : undefined;
+  };
+  return mapNodes(document, (schema) => {
+    if (schema.nullable !== true) return schema;
+    const target = referenced(schema);
+    if (Array.isArray(target?.enum)) {
+      // A nullable enum by reference: inline, so every generator keeps its values (orval reads a
+      // typed allOf as the bare type) and every validator reads `nullable` beside its `type`.
+      const { allOf: _, ...rest } = schema;
+      schema = { type: target.type, enum: target.enum, ...rest };
+    }
+    if (Array.isArray(schema.enum) && !schema.enum.includes(null)) schema = { ...schema, enum: [...schema.enum, null] };
+    return schema;
+  }) as Schema;
+}
+
+interface Operation {
+  parameters?: Schema[];
+  requestBody?: { content?: Record<string, { schema?: unknown }> };
+  responses?: Record<string, Response>;
+  'x-error-format'?: string;
+}
+interface Response {
+  headers?: Record<string, unknown>;
+  content?: Record<string, { schema?: unknown }>;
+}
+
+export function operationsOf(document: Schema): Operation[] {
+  const paths = (document.paths ?? {}) as Record<string, Record<string, Operation | undefined>>;
+  return Object.values(paths).flatMap((item) => METHODS.flatMap((method) => (item[method] ? [item[method]] : [])));
+}
 
 export function withoutScalarExplode(document: Schema): Schema {
   const components = (document.components ?? {}) as { schemas?: Record<string, Schema>; parameters?: Record<string, Schema> };
   const schemas = components.schemas ?? {};
   const isArray = (schema: Schema | undefined): boolean =>
     schema?.type === 'array' || (typeof schema?.$ref === 'string' && schemas[schema.$ref.split('/').pop() ?? '']?.type === 'array');
-  const parameters: Schema[] = Object.values(components.parameters ?? {});
-  for (const pathItem of Object.values((document.paths ?? {}) as Record<string, Record<string, { parameters?: Schema[] } | undefined>>)) {
-    parameters.push(...((pathItem.parameters ?? []) as Schema[]));
-    for (const method of METHODS) parameters.push(...(pathItem[method]?.parameters ?? []));
-  }
+  const parameters: Schema[] = [...Object.values(components.parameters ?? {}), ...operationsOf(document).flatMap((operation) => operation.parameters ?? [])];
+  for (const pathItem of Object.values((document.paths ?? {}) as Record<string, { parameters?: Schema[] }>)) parameters.push(...(pathItem.parameters ?? []));
   for (const parameter of parameters) {
     if (parameter.in === 'query' && parameter.explode === false && !isArray(parameter.schema as Schema | undefined)) delete parameter.explode;
   }
   return document;
 }
 
+/** The names of the component schemas `node` refers to, directly or through other schemas. */
+function reachableSchemas(node: unknown, schemas: Record<string, Schema>, found = new Set<string>()): Set<string> {
+  if (Array.isArray(node)) for (const item of node) reachableSchemas(item, schemas, found);
+  else if (node && typeof node === 'object') {
+    const ref = (node as Schema).$ref;
+    if (typeof ref === 'string' && ref.startsWith('#/components/schemas/')) {
+      const name = ref.slice('#/components/schemas/'.length);
+      if (!found.has(name)) {
+        found.add(name);
+        reachableSchemas(schemas[name], schemas, found);
+      }
+    }
+    for (const value of Object.values(node)) reachableSchemas(value, schemas, found);
+  }
+  return found;
+}
+
+export function closedManagementResponses(document: Schema): Schema {
+  const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
+  const operations = operationsOf(document);
+  const open = reachableSchemas(operations.filter((operation) => operation['x-error-format'] !== 'problem'), schemas);
+  // A request body left open on purpose (the payment processor's events) stays open wherever it is used.
+  for (const operation of operations) {
+    for (const media of Object.values(operation.requestBody?.content ?? {})) {
+      const ref = (media.schema as Schema | undefined)?.$ref;
+      const name = typeof ref === 'string' ? ref.split('/').pop() : undefined;
+      if (name && schemas[name]?.additionalProperties === undefined) for (const reached of reachableSchemas(media.schema, schemas)) open.add(reached);
+    }
+  }
+  const management = operations.filter((operation) => operation['x-error-format'] === 'problem');
+  const responses = management.flatMap((operation) => Object.values(operation.responses ?? {}));
+  for (const name of reachableSchemas(responses, schemas)) {
+    const schema = schemas[name];
+    if (!open.has(name) && schema?.type === 'object' && schema.properties && schema.additionalProperties === undefined) schema.additionalProperties = false;
+  }
+  return document;
+}
+
+const REQUEST_ID_HEADER = {
+  description: 'The id of this request, in logs and in error bodies (`request_id`). A well-formed inbound `X-Request-Id` is kept.',
+  required: true,
+  schema: { type: 'string', pattern: INBOUND_ID.source },
+  example: REQUEST_ID,
+};
+
+export function withRequestIdHeader(document: Schema): Schema {
+  const components = (document.components ??= {}) as Schema;
+  components.headers = { ...(components.headers as Schema | undefined), 'X-Request-Id': REQUEST_ID_HEADER };
+  for (const operation of operationsOf(document)) {
+    for (const response of Object.values(operation.responses ?? {})) {
+      response.headers = { ...response.headers, 'X-Request-Id': { $ref: '#/components/headers/X-Request-Id' } };
+    }
+  }
+  return document;
+}
+
+/**
+ * The schema of a `text/event-stream` response is that of each event's data (TypeSpec cannot say
+ * "a stream of"); its example is written as sent: that event, then `data: [DONE]`, so a mock
+ * streams what the service streams.
+ */
+export function eventStreamExamplesAsSent(document: Schema): Schema {
+  const asSent = (data: unknown) => (typeof data === 'string' ? data : `data: ${JSON.stringify(data)}\n\ndata: [DONE]\n\n`);
+  for (const operation of operationsOf(document)) {
+    for (const response of Object.values(operation.responses ?? {})) {
+      const media = response.content?.['text/event-stream'] as { example?: unknown; examples?: Record<string, { value?: unknown }> } | undefined;
+      const first = media?.example ?? Object.values(media?.examples ?? {})[0]?.value;
+      if (!media || first === undefined) continue;
+      // One `example`: Prism takes it before any schema-level example, which is an object it cannot stream.
+      delete media.examples;
+      media.example = asSent(first);
+    }
+  }
+  return document;
+}
+
+const DEPRECATION_HEADERS = {
+  Deprecation: {
+    description: 'RFC 9745: since when the operation is deprecated, as `@<Unix seconds>` (its `x-deprecation.since`).',
+    required: true,
+    schema: { type: 'string', pattern: '^@[0-9]+$' },
+    example: '@1798761600',
+  },
+  Sunset: {
+    description: 'RFC 8594: when the operation stops answering, as an HTTP date (its `x-deprecation.sunset`).',
+    required: true,
+    schema: { type: 'string' },
+    example: 'Thu, 01 Jul 2027 00:00:00 GMT',
+  },
+};
+
+/** An operation with `x-deprecation` is `deprecated`, and each of its answers declares `Deprecation` and `Sunset`. */
+export function withDeprecationHeaders(document: Schema): Schema {
+  const deprecated = operationsOf(document).filter((operation) => (operation as Schema)['x-deprecation'] !== undefined);
+  if (!deprecated.length) return document;
+  const components = (document.components ??= {}) as Schema;
+  components.headers = { ...(components.headers as Schema | undefined), ...DEPRECATION_HEADERS };
+  for (const operation of deprecated) {
+    (operation as Schema).deprecated = true;
+    for (const response of Object.values(operation.responses ?? {})) {
+      response.headers = { ...response.headers, Deprecation: { $ref: '#/components/headers/Deprecation' }, Sunset: { $ref: '#/components/headers/Sunset' } };
+    }
+  }
+  return document;
+}
+
 export function normalize(document: Schema): Schema {
-  return withoutScalarExplode(normalizeNullable(document));
+  const normalized = nullableAsGeneratorsRead(closedWhereStrict(document));
+  normalized.openapi = '3.0.3';
+  return withErrorExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized))))));
 }
 
 const [file] = process.argv.slice(2);

@@ -5,6 +5,7 @@ import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import type { Principal } from '../accounts/principal.ts';
 import { authorize } from './authorization.ts';
+import { forJsonSchemaValidators } from '../openapi-document.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
 import { logFailedAnswer, setRoute } from './request-log.ts';
 import type { Handlers, OperationId } from './types.ts';
@@ -22,6 +23,8 @@ const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'tr
 export interface SecurityHandlers {
   /** Resolves the caller from the session cookie, or throws an AppError. */
   SessionCookie: (context: Context, req: Request, res: Response) => unknown;
+  /** Checks the CSRF header against the session's token and resolves the session's caller, or throws an AppError. */
+  CsrfToken: (context: Context, req: Request, res: Response) => unknown;
   /** Resolves the caller from a bearer API key, or throws an AppError. */
   ApiKeyBearer: (context: Context, req: Request, res: Response) => unknown;
 }
@@ -60,7 +63,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   const rulesOf = (operation: Operation): OperationRules => rules.get(operation.operationId ?? '') as OperationRules;
 
   const api = new OpenAPIBackend({
-    definition: document,
+    definition: forJsonSchemaValidators(document),
     strict: true,
     // Validators are compiled on first use: compiling the request and response validators of every
     // operation up front costs over 100 MB, most of it for routes a process never serves.
@@ -151,6 +154,8 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         req.operation = rulesOf(operation);
         matched.set(req, operation);
         setRoute(res, req.operation.route);
+        // On every answer of a deprecated operation, errors included (README: deprecation policy).
+        if (req.operation.deprecationHeaders) res.set(req.operation.deprecationHeaders);
       }
       const formatOf = operation ?? atPath[0];
       req.errorFormat = formatOf ? rulesOf(formatOf).errorFormat : 'problem';
@@ -347,6 +352,7 @@ function securityFailure(context: Context, keySent: boolean): AppError {
   return (
     (keySent ? failureOf('ApiKeyBearer') : undefined) ??
     failureOf('SessionCookie') ??
+    failureOf('CsrfToken') ??
     failureOf('ApiKeyBearer') ??
     new AppError('UNAUTHENTICATED', 'Sign in to use this route.')
   );
@@ -356,8 +362,12 @@ function toIssue(error: ErrorObject): ValidationIssue {
   const [, where = '', ...rest] = error.instancePath.split('/');
   const location = [where === 'requestBody' ? 'body' : where, ...rest].filter(Boolean).join('/');
   if (error.keyword === 'additionalProperties' || (error.keyword === 'not' && error.schemaPath.includes('additionalProperties'))) {
-    const field = 'additionalProperty' in error.params ? String(error.params.additionalProperty) : rest.at(-1);
-    return { location, message: `unknown field \`${field}\` is not allowed` };
+    // `additionalProperties: false` points at the object and names the field; `{not: {}}` pointed at the field.
+    if ('additionalProperty' in error.params) {
+      const field = String(error.params.additionalProperty);
+      return { location: [location, field].filter(Boolean).join('/'), message: `unknown field \`${field}\` is not allowed` };
+    }
+    return { location, message: `unknown field \`${rest.at(-1)}\` is not allowed` };
   }
   if (error.keyword === 'required' && error.params.missingProperty === 'requestBody') {
     return { location: 'body', message: 'a JSON body is required (Content-Type: application/json)' };

@@ -30,6 +30,8 @@ export interface OperationRules {
   jsonBody: boolean;
   /** `x-csrf-exempt`: no `Origin` check; the operation takes no session and is verified by a signature over its raw body. */
   csrfExempt: boolean;
+  /** `x-deprecation`: the `Deprecation` (RFC 9745) and `Sunset` (RFC 8594) headers of each answer; undefined when not deprecated. */
+  deprecationHeaders: Readonly<Record<'Deprecation' | 'Sunset', string>> | undefined;
 }
 
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
@@ -44,6 +46,7 @@ interface DocumentedOperation {
   'x-error-format'?: unknown;
   'x-body-limit'?: unknown;
   'x-csrf-exempt'?: unknown;
+  'x-deprecation'?: unknown;
 }
 
 /**
@@ -92,6 +95,7 @@ export function readOperationRules(document: Document): Map<string, OperationRul
         bodyLimit: content ? (limit as number) : undefined,
         jsonBody: content !== undefined && 'application/json' in content,
         csrfExempt: exempt === true,
+        deprecationHeaders: deprecationHeaders(operation['x-deprecation']),
       });
     }
     if (formats.size > 1) faults.push(`the operations of ${path} answer errors in different x-error-formats`);
@@ -154,4 +158,13 @@ function normalizePath(raw: string): string {
 
 function escapeRegExp(literal: string): string {
   return literal.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+/** The headers of `x-deprecation: {since, sunset}` (dates), or undefined; throws on a malformed one. */
+export function deprecationHeaders(deprecation: unknown): OperationRules['deprecationHeaders'] {
+  if (deprecation === undefined) return undefined;
+  const { since, sunset } = (deprecation ?? {}) as { since?: unknown; sunset?: unknown };
+  const [from, until] = [Date.parse(String(since)), Date.parse(String(sunset))];
+  if (Number.isNaN(from) || Number.isNaN(until)) throw new Error(`x-deprecation needs the dates since and sunset: ${JSON.stringify(deprecation)}`);
+  return { Deprecation: `@${Math.floor(from / 1000)}`, Sunset: new Date(until).toUTCString() };
 }

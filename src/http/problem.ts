@@ -1,5 +1,5 @@
 import type { Request, Response } from 'express';
-import type { AppError } from '../errors.ts';
+import type { AppError, ErrorCode, InferenceErrorCode } from '../errors.ts';
 import type { components } from '../../generated/api.d.ts';
 import { logFailedAnswer } from './request-log.ts';
 
@@ -20,7 +20,9 @@ export function toProblem(error: AppError, requestId: string): Problem {
   };
 }
 
-const INFERENCE_TYPES: Record<number, string> = {
+type InferenceErrorType = InferenceError['error']['type'];
+
+const INFERENCE_TYPES: Record<number, InferenceErrorType> = {
   401: 'authentication_error',
   403: 'permission_error',
   404: 'not_found_error',
@@ -32,19 +34,26 @@ export function inferenceStatus(error: AppError): number {
   return error.inference?.status ?? (error.status === 422 ? 400 : error.status);
 }
 
-/** The hosted-inference `code` of errors raised outside the proxy (parsing, validation, limits). */
-function inferenceCode(error: AppError): string {
+/** The hosted-inference `code` of errors raised without one (outside the proxy: parsing, security, limits). */
+const INFERENCE_CODES: Partial<Record<ErrorCode, InferenceErrorCode>> = {
+  MALFORMED_REQUEST: 'invalid_json',
+  PAYLOAD_TOO_LARGE: 'request_too_large',
+  UNAUTHENTICATED: 'missing_credentials',
+  FORBIDDEN: 'insufficient_role',
+  CSRF_FAILED: 'csrf_failed',
+  NOT_FOUND: 'model_not_found',
+  METHOD_NOT_ALLOWED: 'method_not_allowed',
+  RATE_LIMITED: 'rate_limit_exceeded',
+  NOT_IMPLEMENTED: 'not_implemented',
+  SERVICE_UNAVAILABLE: 'service_unavailable',
+};
+
+function inferenceCode(error: AppError): InferenceErrorCode {
   if (error.inference) return error.inference.code;
-  switch (error.code) {
-    case 'MALFORMED_REQUEST':
-      return 'invalid_json';
-    case 'PAYLOAD_TOO_LARGE':
-      return 'request_too_large';
-    case 'VALIDATION_FAILED':
-      return error.errors?.some((issue) => / is required$/.test(issue.message)) ? 'missing_required_parameter' : 'invalid_parameter';
-    default:
-      return error.code.toLowerCase();
+  if (error.code === 'VALIDATION_FAILED') {
+    return error.errors?.some((issue) => / is required$/.test(issue.message)) ? 'missing_required_parameter' : 'invalid_parameter';
   }
+  return INFERENCE_CODES[error.code] ?? 'internal_error';
 }
 
 export function toInferenceError(error: AppError): InferenceError {

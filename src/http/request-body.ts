@@ -26,7 +26,9 @@ export function authenticateBeforeBody(security: SecurityHandlers): RequestHandl
       request: { method: req.method, path: req.path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
     } as unknown as Context;
     try {
-      const principal = (req.headers.authorization ? await security.ApiKeyBearer(context, req, res) : await security.SessionCookie(context, req, res)) as
+      // A session caller of a state-changing route also shows its CSRF token (the CsrfToken scheme).
+      const sessionScheme = operation.security.some((requirement) => 'CsrfToken' in requirement) ? security.CsrfToken : security.SessionCookie;
+      const principal = (req.headers.authorization ? await security.ApiKeyBearer(context, req, res) : await sessionScheme(context, req, res)) as
         | Principal
         | undefined;
       if (!principal) throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });

@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { Express, NextFunction, Request, Response } from 'express';
 import type { Logger } from 'pino';
 
-const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
+export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
 /**
  * Request ids and access lines, with nothing done per request that the log level would not write

@@ -26,42 +26,66 @@ export function originCheck(allowedOrigins: readonly string[]) {
 }
 
 /**
- * Authentication by session cookie. Management routes refuse `Authorization` headers; a
- * state-changing request must echo the `csrf_token` cookie in `X-CSRF-Token`, and that token must be
- * the one bound to this session. A session extended by this request gets its cookies again.
+ * Authentication by session cookie, and the CSRF token that goes with it on state-changing routes.
+ * Management routes refuse `Authorization` headers. The document requires the `CsrfToken` scheme
+ * together with `SessionCookie` wherever a session may change state: its handler checks that
+ * `X-CSRF-Token` echoes the `csrf_token` cookie and is the token bound to this session (403
+ * `CSRF_FAILED` otherwise). Both handlers share one validation of the session per request. A
+ * session extended by this request gets its cookies again.
  */
-export function sessionAuthentication(deps: { sessions: SessionStore; cookies: SessionCookies }): SecurityHandlers['SessionCookie'] {
-  return async (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> => {
-    const keyAccepted = (context.operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement);
-    if (req.headers.authorization) {
-      if (!keyAccepted) {
-        throw new AppError('AUTHORIZATION_HEADER_NOT_ALLOWED', 'This route authenticates with the session cookie; remove the Authorization header.');
-      }
-      // Where an API key is accepted and sent, it wins and the cookie is ignored (no error to build:
-      // this is every API-key request).
-      return undefined;
+export function sessionSecurity(deps: { sessions: SessionStore; cookies: SessionCookies }): Pick<SecurityHandlers, 'SessionCookie' | 'CsrfToken'> {
+  const validated = new WeakMap<Request, Promise<SessionPrincipal | undefined>>();
+  const session = (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> => {
+    let principal = validated.get(req);
+    if (!principal) {
+      principal = validateSession(deps, context, req, res);
+      validated.set(req, principal);
     }
-    const token = context.request.cookies?.[deps.cookies.name];
-    if (typeof token !== 'string' || !token) {
-      throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
-    }
-    const validated = await deps.sessions.validate(token);
-    if (!validated) {
-      throw new AppError('UNAUTHENTICATED', 'Your session has expired or ended. Sign in again.', { inference: { code: 'invalid_session' } });
-    }
-    const { principal, renewed } = validated;
-
-    if (!SAFE_METHODS.has(req.method)) {
+    return principal;
+  };
+  return {
+    SessionCookie: session,
+    CsrfToken: async (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> => {
+      const principal = await session(context, req, res);
+      // An API key was sent where one is accepted: that requirement decides, not this one.
+      if (!principal) return undefined;
       const header = req.get(CSRF_HEADER) ?? '';
       const cookie = String(context.request.cookies?.[deps.cookies.csrfName] ?? '');
       const expected = deps.cookies.csrfToken(principal.sessionId);
       if (!header || !constantTimeEqual(header, cookie) || !constantTimeEqual(header, expected)) {
         throw new AppError('CSRF_FAILED', `Send the ${deps.cookies.csrfName} cookie value in the X-CSRF-Token header.`);
       }
-    }
-    if (renewed) deps.cookies.set(res, token, principal.sessionId, principal.expiresAt);
-    return principal;
+      return principal;
+    },
   };
+}
+
+async function validateSession(
+  deps: { sessions: SessionStore; cookies: SessionCookies },
+  context: Context,
+  req: Request,
+  res: Response,
+): Promise<SessionPrincipal | undefined> {
+  const keyAccepted = (context.operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement);
+  if (req.headers.authorization) {
+    if (!keyAccepted) {
+      throw new AppError('AUTHORIZATION_HEADER_NOT_ALLOWED', 'This route authenticates with the session cookie; remove the Authorization header.');
+    }
+    // Where an API key is accepted and sent, it wins and the cookie is ignored (no error to build:
+    // this is every API-key request).
+    return undefined;
+  }
+  const token = context.request.cookies?.[deps.cookies.name];
+  if (typeof token !== 'string' || !token) {
+    throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
+  }
+  const validated = await deps.sessions.validate(token);
+  if (!validated) {
+    throw new AppError('UNAUTHENTICATED', 'Your session has expired or ended. Sign in again.', { inference: { code: 'invalid_session' } });
+  }
+  const { principal, renewed } = validated;
+  if (renewed) deps.cookies.set(res, token, principal.sessionId, principal.expiresAt);
+  return principal;
 }
 
 /** Authentication by `Authorization: Bearer svc-sk-…`, accepted on inference routes only. */

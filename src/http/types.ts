@@ -37,6 +37,8 @@ export type Reply<K extends OperationId> = {
 /** The caller each security scheme of the document resolves; `none`: the empty requirement, no caller. */
 interface PrincipalOf {
   SessionCookie: SessionPrincipal;
+  /** Required together with SessionCookie on state-changing routes: the same session caller. */
+  CsrfToken: SessionPrincipal;
   ApiKeyBearer: ApiKeyPrincipal;
   none: undefined;
 }

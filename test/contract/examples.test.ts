@@ -1,10 +1,10 @@
 import { Ajv } from 'ajv';
 import addFormats from 'ajv-formats';
 import { describe, expect, it } from 'vitest';
-import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { forJsonSchemaValidators, loadOpenApiDocument } from '../../src/openapi-document.ts';
 
 /** Every example of the document (the ones Prism serves) is valid against its own schema. */
-const document = loadOpenApiDocument() as unknown as {
+const document = forJsonSchemaValidators(loadOpenApiDocument()) as unknown as {
   paths: Record<string, Record<string, Operation>>;
   components: { schemas: Record<string, { example?: unknown }> };
 };
@@ -16,7 +16,7 @@ interface MediaType {
 interface Operation {
   operationId: string;
   requestBody?: { content: Record<string, MediaType> };
-  responses: Record<string, { content?: Record<string, MediaType> }>;
+  responses: Record<string, { content?: Record<string, MediaType>; 'x-error-codes'?: string[] }>;
 }
 
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -68,10 +68,46 @@ describe('OpenAPI examples', () => {
     expect(cases.length).toBeGreaterThan(operations.length);
   });
 
-  it.each(cases.map((c) => [c.name, c] as const))('%s is valid against its schema', (_name, { schemaRef, value }) => {
+  it.each(cases.map((c) => [c.name, c] as const))('%s is valid against its schema', (name, { schemaRef, value }) => {
     const validate = ajv.getSchema(schemaRef) ?? ajv.compile({ $ref: schemaRef });
-    const valid = validate(value);
-    expect(validate.errors ?? [], JSON.stringify(value).slice(0, 300)).toEqual([]);
-    expect(valid).toBe(true);
+    // An event stream's schema is each event's data; its example is the stream as sent, ending with [DONE].
+    const values = name.includes('text/event-stream') ? eventsOf(value) : [value];
+    expect(values.length).toBeGreaterThan(0);
+    for (const one of values) {
+      const valid = validate(one);
+      expect(validate.errors ?? [], JSON.stringify(one).slice(0, 300)).toEqual([]);
+      expect(valid).toBe(true);
+    }
+  });
+});
+
+/** The data of each event of a `text/event-stream` example, which must end with `data: [DONE]`. */
+function eventsOf(stream: unknown): unknown[] {
+  expect(typeof stream).toBe('string');
+  const data = [...String(stream).matchAll(/^data: (.*)$/gm)].map((match) => match[1] as string);
+  expect(data.at(-1)).toBe('[DONE]');
+  return data.slice(0, -1).map((event) => JSON.parse(event) as unknown);
+}
+
+describe('error examples', () => {
+  it('every error response has an example per code it lists, whose status is the response\'s', () => {
+    const wrong = operations.flatMap(({ operation }) =>
+      Object.entries(operation.responses)
+        .filter(([status]) => !/^[23]/.test(status))
+        .flatMap(([status, response]) => {
+          const codes = response['x-error-codes'] ?? [];
+          const examples = Object.entries(response.content?.['application/json']?.examples ?? {});
+          const problems = examples.flatMap(([key, { value }]) => {
+            const body = value as { status?: number; code?: string; error?: { code?: string } };
+            const code = body.error ? body.error.code : body.code;
+            const statusOk = body.error || status === 'default' || body.status === Number(status);
+            return statusOk && code === key && codes.includes(code) ? [] : [`${key}: status ${String(body.status)}, code ${String(code)}`];
+          });
+          const missing = codes.filter((code) => !examples.some(([key]) => key === code));
+          const faults = [...problems, ...missing.map((code) => `no example of ${code}`), ...(codes.length ? [] : ['no x-error-codes'])];
+          return faults.map((fault) => `${operation.operationId} ${status}: ${fault}`);
+        }),
+    );
+    expect(wrong).toEqual([]);
   });
 });

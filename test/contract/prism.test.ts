@@ -1,39 +1,24 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { createRequire } from 'node:module';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
-import { freePort, waitUntil } from '../helpers/net.ts';
+import { startPrism, type PrismMock } from '../helpers/prism.ts';
 
 /**
  * What the frontend and SDK teams do: run Prism's mock of generated/openapi.json and drive it with a
  * client generated from generated/api.d.ts. The mock must start, serve the examples, and enforce
  * the contract's security and strict bodies.
  */
-const require = createRequire(import.meta.url);
-const PRISM = path.join(path.dirname(require.resolve('@stoplight/prism-cli/package.json')), 'dist', 'index.js');
-const DOCUMENT = fileURLToPath(new URL('../../generated/openapi.json', import.meta.url));
-
 describe('contract: Prism mock of the OpenAPI document', () => {
-  let prism: ChildProcess;
+  let prism: PrismMock;
   let baseUrl: string;
-  let output = '';
 
   beforeAll(async () => {
-    const port = await freePort();
-    baseUrl = `http://127.0.0.1:${port}`;
-    prism = spawn(process.execPath, [PRISM, 'mock', '--host', '127.0.0.1', '--port', String(port), DOCUMENT], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    prism.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    prism.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    await waitUntil(async () => (await fetch(`${baseUrl}/healthz`)).ok, `Prism to serve the document\n${output}`, 60_000);
+    prism = await startPrism();
+    baseUrl = prism.url;
   }, 90_000);
 
   afterAll(() => {
-    prism?.kill();
+    prism?.close();
   });
 
   const client = () => createClient<paths>({ baseUrl });
@@ -69,10 +54,15 @@ describe('contract: Prism mock of the OpenAPI document', () => {
   it('rejects an unknown field of a strict body with 422', async () => {
     const response = await fetch(`${baseUrl}/api/v1/model-deployments`, {
       method: 'POST',
-      headers: { ...session, 'content-type': 'application/json' },
+      headers: { ...session, 'X-CSRF-Token': 'token', 'content-type': 'application/json' },
       body: JSON.stringify({ model_name: 'qwen2.5-instruct', gpu: 'h100' }),
     });
     expect(response.status).toBe(422);
+  });
+
+  it('refuses a state-changing call with the session cookie but without the CSRF token', async () => {
+    const { response } = await client().POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct' }, headers: session });
+    expect(response.status).toBe(401);
   });
 
   it('signs in and returns the session example', async () => {

@@ -23,12 +23,14 @@ interface Operation {
   'x-error-format'?: unknown;
   'x-body-limit'?: unknown;
   'x-csrf-exempt'?: unknown;
+  'x-deprecation'?: unknown;
+  deprecated?: boolean;
 }
 
 const document = loadOpenApiDocument() as unknown as {
   security: Array<Record<string, string[]>>;
   paths: Record<string, Record<string, Operation>>;
-  components: { parameters: Record<string, Parameter>; schemas: Record<string, { type?: string; additionalProperties?: unknown }> };
+  components: { securitySchemes: Record<string, unknown>; parameters: Record<string, Parameter>; schemas: Record<string, { type?: string; additionalProperties?: unknown }> };
 };
 const operations = Object.entries(document.paths).flatMap(([path, item]) =>
   Object.entries(item).map(([method, operation]) => ({ route: `${method.toUpperCase()} ${path}`, method, path, operation })),
@@ -82,12 +84,15 @@ describe('the OpenAPI document', () => {
     expect(operation.description?.length).toBeGreaterThan(10);
   });
 
-  it('documents the CSRF header on every state-changing route that accepts the session cookie', () => {
-    const missing = operations
-      .filter(({ method, operation }) => method !== 'get' && usesCookie(operation))
-      .filter(({ operation }) => !(operation.parameters ?? []).map(parameter).some((p) => p?.in === 'header' && p.name === 'X-CSRF-Token'))
+  it('requires the CSRF token scheme (X-CSRF-Token) together with the session cookie on every state-changing route, and never on a read', () => {
+    const wrong = operations
+      .filter(({ method, operation }) => {
+        const cookieRequirements = (operation.security ?? document.security).filter((requirement) => 'SessionCookie' in requirement);
+        return cookieRequirements.some((requirement) => ('CsrfToken' in requirement) !== (method !== 'get'));
+      })
       .map((o) => o.route);
-    expect(missing).toEqual([]);
+    expect(wrong).toEqual([]);
+    expect(document.components.securitySchemes.CsrfToken).toMatchObject({ type: 'apiKey', in: 'header', name: 'X-CSRF-Token' });
   });
 
   it('documents 401 on every route that needs a credential', () => {
@@ -159,9 +164,32 @@ describe('the OpenAPI document', () => {
       .filter(({ operation }) => operation.operationId !== 'handleBillingWebhook')
       .filter(({ operation }) => {
         const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? '';
-        return JSON.stringify(document.components.schemas[ref.split('/').pop() ?? '']?.additionalProperties) !== '{"not":{}}';
+        return document.components.schemas[ref.split('/').pop() ?? '']?.additionalProperties !== false;
       })
       .map((o) => o.route);
     expect(open).toEqual([]);
+  });
+
+  it('marks deprecated exactly the operations with x-deprecation, each answer declaring Deprecation and Sunset', () => {
+    const wrong = operations
+      .filter(({ operation }) => {
+        const deprecated = operation['x-deprecation'] !== undefined;
+        const declared = Object.values(operation.responses).every((response) => {
+          const headers = Object.keys((response as { headers?: object }).headers ?? {});
+          return headers.includes('Deprecation') && headers.includes('Sunset');
+        });
+        return (operation.deprecated === true) !== deprecated || (deprecated && !declared);
+      })
+      .map((o) => o.route);
+    expect(wrong).toEqual([]);
+  });
+
+  it('declares X-Request-Id on every response', () => {
+    const missing = operations.flatMap(({ route, operation }) =>
+      Object.entries(operation.responses)
+        .filter(([, response]) => !Object.keys((response as { headers?: object }).headers ?? {}).includes('X-Request-Id'))
+        .map(([status]) => `${route} ${status}`),
+    );
+    expect(missing).toEqual([]);
   });
 });

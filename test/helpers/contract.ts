@@ -1,7 +1,7 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import addFormats from 'ajv-formats';
 import { createParser } from 'eventsource-parser';
-import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { forJsonSchemaValidators, loadOpenApiDocument } from '../../src/openapi-document.ts';
 import { foundViolations as violations, pendingChecks as pending } from './contract-checks.ts';
 
 /**
@@ -18,10 +18,10 @@ interface MediaType {
 }
 interface Operation {
   operationId: string;
-  responses: Record<string, { content?: Record<string, MediaType> }>;
+  responses: Record<string, { content?: Record<string, MediaType>; 'x-error-codes'?: string[] }>;
 }
 
-const document = loadOpenApiDocument() as unknown as { paths: Record<string, Record<string, Operation>> };
+const document = forJsonSchemaValidators(loadOpenApiDocument()) as unknown as { paths: Record<string, Record<string, Operation>> };
 const ajv = new Ajv({ strict: false, allErrors: true });
 addFormats.default(ajv);
 ajv.addSchema(document, 'openapi.json');
@@ -38,8 +38,6 @@ function validatorFor(ref: string): ValidateFunction {
   return validate;
 }
 
-/** The schema the event stream of a chat answer should document (issue 16 will type it in the document). */
-const CHUNK_SCHEMA = pointer('components', 'schemas', 'ChatCompletionChunk');
 
 /** Operations by path template, most literal first, to find the template of a concrete path. */
 const templates = Object.keys(document.paths)
@@ -85,8 +83,10 @@ export async function checkResponse(method: string, template: string, response: 
     throw new ContractViolation(`${where}: answered ${contentType || 'no content type'}, documented ${Object.keys(documented.content).join(', ')}`);
   }
 
+  const schema = pointer('paths', template, method.toLowerCase(), 'responses', key, 'content', contentType, 'schema');
   if (contentType === 'text/event-stream') {
-    if (template === '/v1/chat/completions') watchFirstEvent(where, response.clone());
+    // The media's schema is each event's data (a chat stream: ChatCompletionChunk).
+    watchFirstEvent(where, response.clone(), schema);
     return;
   }
   if (contentType !== 'application/json' && !contentType.endsWith('+json')) return;
@@ -97,14 +97,26 @@ export async function checkResponse(method: string, template: string, response: 
   } catch {
     throw new ContractViolation(`${where}: the body is not JSON: ${JSON.stringify(text.slice(0, 200))}`);
   }
-  const validate = validatorFor(pointer('paths', template, method.toLowerCase(), 'responses', key, 'content', contentType, 'schema'));
+  const validate = validatorFor(schema);
   if (!validate(body)) {
     throw new ContractViolation(`${where}: the body does not match the document: ${ajv.errorsText(validate.errors)}\n${text.slice(0, 500)}`);
   }
+  const codes = documented['x-error-codes'];
+  const code = errorCodeOf(body);
+  if (codes && !codes.includes(code ?? '')) {
+    throw new ContractViolation(`${where}: the error code ${String(code)} is not one the document lists for it (x-error-codes: ${codes.join(', ')})`);
+  }
 }
 
-/** Reads a copy of the stream up to its first `data:` event and checks it as a ChatCompletionChunk. */
-function watchFirstEvent(where: string, copy: Response) {
+/** The stable code of an error body: a Problem's `code`, an inference error's `error.code`. */
+function errorCodeOf(body: unknown): string | undefined {
+  const shaped = body as { code?: unknown; error?: { code?: unknown } };
+  const code = shaped.error && typeof shaped.error === 'object' ? shaped.error.code : shaped.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Reads a copy of the stream up to its first `data:` event and checks it against the event schema. */
+function watchFirstEvent(where: string, copy: Response, schema: string) {
   const check = (async () => {
     const reader = copy.body?.getReader();
     if (!reader) return;
@@ -132,9 +144,9 @@ function watchFirstEvent(where: string, copy: Response) {
       violations.push(new ContractViolation(`${where}: the first event is not JSON: ${first.slice(0, 200)}`));
       return;
     }
-    const validate = validatorFor(CHUNK_SCHEMA);
+    const validate = validatorFor(schema);
     if (!validate(event)) {
-      violations.push(new ContractViolation(`${where}: the first event is not a ChatCompletionChunk: ${ajv.errorsText(validate.errors)}\n${first.slice(0, 500)}`));
+      violations.push(new ContractViolation(`${where}: the first event does not match the document's event schema: ${ajv.errorsText(validate.errors)}\n${first.slice(0, 500)}`));
     }
   })();
   pending.add(check);

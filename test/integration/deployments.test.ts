@@ -140,9 +140,10 @@ describe('listing and reading deployments', () => {
     expect((await list(stranger.api)).data).toMatchObject({ items: [], total: 0 });
   });
 
-  it('answers 404 for an id that is not a deployment id', async () => {
+  it('answers 422 for an id that is not a UUID (the path parameter is format uuid) and 404 for an unknown UUID', async () => {
     const { api } = await registeredUser(app);
-    expect(await statusOf(get(api, 'not-a-uuid'))).toBe(404);
+    expect(await statusOf(get(api, 'not-a-uuid'))).toBe(422);
+    expect(await statusOf(get(api, '0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21'))).toBe(404);
   });
 
   it('shows each state the API can report, with what went wrong for a failed one', async () => {

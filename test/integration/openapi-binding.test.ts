@@ -114,10 +114,12 @@ const document = {
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
     },
+    // On its way out (x-deprecation): every answer says so.
     '/ping': {
       post: {
         operationId: 'ping',
         'x-error-format': 'problem',
+        'x-deprecation': { since: '2026-11-01', sunset: '2027-07-01' },
         responses: { 200: { description: 'ok', content: { 'application/json': { schema: { type: 'object' } } } } },
       },
     },
@@ -152,6 +154,7 @@ describe('OpenAPI binding', () => {
         SessionCookie: () => {
           throw new AppError('UNAUTHENTICATED', 'Sign in to use this route.');
         },
+        CsrfToken: () => undefined,
         ApiKeyBearer: () => undefined,
       },
       allowedOrigins: [],
@@ -223,6 +226,15 @@ describe('OpenAPI binding', () => {
     expect((await fetch(`${url}/nowhere`, malformed)).status).toBe(404);
   });
 
+  it('sends Deprecation (RFC 9745) and Sunset (RFC 8594) on every answer of a deprecated operation, and on no other', async () => {
+    const answer = await fetch(`${url}/ping`, { method: 'POST' });
+    expect([answer.status, answer.headers.get('deprecation'), answer.headers.get('sunset')]).toEqual([200, '@1793491200', 'Thu, 01 Jul 2027 00:00:00 GMT']);
+    const refused = await fetch(`${url}/ping`, { method: 'POST', body: '{"not json', headers: { 'content-type': 'application/json', origin: 'https://evil.example' } });
+    expect(refused.status).toBe(403);
+    expect(refused.headers.get('deprecation')).toBe('@1793491200');
+    expect((await fetch(`${url}/items`)).headers.get('deprecation')).toBeNull();
+  });
+
   it('answers 500 without details when a handler breaks the contract', async () => {
     expect(await jsonOf(await fetch(`${url}/items/12`))).toEqual({ id: 12 });
     const response = await fetch(`${url}/items/13`);
@@ -285,7 +297,7 @@ describe('response validation (openapi-backend postResponseHandler)', () => {
       logger: pino({ level: 'info' }, { write: (line: string) => void lines.push(line) }),
       document,
       handlers,
-      security: { SessionCookie: () => undefined, ApiKeyBearer: () => undefined },
+      security: { SessionCookie: () => undefined, CsrfToken: () => undefined, ApiKeyBearer: () => undefined },
       allowedOrigins: [],
       trustProxy: false,
       validateResponses,

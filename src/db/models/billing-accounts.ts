@@ -1,6 +1,6 @@
 import { BaseModel } from '../base-model.ts';
 
-/** `billing_accounts`: one per organization; the payment columns come with the billing work. */
+/** `billing_accounts`: one per organization, with the payment processor's state as last read. */
 export class BillingAccountRow extends BaseModel {
   static override tableName = 'billing_accounts';
   declare id: number;
@@ -17,6 +17,11 @@ export class BillingAccountRow extends BaseModel {
   declare current_period_end: Date | null;
   declare auto_charge_enabled_at: Date | null;
   declare auto_charge_enabled_by_user_id: number | null;
+  /** The customer's default payment method at the processor (`invoice_settings.default_payment_method`). */
+  declare default_payment_method_id: string | null;
+  /** USD per billing period, a decimal string as Postgres numeric reads; null for no limit. */
+  declare monthly_spending_limit: string | null;
+  declare processor_synced_at: Date | null;
   /** Active deployments the organization may have at once. */
   declare max_active_resources: number;
   declare created_at: Date;

@@ -934,9 +934,10 @@ export interface paths {
         };
         /**
          * List models
-         * @description What the caller may send as `model`: for an API key, its scoped deployments that are `running`;
-         *     for a session (role member or above), the caller's own `running` deployments and the enabled
-         *     hosted models. Each deployment is listed once, by deployment id, with its `model_name`.
+         * @description What the caller may send as `model`: for an API key, its scoped deployments that are `running`,
+         *     and the hosted models when its `allow_hosted_models` is on; for a session (role member or above),
+         *     the caller's own `running` deployments and the hosted models. Each deployment is listed once, by
+         *     deployment id, with its `model_name`; a hosted model by its model name (`owned_by` `system`).
          */
         get: operations["listModels"];
         put?: never;
@@ -1599,6 +1600,7 @@ export interface components {
          *           "status": "running"
          *         }
          *       ],
+         *       "allow_hosted_models": false,
          *       "created_at": "2026-11-20T09:45:00Z"
          *     }
          */
@@ -1635,6 +1637,12 @@ export interface components {
              *     terminated stays listed with its status, but the key can no longer reach it.
              */
             deployments: components["schemas"]["ApiKeyDeployment"][];
+            /**
+             * @description Whether the key may also call the platform's hosted models by their model name (`false` by
+             *     default: the key reaches only its scoped deployments). A running scoped deployment serving the
+             *     same model name takes precedence over the hosted model.
+             */
+            allow_hosted_models: boolean;
             /** Format: date-time */
             created_at: string;
         };
@@ -2155,6 +2163,8 @@ export interface components {
              * @description When the key stops working; must be in the future. Omitted or `null`: the key never expires.
              */
             expires_at?: string | null;
+            /** @description Whether the key may also call the hosted models (see `ApiKey.allow_hosted_models`). Omitted: `false`. */
+            allow_hosted_models?: boolean;
         };
         /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateChatCompletionRequest: {
@@ -2397,6 +2407,7 @@ export interface components {
          *             "status": "running"
          *           }
          *         ],
+         *         "allow_hosted_models": false,
          *         "created_at": "2026-11-20T09:45:00Z"
          *       }
          *     }
@@ -3538,6 +3549,8 @@ export interface components {
             expires_at?: string | null;
             /** @description `disabled` suspends the key; `active` re-enables it. */
             status?: components["schemas"]["ApiKeyUpdatableStatus"];
+            /** @description Lets the key call the hosted models too (`true`), or no longer (`false`). */
+            allow_hosted_models?: boolean;
         };
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
@@ -4659,8 +4672,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
@@ -6389,8 +6402,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
@@ -6614,8 +6627,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
@@ -6830,8 +6843,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
@@ -7868,8 +7881,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
@@ -8142,6 +8155,7 @@ export interface operations {
                      *               "status": "running"
                      *             }
                      *           ],
+                     *           "allow_hosted_models": false,
                      *           "created_at": "2026-11-20T09:45:00Z"
                      *         },
                      *         {
@@ -8160,6 +8174,7 @@ export interface operations {
                      *               "status": "terminated"
                      *             }
                      *           ],
+                     *           "allow_hosted_models": false,
                      *           "created_at": "2026-11-10T11:00:00Z"
                      *         }
                      *       ]
@@ -8228,7 +8243,8 @@ export interface operations {
                  *       "deployment_ids": [
                  *         "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"
                  *       ],
-                 *       "expires_at": "2027-11-20T00:00:00Z"
+                 *       "expires_at": "2027-11-20T00:00:00Z",
+                 *       "allow_hosted_models": true
                  *     }
                  */
                 "application/json": components["schemas"]["CreateApiKeyRequest"];
@@ -8261,6 +8277,7 @@ export interface operations {
                      *             "status": "running"
                      *           }
                      *         ],
+                     *         "allow_hosted_models": true,
                      *         "created_at": "2026-11-20T09:45:00Z"
                      *       }
                      *     }
@@ -8442,6 +8459,7 @@ export interface operations {
                      *           "status": "running"
                      *         }
                      *       ],
+                     *       "allow_hosted_models": false,
                      *       "created_at": "2026-11-20T09:45:00Z"
                      *     }
                      */
@@ -8549,6 +8567,7 @@ export interface operations {
                      *           "status": "running"
                      *         }
                      *       ],
+                     *       "allow_hosted_models": false,
                      *       "created_at": "2026-11-20T09:45:00Z"
                      *     }
                      */
@@ -9455,8 +9474,8 @@ export interface operations {
             };
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
-             *     organization outside the key's scope, or a hosted model: keys reach only their scoped
-             *     deployments), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
              *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */

@@ -35,6 +35,8 @@ export interface ApiKeyPrincipal {
   keyId: number;
   organizationId: number;
   deploymentIds: ReadonlySet<string>;
+  /** The key may call hosted models too (`allow_hosted_models`). */
+  allowHostedModels: boolean;
 }
 
 export type Principal = SessionPrincipal | ApiKeyPrincipal;

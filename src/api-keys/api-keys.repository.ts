@@ -20,6 +20,7 @@ export interface KeyState {
   key_hash: string;
   status: ApiKeyRow['status'];
   expires_at: Date | null;
+  allow_hosted_models: boolean;
   deployment_ids: string[];
 }
 
@@ -39,13 +40,13 @@ export async function findKey(db: Db, organizationId: number, keyId: number, opt
 
 export async function insertKey(
   db: Db,
-  key: Pick<ApiKeyRow, 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'key_hash' | 'expires_at'>,
+  key: Pick<ApiKeyRow, 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'key_hash' | 'expires_at' | 'allow_hosted_models'>,
 ): Promise<ApiKeyRow> {
   return ApiKeyRow.query(db).insert(key).returning('*');
 }
 
 /** The key after the changes (as it is when there are none). */
-export async function updateKey(db: Db, key: ApiKeyRow, changes: Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'status'>>): Promise<ApiKeyRow> {
+export async function updateKey(db: Db, key: ApiKeyRow, changes: Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'status' | 'allow_hosted_models'>>): Promise<ApiKeyRow> {
   if (!Object.keys(changes).length) return key;
   const [row] = await ApiKeyRow.query(db).where({ id: key.id }).patch(changes).returning('*');
   return row ?? key;
@@ -99,7 +100,7 @@ export async function findKeyState(db: Db, keyHash: string): Promise<KeyState | 
     .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
     .where('k.key_hash', keyHash)
     .groupBy('k.id')
-    .select('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'))
+    .select('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', 'k.allow_hosted_models', db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'))
     .first()
     .castTo<KeyState | undefined>();
 }

@@ -84,6 +84,7 @@ export class ApiKeysService {
         key_prefix: keyPrefixOf(key),
         key_hash: hashToken(key),
         expires_at: expiresAt,
+        allow_hosted_models: input.allow_hosted_models ?? false,
       });
       await setScope(trx, created.id, input.deployment_ids, { replace: false });
       const [apiKey] = await this.#withDeployments([created], trx);
@@ -105,6 +106,7 @@ export class ApiKeysService {
       if (input.name !== undefined) changes.name = notBlank(input.name, 'body/name');
       if (input.expires_at !== undefined) changes.expires_at = futureOrNull(input.expires_at);
       if (input.status !== undefined) changes.status = input.status;
+      if (input.allow_hosted_models !== undefined) changes.allow_hosted_models = input.allow_hosted_models;
       if (input.deployment_ids !== undefined) {
         await assertScope(trx, organization.id, input.deployment_ids);
         await setScope(trx, id, input.deployment_ids, { replace: true });
@@ -196,7 +198,7 @@ export class ApiKeysService {
   async #lookup(hash: string): Promise<CacheEntry | undefined> {
     const row = await findKeyState(this.#db, hash);
     if (!row || !constantTimeEqual(row.key_hash, hash)) return undefined;
-    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids) };
+    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids), allowHostedModels: row.allow_hosted_models };
     if (row.status === 'revoked') return { at: 0, principal, refusal: { code: 'api_key_revoked', message: 'The API key was revoked.' } };
     if (row.status === 'disabled') return { at: 0, principal, refusal: { code: 'api_key_disabled', message: 'The API key is disabled.' } };
     if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, principal, refusal: { code: 'api_key_expired', message: 'The API key has expired.' } };
@@ -227,6 +229,7 @@ export class ApiKeysService {
       last_used_at: row.last_used_at?.toISOString() ?? null,
       revoked_at: row.revoked_at?.toISOString() ?? null,
       deployments: scopes.filter((scope) => scope.api_key_id === row.id).map(({ id, model_name, status }) => ({ id, model_name, status })),
+      allow_hosted_models: row.allow_hosted_models,
       created_at: row.created_at.toISOString(),
     }));
   }

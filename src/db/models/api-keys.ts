@@ -12,6 +12,8 @@ export class ApiKeyRow extends BaseModel {
   declare key_hash: string;
   declare status: components['schemas']['ApiKey']['status'];
   declare expires_at: Date | null;
+  /** The key may call hosted models too (off by default). */
+  declare allow_hosted_models: boolean;
   declare last_used_at: Date | null;
   declare revoked_at: Date | null;
   declare created_at: Date;

@@ -1,0 +1,14 @@
+import { BaseModel } from '../base-model.ts';
+
+/** `hosted_model_endpoints`: a hosted catalog model launched on a hosted cluster; it serves while `running`. */
+export class HostedModelEndpointRow extends BaseModel {
+  static override tableName = 'hosted_model_endpoints';
+  declare id: string;
+  declare model_name: string;
+  declare cluster_id: string;
+  declare engine_model_uid: string;
+  declare state: 'launching' | 'running' | 'failed';
+  declare state_reason: string | null;
+  declare created_at: Date;
+  declare updated_at: Date;
+}

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
 import { Lifecycle } from './lifecycle.ts';
+import { launchHostedModels } from './hosted/hosted-launch.ts';
 import { LOCAL_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
 import { startLocalStripe, withLocalStripe } from './local/local-stripe.ts';
 import { startMailDev } from './local/maildev.ts';
@@ -41,7 +42,14 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
       : undefined;
 
   const runtime = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl, lifecycle });
-  if (simulator) await registerLocalCluster(runtime.container.clusters, simulator, log);
+  if (simulator) {
+    await registerLocalCluster(runtime.container.clusters, simulator, log);
+    // The catalog's hosted models load in the background, as an operator's `hosted launch` would.
+    void launchHostedModels({ db: runtime.container.db, clusters: runtime.container.clusters }).then(
+      (outcomes) => log.info({ hosted_models: outcomes }, 'hosted models launched on the GPU cluster simulator'),
+      (error: unknown) => log.error({ err: error }, 'hosted models could not be launched on the GPU cluster simulator'),
+    );
+  }
 
   if (runtime.server) {
     const base = config.publicUrl;

@@ -9,6 +9,8 @@
  *   cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
  *   model enable|disable --name M  make a catalog model deployable or not
  *   model restrict --name M --organizations 1,2   offer it only to these organizations ("all" lifts it)
+ *   hosted launch [model…]         launch the catalog's hosted models (all, or those named) on every hosted cluster
+ *   hosted list                    each hosted model's launch: cluster, engine model uid, state (and why)
  *   prices list                    every priced service: key, meter, unit price per unit, display name
  *   prices set <service_key> <unit_amount_decimal>   set a service's price in USD per unit (adds the service if new)
  *
@@ -24,6 +26,8 @@ import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts
 import { findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
 import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../billing/service-keys.ts';
 import { listClusters } from '../clusters/clusters.repository.ts';
+import { launchHostedModels } from '../hosted/hosted-launch.ts';
+import { listHostedEndpoints } from '../hosted/hosted-models.repository.ts';
 import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../clusters/clusters.service.ts';
 import { loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
@@ -108,6 +112,15 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       if (!(await restrictModel(deps.db, name(), ids))) throw new UsageError(`no catalog model is named ${name()}`);
       return ids ? `${name()} is offered only to organizations ${ids.join(', ')}` : `${name()} is offered to every organization`;
     }
+    case 'hosted launch': {
+      const outcomes = await launchHostedModels(deps, { models: positionals.slice(2) });
+      return outcomes.map((o) => [o.model, o.cluster, o.state, ...(o.reason ? [o.reason] : [])].join('\t')).join('\n');
+    }
+    case 'hosted list': {
+      return (await listHostedEndpoints(deps.db))
+        .map((e) => [e.model_name, e.cluster_name, e.engine_model_uid, e.state_reason ? `${e.state}: ${e.state_reason}` : e.state].join('\t'))
+        .join('\n');
+    }
     case 'prices list': {
       return (await listPrices(deps.db))
         .map((p) => [p.service_key, p.meter, `${p.unit_amount_decimal} ${p.currency}/${p.unit}`, p.display_name].join('\t'))
@@ -126,7 +139,7 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       return `price of ${price.service_key} (${price.display_name}) set to ${price.unit_amount_decimal} ${price.currency}/${price.unit} (${was})`;
     }
     default:
-      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict, prices list|set (see src/cli/operator.ts)');
+      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict, hosted launch|list, prices list|set (see src/cli/operator.ts)');
   }
 }
 

@@ -5,13 +5,15 @@ import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
+import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
 
 export type { Candidate } from './inference.repository.ts';
 
 /** Where an inference request goes. */
 export interface Target {
-  deploymentId: string;
+  /** Null for a hosted model (served on the platform's hosted cluster, metered as `hosted_tokens`). */
+  deploymentId: string | null;
   organizationId: number;
   modelName: string;
   engineModelUid: string;
@@ -31,6 +33,9 @@ const CREDENTIALS_RETRY_AFTER_SECONDS = 60;
 
 const missingModel = () =>
   new AppError('VALIDATION_FAILED', '`model` is required: a deployment id or a model name.', { inference: { code: 'missing_required_parameter', param: 'model' } });
+
+/** Refusals after which a model name is looked up among the hosted models. */
+const HOSTED_FALLBACK: ReadonlySet<string | undefined> = new Set(['model_not_found', 'model_not_in_key_scope']);
 
 const notFound = (model: string) =>
   new AppError('NOT_FOUND', `The model \`${model}\` does not exist or you do not have access to it.`, { inference: { code: 'model_not_found', param: 'model' } });
@@ -97,9 +102,9 @@ export class InferenceRouter {
   readonly #db: Knex;
   readonly #clusters: ClustersService;
   readonly #log: Logger;
-  readonly #cache = new Map<string, { at: number; candidates: Candidate[] }>();
+  readonly #cache = new Map<string, { at: number; rows: Candidate[] | HostedRoute[] }>();
   /** Queries under way, by caller: the requests that miss the cache together share one. */
-  readonly #queries = new Map<string, Promise<Candidate[]>>();
+  readonly #queries = new Map<string, Promise<Candidate[] | HostedRoute[]>>();
   /** Clusters refused here, until every cached read shows the mark in the database. */
   readonly #refused = new Map<string, { until: number }>();
 
@@ -111,7 +116,15 @@ export class InferenceRouter {
 
   async resolve(principal: Principal, model: unknown): Promise<Target> {
     if (typeof model !== 'string' || !model) throw missingModel();
-    const chosen = chooseTarget(principal, model, await this.#candidates(principal), this.#unusable());
+    let chosen: Candidate;
+    try {
+      chosen = chooseTarget(principal, model, await this.#candidates(principal), this.#unusable());
+    } catch (error) {
+      // A name no running deployment of the caller's serves may be a hosted model: the caller's
+      // own deployment always takes precedence, and the hosted routes are one cached lookup for all.
+      if (!(error instanceof AppError) || !HOSTED_FALLBACK.has(error.inference?.code) || isUuid(model)) throw error;
+      return (await this.#hosted(principal, model)) ?? Promise.reject(error);
+    }
     return {
       deploymentId: chosen.id,
       organizationId: chosen.organization_id,
@@ -144,10 +157,10 @@ export class InferenceRouter {
     mark();
   }
 
-  /** The running deployments the caller may call, for `GET /v1/models`. */
+  /** The running deployments the caller may call, then the hosted models it may call, for `GET /v1/models`. */
   async models(principal: Principal) {
     const candidates = await this.#candidates(principal);
-    return candidates
+    const deployments = candidates
       .filter((c) => c.status === SERVING && (principal.kind === 'session' || principal.deploymentIds.has(c.id)))
       .map((c) => ({
         id: c.id,
@@ -155,8 +168,60 @@ export class InferenceRouter {
         created: Math.floor(c.created_at.getTime() / 1000),
         owned_by: 'organization',
         model_name: c.model_name,
-        deployment_id: c.id,
+        deployment_id: c.id as string | null,
       }));
+    if (principal.kind === 'apiKey' && !principal.allowHostedModels) return deployments;
+    const hosted = new Map<string, HostedRoute>();
+    for (const route of await this.#hostedRoutes()) if (!hosted.has(route.model_name)) hosted.set(route.model_name, route);
+    return [
+      ...deployments,
+      ...[...hosted.values()].map((route) => ({
+        id: route.model_name,
+        object: 'model' as const,
+        created: Math.floor(route.created_at.getTime() / 1000),
+        owned_by: 'system',
+        model_name: route.model_name,
+        deployment_id: null,
+      })),
+    ];
+  }
+
+  /**
+   * The hosted model `model` names, as a target billed to the caller's organization; undefined when
+   * no hosted model has that name. A key needs `allow_hosted_models`; a hosted model whose every
+   * cluster refused the platform's credentials answers 503 as a deployment's would.
+   */
+  async #hosted(principal: Principal, model: string): Promise<Target | undefined> {
+    const routes = (await this.#hostedRoutes()).filter((r) => r.model_name === model);
+    const organizationId = principal.kind === 'session' ? principal.organization?.id : principal.organizationId;
+    if (!routes.length || organizationId === undefined) return undefined;
+    if (principal.kind === 'apiKey' && !principal.allowHostedModels) {
+      throw new AppError('FORBIDDEN', `This API key may not call the hosted model \`${model}\`: an admin can turn on the key's \`allow_hosted_models\`.`, {
+        inference: { code: 'model_not_in_key_scope', param: 'model' },
+      });
+    }
+    const unusable = this.#unusable();
+    const route = routes.find((r) => r.cluster_status !== 'credentials_invalid' && !unusable.has(r.cluster_id));
+    if (!route) {
+      throw new AppError('SERVICE_UNAVAILABLE', `The hosted model \`${model}\` cannot be reached: its cluster refused the platform's credentials, and an operator has been alerted. Retry later.`, {
+        headers: { 'Retry-After': String(CREDENTIALS_RETRY_AFTER_SECONDS) },
+        inference: { code: 'engine_unavailable', param: 'model' },
+      });
+    }
+    return {
+      deploymentId: null,
+      organizationId,
+      modelName: route.model_name,
+      engineModelUid: route.engine_model_uid,
+      clusterId: route.cluster_id,
+      endpoint: route.endpoint,
+      authorization: this.#clusters.authorizationHeader(route.sealed_credential),
+    };
+  }
+
+  /** The running hosted models, the same for every caller: one query, cached 2 s (concurrent misses share it). */
+  #hostedRoutes(): Promise<HostedRoute[]> {
+    return this.#cached(HOSTED_KEY, () => findHostedRoutes(this.#db)) as Promise<HostedRoute[]>;
   }
 
   #unusable(): ReadonlySet<string> {
@@ -168,25 +233,34 @@ export class InferenceRouter {
 
   async #candidates(principal: Principal): Promise<Candidate[]> {
     const key = principal.kind === 'session' ? `s:${principal.user.id}:${principal.organization?.id}` : `k:${principal.keyId}`;
-    const cached = this.#cache.get(key);
-    const started = Date.now();
-    if (cached && started - cached.at < CACHE_MS) return cached.candidates;
-    let query = this.#queries.get(key);
-    if (!query) {
-      // A key reaches the whole organization, to tell "outside the key's scope" from "unknown".
-      query = findRoutingCandidates(
+    // A key reaches the whole organization, to tell "outside the key's scope" from "unknown".
+    return this.#cached(key, () =>
+      findRoutingCandidates(
         this.#db,
         principal.kind === 'session' ? { userId: principal.user.id, organizationId: principal.organization?.id ?? 0 } : { organizationId: principal.organizationId },
-      )
-        .then((candidates) => {
-          this.#cache.set(key, { at: started, candidates });
-          return candidates;
+      ),
+    ) as Promise<Candidate[]>;
+  }
+
+  /** What `query` reads, trusted for CACHE_MS under `key`; the requests that miss together share one query. */
+  async #cached(key: string, query: () => Promise<Candidate[] | HostedRoute[]>): Promise<Candidate[] | HostedRoute[]> {
+    const cached = this.#cache.get(key);
+    const started = Date.now();
+    if (cached && started - cached.at < CACHE_MS) return cached.rows;
+    let pending = this.#queries.get(key);
+    if (!pending) {
+      pending = query()
+        .then((rows) => {
+          this.#cache.set(key, { at: started, rows });
+          return rows;
         })
         .finally(() => this.#queries.delete(key));
-      this.#queries.set(key, query);
+      this.#queries.set(key, pending);
     }
-    return query;
+    return pending;
   }
 }
 
 const EMPTY: ReadonlySet<string> = new Set();
+/** The cache key of the hosted routes (callers' keys start with `s:` or `k:`). */
+const HOSTED_KEY = 'hosted';

@@ -34,7 +34,7 @@ export function startLocalSimulator(options: LocalSimulatorOptions): Promise<Clu
 }
 
 /**
- * Registers the simulator as the cluster `local-simulator` with its admin user and an API key, and
+ * Registers the simulator as the (hosted) cluster `local-simulator` with its admin user and an API key, and
  * syncs its inventory, exactly as an operator would a real one.
  */
 export async function registerLocalCluster(clusters: ClustersService, simulator: ClusterSimulator, log: Logger): Promise<void> {
@@ -44,6 +44,8 @@ export async function registerLocalCluster(clusters: ClustersService, simulator:
     provider: 'local',
     region: 'simulator',
     endpoint: simulator.url,
+    // It serves as the platform's hosted cluster too (hosted models are launched on it by `make run`).
+    hosted: true,
     auth: credentials ? { mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey } : { mode: 'none' },
   });
   const synced = await clusters.sync(cluster.id);

@@ -1,0 +1,61 @@
+import type { Knex } from 'knex';
+import { ClusterRow } from '../db/models/clusters.ts';
+import { DeployableModelRow } from '../db/models/deployable-models.ts';
+import { HostedModelEndpointRow } from '../db/models/hosted-model-endpoints.ts';
+
+/** Every query of hosted models: the catalog's hosted models, the hosted clusters, their launches. */
+type Db = Knex | Knex.Transaction;
+
+/** A running hosted model with its cluster, as routing sees it. */
+export interface HostedRoute {
+  model_name: string;
+  engine_model_uid: string;
+  cluster_id: string;
+  endpoint: string;
+  sealed_credential: string | null;
+  cluster_status: string;
+  created_at: Date;
+}
+
+/** The running hosted models of enabled catalog entries on hosted clusters, oldest launch first. */
+export async function findHostedRoutes(db: Db): Promise<HostedRoute[]> {
+  return HostedModelEndpointRow.query(db)
+    .alias('e')
+    .join('clusters as c', 'c.id', 'e.cluster_id')
+    .join('deployable_models as m', 'm.model_name', 'e.model_name')
+    .where({ 'e.state': 'running', 'c.hosted': true, 'm.hosted': true, 'm.enabled': true })
+    .whereNot('c.status', 'disabled')
+    .select('e.model_name', 'e.engine_model_uid', 'e.cluster_id', 'e.created_at', 'c.endpoint', 'c.sealed_credential', 'c.status as cluster_status')
+    .orderBy('e.created_at')
+    .castTo<HostedRoute[]>();
+}
+
+/** The catalog's enabled hosted models, only `names` when given. */
+export async function hostedCatalogModels(db: Db, names?: readonly string[]): Promise<DeployableModelRow[]> {
+  const query = DeployableModelRow.query(db).where({ hosted: true, enabled: true }).orderBy('sort_order');
+  if (names?.length) query.whereIn('model_name', names);
+  return query;
+}
+
+/** The hosted clusters whose engine accepts the platform's credentials. */
+export async function activeHostedClusters(db: Db): Promise<ClusterRow[]> {
+  return ClusterRow.query(db).where({ hosted: true, status: 'active' }).orderBy('name');
+}
+
+/** Records a launch of the model on the cluster (or its new state when launched before). */
+export async function saveHostedEndpoint(
+  db: Db,
+  endpoint: Pick<HostedModelEndpointRow, 'model_name' | 'cluster_id' | 'engine_model_uid' | 'state' | 'state_reason'>,
+): Promise<void> {
+  await HostedModelEndpointRow.query(db).insert(endpoint).onConflict(['cluster_id', 'model_name']).merge(['engine_model_uid', 'state', 'state_reason']);
+}
+
+/** Every launch of a hosted model, by model and cluster name. */
+export async function listHostedEndpoints(db: Db): Promise<Array<HostedModelEndpointRow & { cluster_name: string }>> {
+  return HostedModelEndpointRow.query(db)
+    .alias('e')
+    .join('clusters as c', 'c.id', 'e.cluster_id')
+    .select('e.*', 'c.name as cluster_name')
+    .orderBy(['e.model_name', 'c.name'])
+    .castTo<Array<HostedModelEndpointRow & { cluster_name: string }>>();
+}

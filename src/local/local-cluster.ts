@@ -3,6 +3,11 @@ import type { ClustersService } from '../clusters/clusters.service.ts';
 import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOptions, type SimulatedWorker } from './cluster-simulator.ts';
 
 export const LOCAL_CLUSTER_NAME = 'local-simulator';
+/**
+ * The same simulator registered a second time as the platform's hosted cluster: dedicated
+ * deployments are never placed on a hosted cluster, so one engine serves both under two names.
+ */
+export const LOCAL_HOSTED_CLUSTER_NAME = 'local-hosted';
 
 /** The simulated inventory: one worker each of three real instance types, with their NVML GPU names. */
 export const DEFAULT_WORKERS: SimulatedWorker[] = [
@@ -34,20 +39,19 @@ export function startLocalSimulator(options: LocalSimulatorOptions): Promise<Clu
 }
 
 /**
- * Registers the simulator as the (hosted) cluster `local-simulator` with its admin user and an API key, and
- * syncs its inventory, exactly as an operator would a real one.
+ * Registers the simulator as the cluster `local-simulator` (and as the hosted cluster `local-hosted`)
+ * with its admin user and an API key, and syncs its inventory, exactly as an operator would a real one.
  */
 export async function registerLocalCluster(clusters: ClustersService, simulator: ClusterSimulator, log: Logger): Promise<void> {
   const { credentials } = simulator;
-  const cluster = await clusters.register({
-    name: LOCAL_CLUSTER_NAME,
+  const registration = {
     provider: 'local',
     region: 'simulator',
     endpoint: simulator.url,
-    // It serves as the platform's hosted cluster too (hosted models are launched on it by `make run`).
-    hosted: true,
-    auth: credentials ? { mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey } : { mode: 'none' },
-  });
+    auth: credentials ? ({ mode: 'advanced', username: credentials.adminUser, password: credentials.adminPassword, apiKey: credentials.apiKey } as const) : ({ mode: 'none' } as const),
+  };
+  const cluster = await clusters.register({ name: LOCAL_CLUSTER_NAME, ...registration });
+  await clusters.register({ name: LOCAL_HOSTED_CLUSTER_NAME, hosted: true, ...registration });
   const synced = await clusters.sync(cluster.id);
   log.info({ cluster: LOCAL_CLUSTER_NAME, instances: synced.instances }, 'GPU cluster simulator (local stand-in) registered');
 }

@@ -3,7 +3,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { launchHostedModels } from './hosted/hosted-launch.ts';
-import { LOCAL_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
+import { LOCAL_CLUSTER_NAME, LOCAL_HOSTED_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
 import { startLocalStripe, withLocalStripe } from './local/local-stripe.ts';
 import { startMailDev } from './local/maildev.ts';
 import { createLogger } from './logger.ts';
@@ -64,7 +64,7 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
         `  Payments      ${stripeEmulator ? `Stripe emulator (local stand-in) at ${stripeEmulator.url}` : config.stripe.secretKey ? 'Stripe (STRIPE_SECRET_KEY)' : 'none configured'}`,
-        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator.url}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
+        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator.url}, registered as ${LOCAL_CLUSTER_NAME} (and ${LOCAL_HOSTED_CLUSTER_NAME})` : 'registered clusters'}`,
         '',
         '',
       ].join('\n'),

@@ -1,11 +1,10 @@
-import { spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { usageSummary } from '../../src/billing/usage-summary.ts';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
+import { operatorCli } from '../helpers/operator-cli.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
 
@@ -14,19 +13,7 @@ let caller: SignedInUser;
 const HOSTED = 'qwen2.5-instruct';
 const SERVICE_KEY = `platform::hosted_model:${HOSTED}::`;
 
-/** The real operator CLI in a process of its own, on the app's database: its exit code, stdout and stderr. */
-async function cli(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const child = spawn(process.execPath, ['src/cli/operator.ts', ...argv], {
-    env: { ...process.env, NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET, DATABASE_URL: app.databaseUrl, LOG_LEVEL: 'silent' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-  child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  const [code] = await once(child, 'exit');
-  return { code: code as number, stdout, stderr };
-}
+const cli = (...argv: string[]) => operatorCli(app, ...argv);
 
 /** The user's organization (the one registering created). */
 const organizationOf = async (user: SignedInUser): Promise<number> =>

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runOperatorCommand, UsageError } from '../../src/cli/operator.ts';
 import { ClusterRegistrationError, ClustersService } from '../../src/clusters/clusters.service.ts';
 import { startClusterSimulator, type ClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { operatorCli } from '../helpers/operator-cli.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 
 let app: TestApp;
@@ -175,19 +176,7 @@ describe('catalog commands', () => {
 });
 
 describe('price commands', () => {
-  /** The real CLI in a process of its own, on the app's database: its exit code, stdout and stderr. */
-  async function cli(...argv: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-    const child = spawn(process.execPath, ['src/cli/operator.ts', ...argv], {
-      env: { ...process.env, NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET, DATABASE_URL: app.databaseUrl, LOG_LEVEL: 'silent' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout?.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const [code] = await once(child, 'exit');
-    return { code: code as number, stdout, stderr };
-  }
+  const cli = (...argv: string[]) => operatorCli(app, ...argv);
 
   it('lists the seeded prices: instance types at their list price per GPU share, hosted models per token', async () => {
     const lines = (await run('prices', 'list')).split('\n');

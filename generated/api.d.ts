@@ -308,7 +308,7 @@ export interface paths {
         };
         /**
          * Get the billing account
-         * @description The billing account of the caller's organization. Needs role admin or super_admin.
+         * @description The billing account of the caller's organization. Any role of the organization may read it.
          */
         get: operations["getBillingAccount"];
         put?: never;
@@ -577,7 +577,7 @@ export interface paths {
          * Get the usage summary
          * @description Metered usage of the caller's organization in the current billing period, one entry per metered
          *     service, with estimated amounts. With no subscription the period is the current calendar month
-         *     (UTC). Needs role admin or super_admin.
+         *     (UTC). Any role of the organization may read it.
          */
         get: operations["getUsageSummary"];
         put?: never;
@@ -3418,7 +3418,7 @@ export interface components {
          *         }
          *       },
          *       "livemode": false,
-         *       "api_version": "2025-10-29.clover"
+         *       "api_version": "2026-10-28.endive"
          *     }
          */
         StripeEvent: {
@@ -6153,20 +6153,19 @@ export interface operations {
                      *           "meter": "hosted_tokens",
                      *           "unit": "token",
                      *           "total_quantity": "4820113",
-                     *           "service_key": "platform:us-east-1:hosted_model:::",
-                     *           "display_name": "Hosted model qwen2.5-instruct, tokens",
+                     *           "service_key": "platform::hosted_model:qwen2.5-instruct::",
+                     *           "display_name": "Hosted model qwen2.5-instruct",
                      *           "dimensions": {
                      *             "provider": "platform",
-                     *             "region": "us-east-1",
+                     *             "region": "",
                      *             "resource_kind": "hosted_model",
-                     *             "instance_type": "",
+                     *             "instance_type": "qwen2.5-instruct",
                      *             "gpu_type": "",
-                     *             "gpu_count": "",
-                     *             "model_name": "qwen2.5-instruct"
+                     *             "gpu_count": ""
                      *           },
-                     *           "unit_amount_decimal": "0.0000002",
+                     *           "unit_amount_decimal": "0.0000003",
                      *           "unit_amount_currency": "usd",
-                     *           "estimated_amount": "0.96",
+                     *           "estimated_amount": "1.45",
                      *           "estimated_amount_currency": "usd"
                      *         }
                      *       ],
@@ -6248,7 +6247,7 @@ export interface operations {
                  *         }
                  *       },
                  *       "livemode": false,
-                 *       "api_version": "2025-10-29.clover"
+                 *       "api_version": "2026-10-28.endive"
                  *     }
                  */
                 "application/json": components["schemas"]["StripeEvent"];

@@ -1,4 +1,4 @@
-import Stripe from 'stripe';
+import type Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';

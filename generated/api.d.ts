@@ -397,8 +397,10 @@ export interface paths {
         };
         /**
          * List payment methods
-         * @description The cards saved for the organization's customer, the default first, then newest first; empty
-         *     when the customer does not exist yet. Needs role admin or super_admin.
+         * @description The cards saved for the organization's customer, read from the processor, the default first,
+         *     then newest first; empty when the customer does not exist yet. Needs role admin or super_admin.
+         *
+         *     Errors: 502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         get: operations["listPaymentMethods"];
         put?: never;
@@ -1774,7 +1776,7 @@ export interface components {
          *     }
          */
         BillingConfig: {
-            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers. */
+            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers; empty when no processor is configured (every feature is then off). */
             publishable_key: string;
             features: components["schemas"]["BillingFeatures"];
         };
@@ -5472,6 +5474,16 @@ export interface operations {
             };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
+            502: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

@@ -308,7 +308,7 @@ export interface paths {
         };
         /**
          * Get the billing account
-         * @description The billing account of the caller's organization. Needs role admin or super_admin.
+         * @description The billing account of the caller's organization. Any role of the organization may read it.
          */
         get: operations["getBillingAccount"];
         put?: never;
@@ -397,8 +397,10 @@ export interface paths {
         };
         /**
          * List payment methods
-         * @description The cards saved for the organization's customer, the default first, then newest first; empty
-         *     when the customer does not exist yet. Needs role admin or super_admin.
+         * @description The cards saved for the organization's customer, read from the processor, the default first,
+         *     then newest first; empty when the customer does not exist yet. Needs role admin or super_admin.
+         *
+         *     Errors: 502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         get: operations["listPaymentMethods"];
         put?: never;
@@ -577,7 +579,7 @@ export interface paths {
          * Get the usage summary
          * @description Metered usage of the caller's organization in the current billing period, one entry per metered
          *     service, with estimated amounts. With no subscription the period is the current calendar month
-         *     (UTC). Needs role admin or super_admin.
+         *     (UTC). Any role of the organization may read it.
          */
         get: operations["getUsageSummary"];
         put?: never;
@@ -1774,7 +1776,7 @@ export interface components {
          *     }
          */
         BillingConfig: {
-            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers. */
+            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers; empty when no processor is configured (every feature is then off). */
             publishable_key: string;
             features: components["schemas"]["BillingFeatures"];
         };
@@ -3418,7 +3420,7 @@ export interface components {
          *         }
          *       },
          *       "livemode": false,
-         *       "api_version": "2025-10-29.clover"
+         *       "api_version": "2026-10-28.endive"
          *     }
          */
         StripeEvent: {
@@ -5480,6 +5482,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
+            502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
@@ -6153,20 +6165,19 @@ export interface operations {
                      *           "meter": "hosted_tokens",
                      *           "unit": "token",
                      *           "total_quantity": "4820113",
-                     *           "service_key": "platform:us-east-1:hosted_model:::",
-                     *           "display_name": "Hosted model qwen2.5-instruct, tokens",
+                     *           "service_key": "platform::hosted_model:qwen2.5-instruct::",
+                     *           "display_name": "Hosted model qwen2.5-instruct",
                      *           "dimensions": {
                      *             "provider": "platform",
-                     *             "region": "us-east-1",
+                     *             "region": "",
                      *             "resource_kind": "hosted_model",
-                     *             "instance_type": "",
+                     *             "instance_type": "qwen2.5-instruct",
                      *             "gpu_type": "",
-                     *             "gpu_count": "",
-                     *             "model_name": "qwen2.5-instruct"
+                     *             "gpu_count": ""
                      *           },
-                     *           "unit_amount_decimal": "0.0000002",
+                     *           "unit_amount_decimal": "0.0000003",
                      *           "unit_amount_currency": "usd",
-                     *           "estimated_amount": "0.96",
+                     *           "estimated_amount": "1.45",
                      *           "estimated_amount_currency": "usd"
                      *         }
                      *       ],
@@ -6248,7 +6259,7 @@ export interface operations {
                  *         }
                  *       },
                  *       "livemode": false,
-                 *       "api_version": "2025-10-29.clover"
+                 *       "api_version": "2026-10-28.endive"
                  *     }
                  */
                 "application/json": components["schemas"]["StripeEvent"];

@@ -46,8 +46,8 @@ async function spend(organizationId: number, dollars: number): Promise<void> {
 }
 
 async function deploymentCount(organizationId: number): Promise<number> {
-  const [{ n }] = await app.db('deployments').where({ organization_id: organizationId }).count({ n: '*' });
-  return Number(n);
+  const [row] = await app.db('deployments').where({ organization_id: organizationId }).count({ n: '*' });
+  return Number(row?.n);
 }
 
 describe('deployment create guards', () => {

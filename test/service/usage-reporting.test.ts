@@ -1,0 +1,131 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
+import { PaymentProcessorError, type PaymentProcessor, type ProcessorMeterPrice } from '../../src/billing/payment-processor.ts';
+import { UsageReporter } from '../../src/billing/usage-reporting.ts';
+import { usageSummary } from '../../src/billing/usage-summary.ts';
+import { waitUntil } from '../helpers/net.ts';
+import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
+import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
+import { runningSince } from '../helpers/time-travel.ts';
+
+/**
+ * Reporting GPU seconds to the processor's meter through the real `stripe` SDK (the Stripe emulator,
+ * or Stripe test mode with STRIPE_TEST_SECRET_KEY): a deployment running N simulated seconds is
+ * counted N times on the processor's meter, whatever crashes, retries and concurrent runs happen.
+ */
+let services: Services;
+let target: StripeTarget;
+let processor: StripePaymentProcessor;
+let gpuMeter: ProcessorMeterPrice;
+const run = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+
+beforeAll(async () => {
+  services = await startServices({ MAX_ACTIVE_RESOURCES: '50' }, { cluster: { modelLoadMs: 20 } });
+  target = await startStripeTarget();
+  processor = new StripePaymentProcessor({ secretKey: target.secretKey, webhookSecret: 'whsec_test', apiUrl: target.apiUrl });
+  const meters = await processor.ensureMeterPrices({ currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.05', hosted_tokens: '0.0002' } });
+  gpuMeter = meters.find((meter) => meter.meter === 'gpu_instance_seconds') as ProcessorMeterPrice;
+});
+afterAll(async () => {
+  await target?.stop();
+  await services?.close();
+});
+
+const organizationOf = (owner: SessionPrincipal) => owner.organization?.id ?? 0;
+
+/** Two hours ago, on a minute: the processor takes events of the past 35 days, and summarises by minute. */
+const T0 = new Date(Math.floor(Date.now() / 60_000) * 60_000 - 2 * 3_600_000);
+const after = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
+
+/** An organization with a processor customer and a deployment running since T0, its seconds closed at the given offsets. */
+async function meteredOrganization(closedAt: number[], withCustomer = true): Promise<{ owner: SessionPrincipal; customerId: string | undefined }> {
+  const owner = await services.owner();
+  const id = await runningDeployment(services, owner);
+  await runningSince(services, id, T0);
+  for (const seconds of closedAt) await services.container.gpuMeter.accrue(id, after(seconds));
+  if (!withCustomer) return { owner, customerId: undefined };
+  const customer = await processor.ensureCustomer({ key: `org-${run}-${organizationOf(owner)}`, organizationId: organizationOf(owner), name: 'Org' });
+  await services.db('billing_accounts').where({ organization_id: organizationOf(owner) }).update({ processor_customer_id: customer.id });
+  return { owner, customerId: customer.id };
+}
+
+const meterTotal = (customerId: string) =>
+  processor.meterTotal({ meterId: gpuMeter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) });
+
+async function expectMeterTotal(customerId: string, seconds: number): Promise<void> {
+  await waitUntil(async () => (await meterTotal(customerId)) === seconds, `the meter total to be ${seconds}`, onEmulator ? 5_000 : 120_000);
+}
+
+async function unreportedIntervals(owner: SessionPrincipal): Promise<number> {
+  const [row] = await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).whereNull('reported_at').count({ n: '*' });
+  return Number(row?.n);
+}
+
+/** The processor, refusing every event after the first `afterAccepted`. */
+function refusingAfter(afterAccepted: number): PaymentProcessor {
+  let accepted = 0;
+  return Object.assign(Object.create(processor) as PaymentProcessor, {
+    async reportMeterEvent(input: Parameters<PaymentProcessor['reportMeterEvent']>[0]) {
+      if (accepted >= afterAccepted) throw new PaymentProcessorError('processor unavailable', { status: 503 });
+      await processor.reportMeterEvent(input);
+      accepted++;
+    },
+  });
+}
+
+const failing: PaymentProcessor = Object.assign(Object.create(null) as PaymentProcessor, {
+  async reportMeterEvent() {
+    throw new PaymentProcessorError('processor unavailable', { status: 503 });
+  },
+});
+
+describe('reporting usage to the processor’s meters', () => {
+  it('reports a deployment’s N simulated seconds as N once, across a crash mid-run and concurrent runs', async () => {
+    // 1 777 s in three intervals: 600 + 600 + 577.
+    const { owner, customerId } = await meteredOrganization([600, 1200, 1777]);
+    if (!customerId) throw new Error('no customer');
+
+    // A run refused after the processor accepted two events: those two are marked, the third is not.
+    await expect(new UsageReporter(services.db, refusingAfter(2)).run(services.log)).rejects.toThrow(/refused/);
+    expect(await unreportedIntervals(owner)).toBe(1);
+    // A worker killed after the processor accepted everything, before its marking transaction committed:
+    // the rows are as they were before the run.
+    const reporter = new UsageReporter(services.db, processor);
+    await reporter.run(services.log);
+    await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).update({ reported_at: null, report_id: null });
+    expect(await unreportedIntervals(owner)).toBe(3);
+
+    // Two runs at once (a retry and the next schedule) re-send under the same identifiers.
+    await Promise.all([reporter.run(services.log), reporter.run(services.log)]);
+    expect(await unreportedIntervals(owner)).toBe(0);
+    expect(await reporter.run(services.log)).toEqual({ gpu_instance_seconds: 0, hosted_tokens: 0 });
+    await expectMeterTotal(customerId, 1777);
+    expect(await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).pluck('report_id')).toEqual(
+      expect.arrayContaining([expect.stringMatching(/^gpu_usage_interval_\d+$/)]),
+    );
+  });
+
+  it('keeps an open anomaly while the processor refuses reports, and resolves it once one is accepted', async () => {
+    const { owner, customerId } = await meteredOrganization([300]);
+    if (!customerId) throw new Error('no customer');
+    const openAnomalies = async () => (await usageSummary(services.db, organizationOf(owner))).open_anomalies;
+
+    await expect(new UsageReporter(services.db, failing).run(services.log)).rejects.toThrow(/refused/);
+    await expect(new UsageReporter(services.db, failing).run(services.log)).rejects.toThrow(/refused/);
+    expect(await openAnomalies()).toBe(1);
+    expect(await unreportedIntervals(owner)).toBe(1);
+
+    await new UsageReporter(services.db, processor).run(services.log);
+    expect(await openAnomalies()).toBe(0);
+    expect(await unreportedIntervals(owner)).toBe(0);
+    await expectMeterTotal(customerId, 300);
+  });
+
+  it('lets the usage of an organization without a processor customer wait, without an anomaly', async () => {
+    const { owner } = await meteredOrganization([120], false);
+    await new UsageReporter(services.db, processor).run(services.log);
+    expect(await unreportedIntervals(owner)).toBe(1);
+    expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
+  });
+});

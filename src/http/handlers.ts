@@ -3,6 +3,7 @@ import { sessionHandlers } from '../accounts/sessions.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
 import { apiKeyHandlers } from '../api-keys/api-keys.handlers.ts';
+import { spendingLimitHandlers } from '../billing/spending-limit.handlers.ts';
 import { catalogHandlers } from '../catalog/catalog.handlers.ts';
 import { inferenceHandlers } from '../inference/inference.handlers.ts';
 import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
@@ -28,6 +29,7 @@ export function buildHandlers(c: Container): Handlers {
     ...deploymentHandlers(c),
     ...apiKeyHandlers(c),
     ...inferenceHandlers(c),
+    ...spendingLimitHandlers(c),
     ...notBuilt([
       'getBillingConfig',
       'getBillingAccount',

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
+import { team } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
+import { unchecked } from '../helpers/http.ts';
 
 /**
  * The billing guards on POST /api/v1/model-deployments, with billing enforcement on. The processor's
@@ -96,5 +98,42 @@ describe('deployment create guards', () => {
 
     await setAccount(organizationId, { monthly_spending_limit: null });
     expect((await create(owner.api)).response.status).toBe(201);
+  });
+});
+
+describe('GET and PUT /v1/billing/spending-limit', () => {
+  const put = (api: Api, monthly_spending_limit: string | null) =>
+    api.PUT('/v1/billing/spending-limit', { body: { monthly_spending_limit, currency: 'usd' } });
+
+  it('is read by every role, set by admins, and stops creates once spending reaches it', async () => {
+    const members = await team(app);
+    const organizationId = await organizationOf(members.super_admin);
+    expect((await members.viewer.api.GET('/v1/billing/spending-limit')).data).toEqual({ monthly_spending_limit: null, currency: 'usd' });
+    expect((await put(members.member.api, '10')).response.status).toBe(403);
+    expect((await put(members.viewer.api, '10')).response.status).toBe(403);
+
+    expect((await put(members.admin.api, '2')).data).toEqual({ monthly_spending_limit: '2.00', currency: 'usd' });
+    expect((await members.member.api.GET('/v1/billing/spending-limit')).data).toEqual({ monthly_spending_limit: '2.00', currency: 'usd' });
+    await setAccount(organizationId, paidUp(organizationId));
+    await spend(organizationId, 2);
+    expect((await create(members.member.api)).error?.code).toBe('SPENDING_LIMIT_REACHED');
+
+    expect((await put(members.super_admin.api, null)).data).toEqual({ monthly_spending_limit: null, currency: 'usd' });
+    expect((await create(members.member.api)).response.status).toBe(201);
+  });
+
+  it.each(['-1', '1.234', 'ten', '1e3', ''])('refuses the limit %j with 422 VALIDATION_FAILED', async (limit) => {
+    const { api } = await registeredUser(app);
+    const { response, error } = await put(api, limit);
+    expect(response.status).toBe(422);
+    expect(error?.errors?.map((e) => e.location)).toContain('body/monthly_spending_limit');
+  });
+
+  it('refuses another currency and unknown fields with 422', async () => {
+    const { api } = await registeredUser(app);
+    const eur = await api.PUT('/v1/billing/spending-limit', { body: unchecked({ monthly_spending_limit: '5', currency: 'eur' }) });
+    expect(eur.response.status).toBe(422);
+    const extra = await api.PUT('/v1/billing/spending-limit', { body: unchecked({ monthly_spending_limit: '5', currency: 'usd', alerts: true }) });
+    expect(extra.response.status).toBe(422);
   });
 });

@@ -26,6 +26,8 @@ import { ApiKeysService } from './api-keys/api-keys.service.ts';
 import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
 import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
+import { StripePaymentProcessor } from './adapters/stripe.ts';
+import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -60,6 +62,10 @@ export function createContainer(deps: ContainerDeps) {
   const router = new InferenceRouter({ db, clusters, log: deps.log });
   const usage = new UsageRecorder(db, deps.log);
   const gpuMeter = new GpuMeter(db);
+  // The payment processor when one is configured (Stripe, or the emulator `make run` starts); without one, usage is not reported.
+  const { secretKey, webhookSecret, apiUrl } = config.stripe;
+  const processor = secretKey && webhookSecret ? new StripePaymentProcessor({ secretKey, webhookSecret, apiUrl }) : undefined;
+  const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
   return {
     ...deps,
     keyring,
@@ -82,6 +88,8 @@ export function createContainer(deps: ContainerDeps) {
     router,
     usage,
     gpuMeter,
+    processor,
+    usageReporter,
   };
 }
 
@@ -95,6 +103,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     expireInvitationsJob(c.invitations),
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
     meterGpuSecondsJob(c.gpuMeter),
+    ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
   ] as JobDefinition[];
 }
 

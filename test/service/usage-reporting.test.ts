@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, type PaymentProcessor, type ProcessorMeterPrice } from '../../src/billing/payment-processor.ts';
-import { UsageReporter } from '../../src/billing/usage-reporting.ts';
+import { REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billing/usage-reporting.ts';
+import { jobDefinitions } from '../../src/container.ts';
 import { usageSummary } from '../../src/billing/usage-summary.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
@@ -21,8 +22,15 @@ let gpuMeter: ProcessorMeterPrice;
 const run = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 
 beforeAll(async () => {
-  services = await startServices({ MAX_ACTIVE_RESOURCES: '50' }, { cluster: { modelLoadMs: 20 } });
   target = await startStripeTarget();
+  const stripe = {
+    STRIPE_SECRET_KEY: target.secretKey,
+    STRIPE_PUBLISHABLE_KEY: target.emulator?.publishableKey ?? 'pk_test_unused',
+    STRIPE_WEBHOOK_SECRET: 'whsec_test',
+    ...(target.apiUrl ? { STRIPE_API_URL: target.apiUrl } : {}),
+  };
+  // Payment setup is not under test here: enforcement off, so deployments are created without it.
+  services = await startServices({ MAX_ACTIVE_RESOURCES: '50', BILLING_ENFORCEMENT: 'false', ...stripe }, { cluster: { modelLoadMs: 20 } });
   processor = new StripePaymentProcessor({ secretKey: target.secretKey, webhookSecret: 'whsec_test', apiUrl: target.apiUrl });
   const meters = await processor.ensureMeterPrices({ currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.05', hosted_tokens: '0.0002' } });
   gpuMeter = meters.find((meter) => meter.meter === 'gpu_instance_seconds') as ProcessorMeterPrice;
@@ -81,6 +89,11 @@ const failing: PaymentProcessor = Object.assign(Object.create(null) as PaymentPr
 });
 
 describe('reporting usage to the processor’s meters', () => {
+  it('is a scheduled job of a service configured with a processor', () => {
+    expect(jobDefinitions(services.container).find((job) => job.queue === REPORT_USAGE_QUEUE)).toMatchObject({ schedule: '* * * * *', retryLimit: 5 });
+    expect(services.container.usageReporter).toBeInstanceOf(UsageReporter);
+  });
+
   it('reports a deployment’s N simulated seconds as N once, across a crash mid-run and concurrent runs', async () => {
     // 1 777 s in three intervals: 600 + 600 + 577.
     const { owner, customerId } = await meteredOrganization([600, 1200, 1777]);
@@ -91,7 +104,7 @@ describe('reporting usage to the processor’s meters', () => {
     expect(await unreportedIntervals(owner)).toBe(1);
     // A worker killed after the processor accepted everything, before its marking transaction committed:
     // the rows are as they were before the run.
-    const reporter = new UsageReporter(services.db, processor);
+    const reporter = services.container.usageReporter as UsageReporter;
     await reporter.run(services.log);
     await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).update({ reported_at: null, report_id: null });
     expect(await unreportedIntervals(owner)).toBe(3);

@@ -19,6 +19,7 @@ let services: Services;
 let target: StripeTarget;
 let processor: StripePaymentProcessor;
 let gpuMeter: ProcessorMeterPrice;
+let tokenMeter: ProcessorMeterPrice;
 const run = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
 
 beforeAll(async () => {
@@ -34,6 +35,7 @@ beforeAll(async () => {
   processor = new StripePaymentProcessor({ secretKey: target.secretKey, webhookSecret: 'whsec_test', apiUrl: target.apiUrl });
   const meters = await processor.ensureMeterPrices({ currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.05', hosted_tokens: '0.0002' } });
   gpuMeter = meters.find((meter) => meter.meter === 'gpu_instance_seconds') as ProcessorMeterPrice;
+  tokenMeter = meters.find((meter) => meter.meter === 'hosted_tokens') as ProcessorMeterPrice;
 });
 afterAll(async () => {
   await target?.stop();
@@ -140,5 +142,23 @@ describe('reporting usage to the processor’s meters', () => {
     await new UsageReporter(services.db, processor).run(services.log);
     expect(await unreportedIntervals(owner)).toBe(1);
     expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
+  });
+
+  it('reports hosted-model tokens once, and leaves tokens of a deployment to its GPU seconds', async () => {
+    const { owner, customerId } = await meteredOrganization([]);
+    if (!customerId) throw new Error('no customer');
+    const organization_id = organizationOf(owner);
+    const deploymentId = (await services.db('deployments').where({ organization_id }).first('id')).id;
+    await services.db('usage_records').insert([
+      { request_id: 'hosted-1', organization_id, route: 'POST /v1/chat/completions', model: 'qwen2.5-instruct', unit: 'token', quantity: 700, created_at: after(60) },
+      { request_id: 'hosted-2', organization_id, route: 'POST /v1/chat/completions', model: 'qwen2.5-instruct', unit: 'token', quantity: 45, created_at: after(90) },
+      { request_id: 'own', organization_id, deployment_id: deploymentId, route: 'POST /v1/chat/completions', model: 'qwen2.5-instruct', unit: 'token', quantity: 9000, created_at: after(90) },
+    ]);
+    const reporter = services.container.usageReporter as UsageReporter;
+    await Promise.all([reporter.run(services.log), reporter.run(services.log)]);
+    await reporter.run(services.log);
+    const window = { meterId: tokenMeter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) };
+    await waitUntil(async () => (await processor.meterTotal(window)) === 745, 'the hosted tokens total to be 745', onEmulator ? 5_000 : 120_000);
+    expect(await services.db('usage_records').where({ organization_id }).whereNotNull('reported_at').orderBy('request_id').pluck('request_id')).toEqual(['hosted-1', 'hosted-2']);
   });
 });

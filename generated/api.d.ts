@@ -489,6 +489,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/billing/spending-limit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the spending limit
+         * @description The organization's monthly spending limit. Any signed-in role may read it.
+         */
+        get: operations["getSpendingLimit"];
+        /**
+         * Set the spending limit
+         * @description Sets the organization's monthly spending limit, or removes it with `null`, and returns it. It
+         *     applies to the next deployment created; spending alerts are not part of it. Needs role admin or
+         *     super_admin.
+         */
+        put: operations["updateSpendingLimit"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/billing/subscription": {
         parameters: {
             query?: never;
@@ -3362,6 +3388,20 @@ export interface components {
             /** @description The account's password. A wrong one answers 401 `INVALID_CREDENTIALS`, never 422, whatever its length within these bounds. */
             password: string;
         };
+        /**
+         * @description The organization's monthly spending limit: creating a deployment is refused with 409
+         *     `SPENDING_LIMIT_REACHED` once the current period's estimated amount (the usage summary's, running
+         *     deployments' seconds included) has reached it. Running deployments are not stopped.
+         */
+        SpendingLimit: {
+            /** @description The limit per billing period, a decimal with at most 2 decimals; `null` for no limit. */
+            monthly_spending_limit: string | null;
+            /**
+             * @description The limit's currency: the billing account's (`usd`).
+             * @enum {string}
+             */
+            currency: "usd";
+        };
         /** @description An OpenID Connect identity provider users can sign in with. */
         SsoProvider: {
             /** @description The provider's name, used as the `{provider}` path segment and as `session.auth_method`, e.g. `google`. */
@@ -3578,6 +3618,13 @@ export interface components {
              *     organization; rename it with `PATCH /v1/organization`.
              */
             organization?: string;
+        };
+        /** @description Sets or removes the monthly spending limit. Unknown fields are rejected. */
+        UpdateSpendingLimitRequest: {
+            /** @description Non-negative, at most 2 decimals (`"250.00"`, `"250"`); `null` removes the limit. */
+            monthly_spending_limit: string | null;
+            /** @enum {string} */
+            currency: "usd";
         };
         /**
          * @description What a usage line is priced by. Every listed dimension is present; one that does not apply to the
@@ -5792,6 +5839,166 @@ export interface operations {
             };
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSpendingLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "monthly_spending_limit": "250.00",
+                     *       "currency": "usd"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SpendingLimit"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateSpendingLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "monthly_spending_limit": "250.00",
+                 *       "currency": "usd"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateSpendingLimitRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "monthly_spending_limit": "250.00",
+                     *       "currency": "usd"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SpendingLimit"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

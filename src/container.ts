@@ -30,6 +30,7 @@ import { StripePaymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
 import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts';
 import type { PaymentProcessor } from './billing/payment-processor.ts';
+import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -58,7 +59,7 @@ export function createContainer(deps: ContainerDeps) {
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
-  const deployments = new DeploymentsService({ db, boss, catalog });
+  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement } });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
@@ -72,10 +73,12 @@ export function createContainer(deps: ContainerDeps) {
       publishableKey: config.stripe.publishableKey,
       billingPageUrl: `${config.webAppUrl}/settings/billing`,
       allowedOrigins: config.allowedOrigins,
-      enforcement: false,
+      enforcement: config.billingEnforcement,
     },
   });
   const billingWebhooks = new BillingWebhooks({ db, boss, processor });
+  // Without a processor (none configured), usage waits in Postgres unreported.
+  const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
   return {
     ...deps,
     keyring,
@@ -101,6 +104,7 @@ export function createContainer(deps: ContainerDeps) {
     processor,
     billing,
     billingWebhooks,
+    usageReporter,
   };
 }
 
@@ -126,6 +130,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
     meterGpuSecondsJob(c.gpuMeter),
     billingEventJob(c.billingWebhooks),
+    ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
   ] as JobDefinition[];
 }
 

@@ -4,6 +4,7 @@ import { sessionHandlers } from '../accounts/sessions.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
 import { apiKeyHandlers } from '../api-keys/api-keys.handlers.ts';
+import { spendingLimitHandlers } from '../billing/spending-limit.handlers.ts';
 import { catalogHandlers } from '../catalog/catalog.handlers.ts';
 import { inferenceHandlers } from '../inference/inference.handlers.ts';
 import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
@@ -29,5 +30,6 @@ export function buildHandlers(c: Container): Handlers {
     ...apiKeyHandlers(c),
     ...inferenceHandlers(c),
     ...billingHandlers(c),
+    ...spendingLimitHandlers(c),
   };
 }

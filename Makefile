@@ -49,7 +49,7 @@ typecheck: $(INSTALLED)
 build: $(INSTALLED)
 	rm -rf dist
 	tsc -p tsconfig.build.json
-	cp src/local/simulator/xinference-models.json dist/local/simulator/
+	cd src && find . -name '*.json' -exec cp --parents {} ../dist/ \;
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)

@@ -308,7 +308,7 @@ export interface paths {
         };
         /**
          * Get the billing account
-         * @description The billing account of the caller's organization. Needs role admin or super_admin.
+         * @description The billing account of the caller's organization. Any role of the organization may read it.
          */
         get: operations["getBillingAccount"];
         put?: never;
@@ -397,8 +397,10 @@ export interface paths {
         };
         /**
          * List payment methods
-         * @description The cards saved for the organization's customer, the default first, then newest first; empty
-         *     when the customer does not exist yet. Needs role admin or super_admin.
+         * @description The cards saved for the organization's customer, read from the processor, the default first,
+         *     then newest first; empty when the customer does not exist yet. Needs role admin or super_admin.
+         *
+         *     Errors: 502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         get: operations["listPaymentMethods"];
         put?: never;
@@ -481,6 +483,32 @@ export interface paths {
          *     502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         post: operations["createBillingPortalSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/billing/spending-limit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the spending limit
+         * @description The organization's monthly spending limit. Any signed-in role may read it.
+         */
+        get: operations["getSpendingLimit"];
+        /**
+         * Set the spending limit
+         * @description Sets the organization's monthly spending limit, or removes it with `null`, and returns it. It
+         *     applies to the next deployment created; spending alerts are not part of it. Needs role admin or
+         *     super_admin.
+         */
+        put: operations["updateSpendingLimit"];
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -577,7 +605,7 @@ export interface paths {
          * Get the usage summary
          * @description Metered usage of the caller's organization in the current billing period, one entry per metered
          *     service, with estimated amounts. With no subscription the period is the current calendar month
-         *     (UTC). Needs role admin or super_admin.
+         *     (UTC). Any role of the organization may read it.
          */
         get: operations["getUsageSummary"];
         put?: never;
@@ -1782,7 +1810,7 @@ export interface components {
          *     }
          */
         BillingConfig: {
-            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers. */
+            /** @description The processor's publishable key (Stripe `pk_live_…` or `pk_test_…`), safe to expose to browsers; empty when no processor is configured (every feature is then off). */
             publishable_key: string;
             features: components["schemas"]["BillingFeatures"];
         };
@@ -3371,6 +3399,20 @@ export interface components {
             /** @description The account's password. A wrong one answers 401 `INVALID_CREDENTIALS`, never 422, whatever its length within these bounds. */
             password: string;
         };
+        /**
+         * @description The organization's monthly spending limit: creating a deployment is refused with 409
+         *     `SPENDING_LIMIT_REACHED` once the current period's estimated amount (the usage summary's, running
+         *     deployments' seconds included) has reached it. Running deployments are not stopped.
+         */
+        SpendingLimit: {
+            /** @description The limit per billing period, a decimal with at most 2 decimals; `null` for no limit. */
+            monthly_spending_limit: string | null;
+            /**
+             * @description The limit's currency: the billing account's (`usd`).
+             * @enum {string}
+             */
+            currency: "usd";
+        };
         /** @description An OpenID Connect identity provider users can sign in with. */
         SsoProvider: {
             /** @description The provider's name, used as the `{provider}` path segment and as `session.auth_method`, e.g. `google`. */
@@ -3429,7 +3471,7 @@ export interface components {
          *         }
          *       },
          *       "livemode": false,
-         *       "api_version": "2025-10-29.clover"
+         *       "api_version": "2026-10-28.endive"
          *     }
          */
         StripeEvent: {
@@ -3589,6 +3631,13 @@ export interface components {
              *     organization; rename it with `PATCH /v1/organization`.
              */
             organization?: string;
+        };
+        /** @description Sets or removes the monthly spending limit. Unknown fields are rejected. */
+        UpdateSpendingLimitRequest: {
+            /** @description Non-negative, at most 2 decimals (`"250.00"`, `"250"`); `null` removes the limit. */
+            monthly_spending_limit: string | null;
+            /** @enum {string} */
+            currency: "usd";
         };
         /**
          * @description What a usage line is priced by. Every listed dimension is present; one that does not apply to the
@@ -5493,6 +5542,16 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
+            502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
@@ -5793,6 +5852,166 @@ export interface operations {
             };
             /** @description 502: `PAYMENT_PROCESSOR_ERROR`, the payment processor refused or failed the request; nothing was changed, and the request may be retried. */
             502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSpendingLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "monthly_spending_limit": "250.00",
+                     *       "currency": "usd"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SpendingLimit"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateSpendingLimit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "monthly_spending_limit": "250.00",
+                 *       "currency": "usd"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateSpendingLimitRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "monthly_spending_limit": "250.00",
+                     *       "currency": "usd"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SpendingLimit"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -6166,20 +6385,19 @@ export interface operations {
                      *           "meter": "hosted_tokens",
                      *           "unit": "token",
                      *           "total_quantity": "4820113",
-                     *           "service_key": "platform:us-east-1:hosted_model:::",
-                     *           "display_name": "Hosted model qwen2.5-instruct, tokens",
+                     *           "service_key": "platform::hosted_model:qwen2.5-instruct::",
+                     *           "display_name": "Hosted model qwen2.5-instruct",
                      *           "dimensions": {
                      *             "provider": "platform",
-                     *             "region": "us-east-1",
+                     *             "region": "",
                      *             "resource_kind": "hosted_model",
-                     *             "instance_type": "",
+                     *             "instance_type": "qwen2.5-instruct",
                      *             "gpu_type": "",
-                     *             "gpu_count": "",
-                     *             "model_name": "qwen2.5-instruct"
+                     *             "gpu_count": ""
                      *           },
-                     *           "unit_amount_decimal": "0.0000002",
+                     *           "unit_amount_decimal": "0.0000003",
                      *           "unit_amount_currency": "usd",
-                     *           "estimated_amount": "0.96",
+                     *           "estimated_amount": "1.45",
                      *           "estimated_amount_currency": "usd"
                      *         }
                      *       ],
@@ -6261,7 +6479,7 @@ export interface operations {
                  *         }
                  *       },
                  *       "livemode": false,
-                 *       "api_version": "2025-10-29.clover"
+                 *       "api_version": "2026-10-28.endive"
                  *     }
                  */
                 "application/json": components["schemas"]["StripeEvent"];

@@ -30,6 +30,7 @@ export interface OperationSecurity {
   "getOrganization": "SessionCookie";
   "getRedoc": "none";
   "getSession": "SessionCookie";
+  "getSpendingLimit": "SessionCookie";
   "getSubscription": "SessionCookie";
   "getUsageSummary": "SessionCookie";
   "handleBillingWebhook": "none";
@@ -68,4 +69,5 @@ export interface OperationSecurity {
   "updateMemberRole": "CsrfToken" | "SessionCookie";
   "updateOrganization": "CsrfToken" | "SessionCookie";
   "updateProfile": "CsrfToken" | "SessionCookie";
+  "updateSpendingLimit": "CsrfToken" | "SessionCookie";
 }

@@ -1,6 +1,7 @@
 import express, { type ErrorRequestHandler, type Express } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
+import { PaymentProcessorError } from './billing/payment-processor.ts';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
@@ -62,6 +63,10 @@ const errorHandler: ErrorRequestHandler = (error, req, res, _next) => {
 
 function toAppError(error: unknown, req: express.Request): AppError {
   if (isAppError(error)) return error;
+  if (error instanceof PaymentProcessorError) {
+    req.log.warn({ err: error, processorCode: error.processorCode, processorStatus: error.processorStatus }, 'payment processor failed');
+    return new AppError('PAYMENT_PROCESSOR_ERROR', 'The payment processor failed the request; nothing was changed. Try again.');
+  }
   const bodyError = error as { type?: string; status?: number; limit?: number };
   if (bodyError.type === 'entity.too.large') {
     const limit = bytesInWords(req.operation?.bodyLimit ?? bodyError.limit ?? 0);

@@ -49,6 +49,7 @@ const schema = z.object({
   STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
   STRIPE_API_URL: z.url().optional(),
   STRIPE_EMULATOR: booleanFlag.optional(),
+  BILLING_ENFORCEMENT: booleanFlag.optional(),
   STRIPE_EMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(12111),
   CLUSTER_SIMULATOR: booleanFlag.optional(),
   CLUSTER_SIMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(9997),
@@ -97,6 +98,11 @@ export interface Config {
   oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
   /** Active deployments a new billing account may hold. */
   maxActiveResources: number;
+  /**
+   * Creating a deployment needs a default payment method and an active subscription
+   * (`BILLING_ENFORCEMENT`; by default on exactly when a real processor, `STRIPE_SECRET_KEY`, is set).
+   */
+  billingEnforcement: boolean;
   /**
    * The payment processor: Stripe when `STRIPE_SECRET_KEY` is set (`apiUrl` points the SDK at another
    * host, such as an emulator); the local Stripe emulator (a stand-in) that `make run` starts otherwise.
@@ -215,6 +221,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       clientSecret: e.OIDC_CLIENT_SECRET,
     },
     maxActiveResources: e.MAX_ACTIVE_RESOURCES,
+    billingEnforcement: e.BILLING_ENFORCEMENT ?? Boolean(e.STRIPE_SECRET_KEY),
     stripe: {
       secretKey: e.STRIPE_SECRET_KEY,
       publishableKey: e.STRIPE_PUBLISHABLE_KEY,

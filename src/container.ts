@@ -26,6 +26,11 @@ import { ApiKeysService } from './api-keys/api-keys.service.ts';
 import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
 import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
+import { StripePaymentProcessor } from './adapters/stripe.ts';
+import { BillingService } from './billing/billing.service.ts';
+import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts';
+import type { PaymentProcessor } from './billing/payment-processor.ts';
+import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -54,12 +59,26 @@ export function createContainer(deps: ContainerDeps) {
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
-  const deployments = new DeploymentsService({ db, boss, catalog });
+  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement } });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
   const usage = new UsageRecorder(db, deps.log);
   const gpuMeter = new GpuMeter(db);
+  const processor = paymentProcessor(config);
+  const billing = new BillingService({
+    db,
+    processor,
+    settings: {
+      publishableKey: config.stripe.publishableKey,
+      billingPageUrl: `${config.webAppUrl}/settings/billing`,
+      allowedOrigins: config.allowedOrigins,
+      enforcement: config.billingEnforcement,
+    },
+  });
+  const billingWebhooks = new BillingWebhooks({ db, boss, processor });
+  // Without a processor (none configured), usage waits in Postgres unreported.
+  const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
   return {
     ...deps,
     keyring,
@@ -82,7 +101,22 @@ export function createContainer(deps: ContainerDeps) {
     router,
     usage,
     gpuMeter,
+    processor,
+    billing,
+    billingWebhooks,
+    usageReporter,
   };
+}
+
+/**
+ * The payment processor: Stripe through its SDK when `STRIPE_SECRET_KEY` is set (`STRIPE_API_URL`,
+ * or the emulator `make run` and the tests start, point the SDK elsewhere); none otherwise, and the
+ * billing routes that need one answer 501.
+ */
+function paymentProcessor(config: Config): PaymentProcessor | undefined {
+  const { secretKey, webhookSecret, apiUrl } = config.stripe;
+  if (!secretKey || !webhookSecret) return undefined;
+  return new StripePaymentProcessor({ secretKey, webhookSecret, apiUrl });
 }
 
 export type Container = ReturnType<typeof createContainer>;
@@ -95,6 +129,8 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     expireInvitationsJob(c.invitations),
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
     meterGpuSecondsJob(c.gpuMeter),
+    billingEventJob(c.billingWebhooks),
+    ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
   ] as JobDefinition[];
 }
 

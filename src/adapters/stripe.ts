@@ -246,8 +246,10 @@ export class StripePaymentProcessor implements PaymentProcessor {
     } catch (error) {
       throw new WebhookSignatureError(error instanceof Error ? error.message : 'Invalid signature', { cause: error });
     }
-    const object = event.data.object as { id?: string; object?: string };
-    return { id: event.id, type: event.type, created: new Date(event.created * 1000), objectType: object.object ?? '', objectId: object.id ?? '' };
+    const object = event.data.object as { id?: string; object?: string; customer?: string | { id: string } | null };
+    const previous = (event.data.previous_attributes ?? {}) as { customer?: string | { id: string } | null };
+    const customerId = object.object === 'customer' ? (object.id ?? null) : (idOf(object.customer) ?? idOf(previous.customer));
+    return { id: event.id, type: event.type, created: new Date(event.created * 1000), objectType: object.object ?? '', objectId: object.id ?? '', customerId };
   }
 }
 

@@ -99,6 +99,11 @@ export interface ProcessorEvent {
   created: Date;
   objectType: string;
   objectId: string;
+  /**
+   * The customer the object belongs to, read from the payload (a detached card's previous
+   * customer; the object itself for customer events): it says whose state to re-read, never the state.
+   */
+  customerId: string | null;
 }
 
 export interface CustomerInput {

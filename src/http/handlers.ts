@@ -1,15 +1,16 @@
+import { billingHandlers } from '../billing/billing.handlers.ts';
 import { accountHandlers } from '../accounts/accounts.handlers.ts';
 import { sessionHandlers } from '../accounts/sessions.handlers.ts';
 import { ssoHandlers } from '../accounts/sso.handlers.ts';
 import type { Container } from '../container.ts';
 import { apiKeyHandlers } from '../api-keys/api-keys.handlers.ts';
+import { spendingLimitHandlers } from '../billing/spending-limit.handlers.ts';
 import { catalogHandlers } from '../catalog/catalog.handlers.ts';
 import { inferenceHandlers } from '../inference/inference.handlers.ts';
 import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
 import { invitationHandlers } from '../invitations/invitations.handlers.ts';
 import { organizationHandlers } from '../organizations/organizations.handlers.ts';
 import { platformHandlers } from '../platform/platform.handlers.ts';
-import { notBuilt } from './not-implemented.ts';
 import type { Handlers } from './types.ts';
 
 /**
@@ -28,20 +29,7 @@ export function buildHandlers(c: Container): Handlers {
     ...deploymentHandlers(c),
     ...apiKeyHandlers(c),
     ...inferenceHandlers(c),
-    ...notBuilt([
-      'getBillingConfig',
-      'getBillingAccount',
-      'getUsageSummary',
-      'getSubscription',
-      'activatePostpaidSubscription',
-      'updateCollectionMethod',
-      'listPaymentMethods',
-      'setDefaultPaymentMethod',
-      'detachPaymentMethod',
-      'createBillingPortalSession',
-      'createCheckoutSetupSession',
-      'listInvoices',
-      'handleBillingWebhook',
-    ]),
+    ...billingHandlers(c),
+    ...spendingLimitHandlers(c),
   };
 }

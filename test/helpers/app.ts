@@ -13,6 +13,11 @@ import { startLocalCluster } from '../../src/local/local-cluster.ts';
 import { startRuntime } from '../../src/runtime.ts';
 import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
+import { freePort } from './net.ts';
+import { createStripeClient } from '../../src/adapters/stripe.ts';
+import { WEBHOOK_PATH } from '../../src/local/local-stripe.ts';
+import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
+import type Stripe from 'stripe';
 
 /** The origin tests send as `Origin`, allowed by the test configuration. */
 export const APP_ORIGIN = 'http://app.test';
@@ -26,6 +31,8 @@ export interface TestApp {
   inbox: Inbox;
   /** The GPU cluster simulator registered as the cluster, when asked for. */
   simulator: ClusterSimulator | undefined;
+  /** The Stripe emulator the service uses as its payment processor, and the SDK on it, when asked for. */
+  stripe: { emulator: StripeEmulator; sdk: Stripe } | undefined;
   /** The settings the service runs with (for a second process on the same database). */
   env: Record<string, string>;
   /** Whether this process runs the background jobs (email, provisioning, the reconciler). */
@@ -53,6 +60,11 @@ export interface TestAppOptions {
   workers?: boolean;
   /** Start the GPU cluster simulator and register it as the cluster. */
   cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[] };
+  /**
+   * Start a Stripe emulator as the payment processor (through the `stripe` SDK, as with Stripe), with
+   * a webhook endpoint to this app's webhook route. Without it, no processor is configured.
+   */
+  stripe?: boolean;
 }
 
 /**
@@ -63,6 +75,7 @@ export interface TestAppOptions {
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
   const database = await createTestDatabase();
   const inbox = await new Inbox().start();
+  const stripe = options.stripe ? await startStripeForApp() : undefined;
   const settings = {
     NODE_ENV: 'test',
     PORT: '0',
@@ -70,6 +83,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     PUBLIC_URL: APP_ORIGIN,
     APP_SECRET: TEST_APP_SECRET,
     ROLE: options.workers ? 'all' : 'api',
+    ...stripe?.env,
     ...env,
   };
   const config = loadConfig(settings);
@@ -82,14 +96,40 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     container: service.container,
     inbox,
     simulator,
+    stripe: stripe && { emulator: stripe.emulator, sdk: createStripeClient({ secretKey: stripe.emulator.secretKey, apiUrl: stripe.emulator.url }) },
     env: settings,
     workers: config.role !== 'api',
     databaseUrl: database.url,
     close: async () => {
       await service.stop();
       await simulator?.stop();
+      await stripe?.emulator.stop();
       await inbox.stop();
       await database.drop();
+    },
+  };
+}
+
+/**
+ * The emulator with a webhook endpoint to the app's route on a port chosen before the app listens
+ * there (the endpoint's URL and signing secret are set when the emulator starts, as in the Dashboard).
+ */
+async function startStripeForApp(): Promise<{ emulator: StripeEmulator; env: Record<string, string> }> {
+  const port = await freePort();
+  // Retries come quickly here: a test waits for the second attempt, not for Stripe's hours.
+  const emulator = await startStripeEmulator({
+    log: createLogger('silent'),
+    webhooks: [{ url: `http://127.0.0.1:${port}${WEBHOOK_PATH}` }],
+    webhookRetryDelaysMs: [100, 200, 400, 800, 1600],
+  });
+  return {
+    emulator,
+    env: {
+      PORT: String(port),
+      STRIPE_SECRET_KEY: emulator.secretKey,
+      STRIPE_PUBLISHABLE_KEY: emulator.publishableKey,
+      STRIPE_WEBHOOK_SECRET: emulator.webhookSecrets[0] ?? '',
+      STRIPE_API_URL: emulator.url,
     },
   };
 }

@@ -112,4 +112,12 @@ describe('configuration', () => {
     expect(() => loadConfig({ ...development, ...stripe, STRIPE_EMULATOR: 'true' })).toThrow(/STRIPE_EMULATOR/);
     expect(() => loadConfig({ ...development, ...stripe, STRIPE_SECRET_KEY: 'pk_test_abc123' })).toThrow(/STRIPE_SECRET_KEY: must be a Stripe secret key/);
   });
+
+  it('enforces billing by default exactly when a real processor is configured (BILLING_ENFORCEMENT)', () => {
+    const stripe = { STRIPE_SECRET_KEY: 'sk_test_abc123', STRIPE_PUBLISHABLE_KEY: 'pk_test_abc123', STRIPE_WEBHOOK_SECRET: 'whsec_abc123' };
+    expect(loadConfig({ NODE_ENV: 'development' }).billingEnforcement).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'development', ...stripe }).billingEnforcement).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'development', BILLING_ENFORCEMENT: 'on' }).billingEnforcement).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'development', ...stripe, BILLING_ENFORCEMENT: 'false' }).billingEnforcement).toBe(false);
+  });
 });

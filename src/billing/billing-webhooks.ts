@@ -1,0 +1,109 @@
+import type { Knex } from 'knex';
+import type { PgBoss } from 'pg-boss';
+import { AppError } from '../errors.ts';
+import { enqueue, type JobDefinition } from '../jobs/queue.ts';
+import { activate } from './billing.service.ts';
+import { WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession } from './payment-processor.ts';
+import {
+  findAccountByCustomer,
+  findWebhookEvent,
+  insertWebhookEvent,
+  lockAccount,
+  markWebhookEventProcessed,
+  recordDefaultPaymentMethod,
+  recordSubscription,
+  upsertInvoice,
+} from './processor-state.repository.ts';
+
+export const BILLING_EVENT_QUEUE = 'billing-event';
+
+/**
+ * The processor's webhooks (interface: `POST /v1/billing/webhook`; DESIGN.md §3 Billing). The route
+ * verifies the signature on the raw body, stores the event id once and queues a job in the same
+ * transaction, and answers at once; a replayed id is acknowledged and does nothing. The job re-reads
+ * the event's object from the processor and writes its current state, so events in any order, late
+ * or repeated, leave the state the processor has.
+ */
+export class BillingWebhooks {
+  readonly #db: Knex;
+  readonly #boss: PgBoss;
+  readonly #processor: PaymentProcessor | undefined;
+
+  constructor(deps: { db: Knex; boss: PgBoss; processor: PaymentProcessor | undefined }) {
+    this.#db = deps.db;
+    this.#boss = deps.boss;
+    this.#processor = deps.processor;
+  }
+
+  /** Verifies and stores one delivery; true when it is new. */
+  async receive(rawBody: Buffer | undefined, signature: string | undefined): Promise<boolean> {
+    if (!this.#processor) throw new AppError('NOT_IMPLEMENTED', 'No payment processor is configured on this server (STRIPE_SECRET_KEY).');
+    let event;
+    try {
+      event = this.#processor.verifyWebhook(rawBody ?? '', signature);
+    } catch (error) {
+      if (error instanceof WebhookSignatureError) throw new AppError('INVALID_SIGNATURE', 'The Stripe-Signature header does not verify against the body, or it is too old.', { cause: error });
+      throw error;
+    }
+    return this.#db.transaction(async (trx) => {
+      const stored = await insertWebhookEvent(trx, event);
+      if (stored) await enqueue(this.#boss, trx, BILLING_EVENT_QUEUE, { eventId: event.id }, { singletonKey: event.id });
+      return stored;
+    });
+  }
+
+  /** The job: re-reads the event's object and writes the processor's current state. */
+  async process(eventId: string): Promise<void> {
+    const processor = this.#processor;
+    const event = await findWebhookEvent(this.#db, eventId);
+    if (!processor || !event || event.processed_at) return;
+    const session = event.object_type === 'checkout.session' ? await processor.getCheckoutSession(event.object_id) : undefined;
+    const customerId = session?.customerId ?? event.customer_id;
+    const account = customerId ? await findAccountByCustomer(this.#db, customerId) : undefined;
+    if (customerId && account) {
+      await this.#db.transaction(async (trx) => {
+        // One event of an account at a time: each writes what it read under the lock.
+        const locked = await lockAccount(trx, account.id);
+        if (session?.status === 'complete') await completeCheckout(trx, processor, locked, session);
+        if (event.object_type === 'invoice') await upsertInvoice(trx, locked.id, await processor.getInvoice(event.object_id));
+        if (event.object_type === 'subscription') {
+          const subscription = await processor.getSubscription(event.object_id);
+          // A former subscription's late events do not replace the current one.
+          if (!locked.processor_subscription_id || locked.processor_subscription_id === subscription.id) await recordSubscription(trx, locked.id, subscription);
+        }
+        const customer = await processor.getCustomer(customerId);
+        await recordDefaultPaymentMethod(trx, locked.id, customer.defaultPaymentMethodId);
+      });
+    }
+    await markWebhookEventProcessed(this.#db, eventId);
+  }
+}
+
+/**
+ * A completed setup session: its card becomes the default when the customer has none, or always for
+ * `postpaid_activation`, which then activates postpaid billing (once: `activate` keeps a live
+ * subscription and creates with an idempotency key).
+ */
+async function completeCheckout(trx: Knex.Transaction, processor: PaymentProcessor, account: Awaited<ReturnType<typeof lockAccount>>, session: ProcessorCheckoutSession): Promise<void> {
+  const intent = session.setupIntentId ? await processor.getSetupIntent(session.setupIntentId) : undefined;
+  const card = intent?.status === 'succeeded' ? intent.paymentMethodId : null;
+  if (!card) return;
+  if (session.metadata.purpose === 'postpaid_activation') {
+    const subscription = await activate(processor, account, card);
+    const by = Number(session.metadata.user_id);
+    await recordSubscription(trx, account.id, subscription, account.processor_subscription_id === subscription.id || !Number.isInteger(by) ? undefined : by);
+    return;
+  }
+  const customer = await processor.getCustomer(session.customerId ?? '');
+  if (!customer.defaultPaymentMethodId) await processor.setDefaultPaymentMethod(customer.id, card);
+}
+
+export function billingEventJob(webhooks: BillingWebhooks): JobDefinition<{ eventId: string }> {
+  return {
+    queue: BILLING_EVENT_QUEUE,
+    retryLimit: 8,
+    retryDelaySeconds: 2,
+    concurrency: 4,
+    handle: ({ eventId }) => webhooks.process(eventId),
+  };
+}

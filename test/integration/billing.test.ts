@@ -63,12 +63,12 @@ async function activatedOwner(): Promise<SignedInUser> {
 }
 
 describe('billing config', () => {
-  it('gives the publishable key and the features this server has', async () => {
+  it('gives the publishable key and the features this server has (enforcement: on by default with a processor)', async () => {
     const owner = await registeredUser(app);
     const { data } = await owner.api.GET('/v1/billing/config');
     expect(data).toEqual({
       publishable_key: app.stripe?.emulator.publishableKey,
-      features: { postpaid: true, payment_methods: true, invoices: true, customer_portal: true, enforcement: false },
+      features: { postpaid: true, payment_methods: true, invoices: true, customer_portal: true, enforcement: true },
     });
   });
 });

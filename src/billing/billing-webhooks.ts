@@ -3,7 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import { AppError } from '../errors.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
 import { activate } from './billing.service.ts';
-import { WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession } from './payment-processor.ts';
+import { requireProcessor, WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession } from './payment-processor.ts';
 import {
   findAccountByCustomer,
   findWebhookEvent,
@@ -37,10 +37,10 @@ export class BillingWebhooks {
 
   /** Verifies and stores one delivery; true when it is new. */
   async receive(rawBody: Buffer | undefined, signature: string | undefined): Promise<boolean> {
-    if (!this.#processor) throw new AppError('NOT_IMPLEMENTED', 'No payment processor is configured on this server (STRIPE_SECRET_KEY).');
+    const processor = requireProcessor(this.#processor);
     let event;
     try {
-      event = this.#processor.verifyWebhook(rawBody ?? '', signature);
+      event = processor.verifyWebhook(rawBody ?? '', signature);
     } catch (error) {
       if (error instanceof WebhookSignatureError) throw new AppError('INVALID_SIGNATURE', 'The Stripe-Signature header does not verify against the body, or it is too old.', { cause: error });
       throw error;

@@ -6,7 +6,7 @@ import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import type { InvoiceRow } from '../db/models/invoices.ts';
 import { AppError } from '../errors.ts';
 import { findBillingAccount } from './billing.repository.ts';
-import { PaymentProcessorError, type MeterPricesInput, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
+import { PaymentProcessorError, requireProcessor, type MeterPricesInput, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
 import { listInvoicesOf, lockAccount, recordCustomer, recordDefaultPaymentMethod, recordSubscription } from './processor-state.repository.ts';
 import { usageSummary, type UsageSummary } from './usage-summary.ts';
 
@@ -165,8 +165,7 @@ export class BillingService {
   }
 
   #requireProcessor(): PaymentProcessor {
-    if (!this.#processor) throw new AppError('NOT_IMPLEMENTED', 'No payment processor is configured on this server (STRIPE_SECRET_KEY).');
-    return this.#processor;
+    return requireProcessor(this.#processor);
   }
 
   /** The organization's customer id, creating the customer once (same key, same customer) and storing its id. */

@@ -8,6 +8,7 @@
  * subscription. A processor failure surfaces as `PaymentProcessorError` (billing answers 502
  * `PAYMENT_PROCESSOR_ERROR` and writes nothing).
  */
+import { AppError } from '../errors.ts';
 
 /** The meters the service reports (DESIGN.md §3): their event names at the processor. */
 export const METERS = {
@@ -187,6 +188,12 @@ export interface PaymentProcessor {
   meterTotal(input: MeterTotalInput): Promise<number>;
   /** Checks the signature of a webhook on its raw body; throws `WebhookSignatureError` when it does not hold. */
   verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
+}
+
+/** The processor, or the 501 a server without one (no STRIPE_SECRET_KEY, no emulator) answers. */
+export function requireProcessor(processor: PaymentProcessor | undefined): PaymentProcessor {
+  if (!processor) throw new AppError('NOT_IMPLEMENTED', 'No payment processor is configured on this server (STRIPE_SECRET_KEY).');
+  return processor;
 }
 
 /** The processor failed or refused a call: billing answers 502 PAYMENT_PROCESSOR_ERROR. */

@@ -2182,8 +2182,9 @@ export interface components {
             /** @description A label for the key. */
             name: string;
             /**
-             * @description Ids of the organization's deployments the key may call; at least one, no duplicates, none
-             *     `terminated`. Any deployment of the organization may be chosen, not only the caller's own.
+             * @description Ids of the organization's deployments the key may call; no duplicates, none `terminated`. Any
+             *     deployment of the organization may be chosen, not only the caller's own. At least one, unless
+             *     `allow_hosted_models` is `true` (a key for the hosted models only); otherwise 422.
              */
             deployment_ids: components["schemas"]["ApiKeyDeploymentId"][];
             /**
@@ -3582,7 +3583,10 @@ export interface components {
         UpdateApiKeyRequest: {
             /** @description A new label. */
             name?: string;
-            /** @description Replaces the key's whole scope; same rules as on create. */
+            /**
+             * @description Replaces the key's whole scope; same rules as on create (empty only for a key that allows the
+             *     hosted models).
+             */
             deployment_ids?: components["schemas"]["ApiKeyDeploymentId"][];
             /**
              * Format: date-time
@@ -3591,7 +3595,10 @@ export interface components {
             expires_at?: string | null;
             /** @description `disabled` suspends the key; `active` re-enables it. */
             status?: components["schemas"]["ApiKeyUpdatableStatus"];
-            /** @description Lets the key call the hosted models too (`true`), or no longer (`false`). */
+            /**
+             * @description Lets the key call the hosted models too (`true`), or no longer (`false`; 422 for a key scoped
+             *     to no deployment, which could then call nothing).
+             */
             allow_hosted_models?: boolean;
         };
         /** @description Changes how invoices are collected. Unknown fields are rejected. */

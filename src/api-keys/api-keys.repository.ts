@@ -64,7 +64,12 @@ export async function revokeKey(db: Db, organizationId: number, keyId: number): 
 /** Replaces a key's scope. */
 export async function setScope(db: Db, keyId: number, deploymentIds: readonly string[], options: { replace: boolean }): Promise<void> {
   if (options.replace) await ApiKeyDeploymentRow.query(db).where({ api_key_id: keyId }).delete();
-  await ApiKeyDeploymentRow.query(db).insert(deploymentIds.map((deployment_id) => ({ api_key_id: keyId, deployment_id })));
+  if (deploymentIds.length) await ApiKeyDeploymentRow.query(db).insert(deploymentIds.map((deployment_id) => ({ api_key_id: keyId, deployment_id })));
+}
+
+/** How many deployments the key is scoped to. */
+export async function scopeSize(db: Db, keyId: number): Promise<number> {
+  return ApiKeyDeploymentRow.query(db).where({ api_key_id: keyId }).resultSize();
 }
 
 /** The scoped deployments of each key, oldest deployment first. */

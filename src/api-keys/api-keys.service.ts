@@ -14,6 +14,7 @@ import {
   revokeKey,
   scopableDeployments,
   scopesOf,
+  scopeSize,
   setScope,
   touchKey,
   updateKey,
@@ -75,6 +76,7 @@ export class ApiKeysService {
     const name = notBlank(input.name, 'body/name');
     const expiresAt = futureOrNull(input.expires_at);
     const key = generateKey();
+    assertCallsSomething(input.deployment_ids.length, input.allow_hosted_models ?? false, 'body/deployment_ids');
     return this.#db.transaction(async (trx) => {
       await assertScope(trx, organization.id, input.deployment_ids);
       const created = await insertKey(trx, {
@@ -107,6 +109,10 @@ export class ApiKeysService {
       if (input.expires_at !== undefined) changes.expires_at = futureOrNull(input.expires_at);
       if (input.status !== undefined) changes.status = input.status;
       if (input.allow_hosted_models !== undefined) changes.allow_hosted_models = input.allow_hosted_models;
+      if (input.deployment_ids !== undefined || input.allow_hosted_models === false) {
+        const scoped = input.deployment_ids?.length ?? (await scopeSize(trx, id));
+        assertCallsSomething(scoped, changes.allow_hosted_models ?? key.allow_hosted_models, input.deployment_ids ? 'body/deployment_ids' : 'body/allow_hosted_models');
+      }
       if (input.deployment_ids !== undefined) {
         await assertScope(trx, organization.id, input.deployment_ids);
         await setScope(trx, id, input.deployment_ids, { replace: true });
@@ -232,6 +238,15 @@ export class ApiKeysService {
       allow_hosted_models: row.allow_hosted_models,
       created_at: row.created_at.toISOString(),
     }));
+  }
+}
+
+/** A key scoped to no deployment must be allowed the hosted models: otherwise it could call nothing. */
+function assertCallsSomething(scopedDeployments: number, allowHostedModels: boolean, location: string): void {
+  if (scopedDeployments === 0 && !allowHostedModels) {
+    throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', {
+      errors: [{ location, message: 'a key scoped to no deployment must allow the hosted models (allow_hosted_models: true); otherwise it could call nothing' }],
+    });
   }
 }
 

@@ -6,20 +6,14 @@ import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import type { InvoiceRow } from '../db/models/invoices.ts';
 import { AppError } from '../errors.ts';
 import { findBillingAccount } from './billing.repository.ts';
-import { PaymentProcessorError, requireProcessor, type MeterPricesInput, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
+import { PaymentProcessorError, requireProcessor, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
 import { listInvoicesOf, lockAccount, recordCustomer, recordDefaultPaymentMethod, recordSubscription } from './processor-state.repository.ts';
+import { METER_PRICES } from './usage-reporting.ts';
 import { usageSummary, type UsageSummary } from './usage-summary.ts';
 
 type Schemas = components['schemas'];
 export type CollectionMethod = Schemas['CollectionMethod'];
 export type CheckoutPurpose = Schemas['CheckoutPurpose'];
-
-/**
- * The metered prices every postpaid subscription carries, one per meter. Meter events carry the
- * usage's amount in millionths of a dollar (the price table prices each service key, which a single
- * price per meter cannot), so each unit is a ten-thousandth of a cent.
- */
-export const SUBSCRIPTION_METER_PRICES: MeterPricesInput = { currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.0001', hosted_tokens: '0.0001' } };
 
 /** Subscription statuses after which a new subscription is needed (Stripe: terminal). */
 const ENDED_SUBSCRIPTION = new Set(['canceled', 'incomplete_expired']);
@@ -230,7 +224,7 @@ export async function activate(processor: PaymentProcessor, account: BillingAcco
     const current = await processor.getSubscription(account.processor_subscription_id);
     if (!ENDED_SUBSCRIPTION.has(current.status)) return current;
   }
-  const prices = await processor.ensureMeterPrices(SUBSCRIPTION_METER_PRICES);
+  const prices = await processor.ensureMeterPrices(METER_PRICES);
   return processor.createSubscription({
     key: `account-${account.id}-after-${account.processor_subscription_id ?? 'none'}`,
     customerId,

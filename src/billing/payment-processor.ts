@@ -10,10 +10,14 @@
  */
 import { AppError } from '../errors.ts';
 
-/** The meters the service reports (DESIGN.md §3): their event names at the processor. */
+/**
+ * The meters the service reports (DESIGN.md §3), by their event names at the processor. Their
+ * events carry the usage's amount, priced per service key, in millionths of a dollar
+ * (src/billing/usage-reporting.ts): the unit an invoice line counts.
+ */
 export const METERS = {
-  gpu_instance_seconds: { displayName: 'GPU instance seconds', unit: 'second' },
-  hosted_tokens: { displayName: 'Hosted model tokens', unit: 'token' },
+  gpu_instance_seconds: { displayName: 'GPU instance seconds (USD)', unit: 'micro-USD' },
+  hosted_tokens: { displayName: 'Hosted model tokens (USD)', unit: 'micro-USD' },
 } as const;
 export type MeterName = keyof typeof METERS;
 

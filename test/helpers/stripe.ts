@@ -6,7 +6,7 @@ import { createLogger } from '../../src/logger.ts';
 
 /**
  * The Stripe the billing tests talk to through the real `stripe` SDK: the local Stripe emulator,
- * or a Stripe test-mode account when `STRIPE_TEST_SECRET_KEY` is set (sk_test_… only; the
+ * or a Stripe test-mode account when `STRIPE_TEST_SECRET_KEY` is set (by `STRIPE_SECRET_KEY=sk_test_… make test-billing`; sk_test_… only; the
  * internet is then needed). Parts only the emulator can do (completing Checkout without a browser,
  * webhooks to a loopback address, a whole billing period in a second) run on the emulator alone.
  */

@@ -95,6 +95,23 @@ describe('callers call a hosted model by its name', () => {
     expect(answer.object).toBe('chat.completion');
   });
 
+  it('gives a key for the hosted models only, and refuses a key that could call nothing', async () => {
+    const user = await registeredUser(app);
+    const hostedOnly = await apiKey(user, [], { allow_hosted_models: true });
+    const client = inferenceClient(app, hostedOnly.key);
+    expect((await client.chat.completions.create({ model: HOSTED, messages: [{ role: 'user', content: 'hi' }] })).object).toBe('chat.completion');
+    expect((await client.models.list()).data.map((m) => m.id)).toContain(HOSTED);
+
+    const nothing = await user.api.POST('/v1/organization/api-keys', { body: { name: 'nothing', deployment_ids: [] } });
+    expect(nothing.response.status).toBe(422);
+    expect(nothing.error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [expect.objectContaining({ location: 'body/deployment_ids' })] });
+    const narrowed = await user.api.PATCH('/v1/organization/api-keys/{api_key_id}', { params: { path: { api_key_id: hostedOnly.id } }, body: { allow_hosted_models: false } });
+    expect(narrowed.response.status).toBe(422);
+    expect(narrowed.error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [expect.objectContaining({ location: 'body/allow_hosted_models' })] });
+    const { data } = await user.api.GET('/v1/organization/api-keys');
+    expect(data?.items.find((key) => key.id === hostedOnly.id)).toMatchObject({ allow_hosted_models: true, deployments: [] });
+  });
+
   it('routes the name to the caller\'s own running deployment of the same model first', async () => {
     const other = await registeredUser(app);
     const dedicated = await deployment(app, other, 'running', { model_name: HOSTED, model_size_in_billions: 7 });

@@ -7,7 +7,7 @@ import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/str
 
 /**
  * The payment processor port on the `stripe` SDK, over the Stripe emulator (or Stripe test mode
- * with `STRIPE_TEST_SECRET_KEY`; completing Checkout needs the emulator).
+ * with `STRIPE_SECRET_KEY=sk_test_… make test-billing`; completing Checkout needs the emulator).
  */
 let target: StripeTarget;
 let processor: StripePaymentProcessor;

@@ -7,7 +7,7 @@ import { onEmulator, startStripeTarget, WebhookReceiver, type StripeTarget } fro
 
 /**
  * The Stripe emulator through the real `stripe` SDK. The first block runs against a Stripe
- * test-mode account too (`STRIPE_TEST_SECRET_KEY=sk_test_… make test VITEST_ARGS=test/integration/stripe-emulator.test.ts`);
+ * test-mode account too (`STRIPE_SECRET_KEY=sk_test_… make test-billing`);
  * the second needs what only the emulator gives: Checkout completed without a browser, webhooks
  * to a loopback address and a billing period that ends at once.
  */

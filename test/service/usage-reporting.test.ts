@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, type PaymentProcessor, type ProcessorMeterPrice } from '../../src/billing/payment-processor.ts';
-import { REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billing/usage-reporting.ts';
+import { METER_PRICES, REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billing/usage-reporting.ts';
 import { jobDefinitions } from '../../src/container.ts';
 import { usageSummary } from '../../src/billing/usage-summary.ts';
 import { waitUntil } from '../helpers/net.ts';
@@ -11,9 +11,10 @@ import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/str
 import { runningSince } from '../helpers/time-travel.ts';
 
 /**
- * Reporting GPU seconds to the processor's meter through the real `stripe` SDK (the Stripe emulator,
- * or Stripe test mode with STRIPE_TEST_SECRET_KEY): a deployment running N simulated seconds is
- * counted N times on the processor's meter, whatever crashes, retries and concurrent runs happen.
+ * Reporting usage to the processor's meters through the real `stripe` SDK (the Stripe emulator, or
+ * Stripe test mode with `STRIPE_SECRET_KEY=sk_test_… make test-billing`): each meter counts the usage's amount, priced per
+ * service key, in millionths of a dollar, once, whatever refusals, crashes and concurrent runs
+ * happen, and without losing a fraction of a millionth over many small reports.
  */
 let services: Services;
 let target: StripeTarget;
@@ -21,6 +22,8 @@ let processor: StripePaymentProcessor;
 let gpuMeter: ProcessorMeterPrice;
 let tokenMeter: ProcessorMeterPrice;
 const run = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+/** The GPU price of every deployment here: 1 777 s cost exactly $0.495783. */
+const GPU_PRICE = '0.000279';
 
 beforeAll(async () => {
   target = await startStripeTarget();
@@ -33,7 +36,7 @@ beforeAll(async () => {
   // Payment setup is not under test here: enforcement off, so deployments are created without it.
   services = await startServices({ MAX_ACTIVE_RESOURCES: '50', BILLING_ENFORCEMENT: 'false', ...stripe }, { cluster: { modelLoadMs: 20 } });
   processor = new StripePaymentProcessor({ secretKey: target.secretKey, webhookSecret: 'whsec_test', apiUrl: target.apiUrl });
-  const meters = await processor.ensureMeterPrices({ currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.05', hosted_tokens: '0.0002' } });
+  const meters = await processor.ensureMeterPrices(METER_PRICES);
   gpuMeter = meters.find((meter) => meter.meter === 'gpu_instance_seconds') as ProcessorMeterPrice;
   tokenMeter = meters.find((meter) => meter.meter === 'hosted_tokens') as ProcessorMeterPrice;
 });
@@ -48,23 +51,29 @@ const organizationOf = (owner: SessionPrincipal) => owner.organization?.id ?? 0;
 const T0 = new Date(Math.floor(Date.now() / 60_000) * 60_000 - 2 * 3_600_000);
 const after = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
 
-/** An organization with a processor customer and a deployment running since T0, its seconds closed at the given offsets. */
-async function meteredOrganization(closedAt: number[], withCustomer = true): Promise<{ owner: SessionPrincipal; customerId: string | undefined }> {
+/**
+ * An organization with a processor customer and a deployment running since T0 at GPU_PRICE a
+ * second, its seconds closed at the given offsets.
+ */
+async function meteredOrganization(closedAt: number[], withCustomer = true): Promise<{ owner: SessionPrincipal; deploymentId: string; customerId: string | undefined }> {
   const owner = await services.owner();
-  const id = await runningDeployment(services, owner);
-  await runningSince(services, id, T0);
-  for (const seconds of closedAt) await services.container.gpuMeter.accrue(id, after(seconds));
-  if (!withCustomer) return { owner, customerId: undefined };
+  const deploymentId = await runningDeployment(services, owner);
+  await runningSince(services, deploymentId, T0);
+  for (const seconds of closedAt) await services.container.gpuMeter.accrue(deploymentId, after(seconds));
+  const serviceKeys = services.db('gpu_usage_intervals').where({ deployment_id: deploymentId }).distinct('service_key');
+  await services.db('prices').whereIn('service_key', serviceKeys).update({ unit_amount_decimal: GPU_PRICE });
+  if (!withCustomer) return { owner, deploymentId, customerId: undefined };
   const customer = await processor.ensureCustomer({ key: `org-${run}-${organizationOf(owner)}`, organizationId: organizationOf(owner), name: 'Org' });
   await services.db('billing_accounts').where({ organization_id: organizationOf(owner) }).update({ processor_customer_id: customer.id });
-  return { owner, customerId: customer.id };
+  return { owner, deploymentId, customerId: customer.id };
 }
 
-const meterTotal = (customerId: string) =>
-  processor.meterTotal({ meterId: gpuMeter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) });
+/** The meter's total for the customer around T0, in millionths of a dollar. */
+const meterTotal = (meter: ProcessorMeterPrice, customerId: string) =>
+  processor.meterTotal({ meterId: meter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) });
 
-async function expectMeterTotal(customerId: string, seconds: number): Promise<void> {
-  await waitUntil(async () => (await meterTotal(customerId)) === seconds, `the meter total to be ${seconds}`, onEmulator ? 5_000 : 120_000);
+async function expectMeterTotal(meter: ProcessorMeterPrice, customerId: string, micros: number): Promise<void> {
+  await waitUntil(async () => (await meterTotal(meter, customerId)) === micros, `the meter total to be ${micros}`, onEmulator ? 5_000 : 120_000);
 }
 
 async function unreportedIntervals(owner: SessionPrincipal): Promise<number> {
@@ -72,19 +81,9 @@ async function unreportedIntervals(owner: SessionPrincipal): Promise<number> {
   return Number(row?.n);
 }
 
-/** The processor, refusing every event after the first `afterAccepted`. */
-function refusingAfter(afterAccepted: number): PaymentProcessor {
-  let accepted = 0;
-  return Object.assign(Object.create(processor) as PaymentProcessor, {
-    async reportMeterEvent(input: Parameters<PaymentProcessor['reportMeterEvent']>[0]) {
-      if (accepted >= afterAccepted) throw new PaymentProcessorError('processor unavailable', { status: 503 });
-      await processor.reportMeterEvent(input);
-      accepted++;
-    },
-  });
-}
-
+/** The processor, refusing every meter event. */
 const failing: PaymentProcessor = Object.assign(Object.create(null) as PaymentProcessor, {
+  ensureMeterPrices: (input: Parameters<PaymentProcessor['ensureMeterPrices']>[0]) => processor.ensureMeterPrices(input),
   async reportMeterEvent() {
     throw new PaymentProcessorError('processor unavailable', { status: 503 });
   },
@@ -96,29 +95,54 @@ describe('reporting usage to the processor’s meters', () => {
     expect(services.container.usageReporter).toBeInstanceOf(UsageReporter);
   });
 
-  it('reports a deployment’s N simulated seconds as N once, across a crash mid-run and concurrent runs', async () => {
-    // 1 777 s in three intervals: 600 + 600 + 577.
-    const { owner, customerId } = await meteredOrganization([600, 1200, 1777]);
+  it('reports N simulated GPU seconds as their amount at the service key’s price, once, across a refusal, a crash and concurrent runs', async () => {
+    // 1 777 s in three intervals (600 + 600 + 577) at $0.000279: $0.495783.
+    const { owner, deploymentId, customerId } = await meteredOrganization([600, 1200, 1777]);
     if (!customerId) throw new Error('no customer');
+    const organization_id = organizationOf(owner);
 
-    // A run refused after the processor accepted two events: those two are marked, the third is not.
-    await expect(new UsageReporter(services.db, refusingAfter(2)).run(services.log)).rejects.toThrow(/refused/);
-    expect(await unreportedIntervals(owner)).toBe(1);
-    // A worker killed after the processor accepted everything, before its marking transaction committed:
-    // the rows are as they were before the run.
-    const reporter = services.container.usageReporter as UsageReporter;
-    await reporter.run(services.log);
-    await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).update({ reported_at: null, report_id: null });
+    // A refused run claims the intervals into one report and sends nothing.
+    await expect(new UsageReporter(services.db, failing).run(services.log)).rejects.toThrow(/refused/);
+    const [claimed] = await services.db('usage_reports').where({ organization_id, meter: 'gpu_instance_seconds' });
+    expect(claimed).toMatchObject({ quantity: '1777', value: '495783', reported_at: null });
+    expect(await services.db('gpu_usage_intervals').where({ organization_id }).distinct().pluck('usage_report_id')).toEqual([claimed.id]);
     expect(await unreportedIntervals(owner)).toBe(3);
 
-    // Two runs at once (a retry and the next schedule) re-send under the same identifiers.
+    // Sent; then a worker killed after the processor accepted, before its marking committed: as before.
+    const reporter = services.container.usageReporter as UsageReporter;
+    await reporter.run(services.log);
+    expect(await unreportedIntervals(owner)).toBe(0);
+    await services.db('usage_reports').where({ id: claimed.id }).update({ reported_at: null });
+    await services.db('gpu_usage_intervals').where({ organization_id }).update({ reported_at: null });
+
+    // Two runs at once (a retry and the next schedule) re-send under the same identifier.
     await Promise.all([reporter.run(services.log), reporter.run(services.log)]);
     expect(await unreportedIntervals(owner)).toBe(0);
     expect(await reporter.run(services.log)).toEqual({ gpu_instance_seconds: 0, hosted_tokens: 0 });
-    await expectMeterTotal(customerId, 1777);
-    expect(await services.db('gpu_usage_intervals').where({ organization_id: organizationOf(owner) }).pluck('report_id')).toEqual(
-      expect.arrayContaining([expect.stringMatching(/^gpu_usage_interval_\d+$/)]),
-    );
+    await expectMeterTotal(gpuMeter, customerId, 495_783);
+
+    // 23 s more: the next report carries only them ($0.502200 in all), and the summary agrees.
+    await services.container.gpuMeter.accrue(deploymentId, after(1800));
+    await reporter.run(services.log);
+    await expectMeterTotal(gpuMeter, customerId, 502_200);
+    expect(await services.db('usage_reports').where({ organization_id }).orderBy('id').pluck('value')).toEqual(['495783', '6417']);
+    const summary = await usageSummary(services.db, organization_id, after(1800));
+    expect(summary.usage_totals).toEqual([expect.objectContaining({ meter: 'gpu_instance_seconds', total_quantity: '1800', unit_amount_decimal: GPU_PRICE, estimated_amount: '0.50' })]);
+  });
+
+  it('loses no fraction of a millionth of a dollar over many small reports', async () => {
+    const { owner, customerId } = await meteredOrganization([]);
+    if (!customerId) throw new Error('no customer');
+    const organization_id = organizationOf(owner);
+    // $0.40 a million tokens: 3 tokens are 1.2 millionths of a dollar, reported once a run.
+    await services.db('prices').insert({ provider: 'platform', region: '', resource_kind: 'hosted_model', instance_type: `carry-${run}`, gpu_type: '', gpu_count: '', unit_amount_decimal: '0.0000004' });
+    const reporter = services.container.usageReporter as UsageReporter;
+    for (let i = 0; i < 5; i++) {
+      await services.db('usage_records').insert({ request_id: `carry-${i}`, organization_id, route: 'POST /v1/chat/completions', model: `carry-${run}`, unit: 'token', quantity: 3, created_at: after(60 + i) });
+      await reporter.run(services.log);
+    }
+    expect(await services.db('usage_reports').where({ organization_id, meter: 'hosted_tokens' }).orderBy('id').pluck('value')).toEqual(['1', '1', '1', '1', '2']);
+    await expectMeterTotal(tokenMeter, customerId, 6);
   });
 
   it('keeps an open anomaly while the processor refuses reports, and resolves it once one is accepted', async () => {
@@ -134,21 +158,22 @@ describe('reporting usage to the processor’s meters', () => {
     await new UsageReporter(services.db, processor).run(services.log);
     expect(await openAnomalies()).toBe(0);
     expect(await unreportedIntervals(owner)).toBe(0);
-    await expectMeterTotal(customerId, 300);
+    // 300 s at $0.000279.
+    await expectMeterTotal(gpuMeter, customerId, 83_700);
   });
 
-  it('lets the usage of an organization without a processor customer wait, without an anomaly', async () => {
+  it('lets the usage of an organization without a processor customer wait, unclaimed and without an anomaly', async () => {
     const { owner } = await meteredOrganization([120], false);
     await new UsageReporter(services.db, processor).run(services.log);
     expect(await unreportedIntervals(owner)).toBe(1);
+    expect(await services.db('usage_reports').where({ organization_id: organizationOf(owner) })).toEqual([]);
     expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
   });
 
-  it('reports hosted-model tokens once, and leaves tokens of a deployment to its GPU seconds', async () => {
-    const { owner, customerId } = await meteredOrganization([]);
+  it('reports hosted-model tokens at the model’s price once, and leaves tokens of a deployment to its GPU seconds', async () => {
+    const { owner, deploymentId, customerId } = await meteredOrganization([]);
     if (!customerId) throw new Error('no customer');
     const organization_id = organizationOf(owner);
-    const deploymentId = (await services.db('deployments').where({ organization_id }).first('id')).id;
     await services.db('usage_records').insert([
       { request_id: 'hosted-1', organization_id, route: 'POST /v1/chat/completions', model: 'qwen2.5-instruct', unit: 'token', quantity: 700, created_at: after(60) },
       { request_id: 'hosted-2', organization_id, route: 'POST /v1/chat/completions', model: 'qwen2.5-instruct', unit: 'token', quantity: 45, created_at: after(90) },
@@ -157,8 +182,11 @@ describe('reporting usage to the processor’s meters', () => {
     const reporter = services.container.usageReporter as UsageReporter;
     await Promise.all([reporter.run(services.log), reporter.run(services.log)]);
     await reporter.run(services.log);
-    const window = { meterId: tokenMeter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) };
-    await waitUntil(async () => (await processor.meterTotal(window)) === 745, 'the hosted tokens total to be 745', onEmulator ? 5_000 : 120_000);
+    const { rows } = await services.db.raw<{ rows: [{ micros: string }] }>(
+      "select floor(745 * unit_amount_decimal * 1000000)::text as micros from prices where resource_kind = 'hosted_model' and instance_type = 'qwen2.5-instruct'",
+    );
+    expect(Number(rows[0].micros)).toBeGreaterThan(0);
+    await expectMeterTotal(tokenMeter, customerId, Number(rows[0].micros));
     expect(await services.db('usage_records').where({ organization_id }).whereNotNull('reported_at').orderBy('request_id').pluck('request_id')).toEqual(['hosted-1', 'hosted-2']);
   });
 });

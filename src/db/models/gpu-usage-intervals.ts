@@ -14,8 +14,8 @@ export class GpuUsageIntervalRow extends BaseModel {
   declare ended_at: Date;
   /** Seconds in the interval (generated); bigint: read as a string. */
   declare quantity: string;
-  /** The identifier the report to the payment processor's meter used; null until reported. */
-  declare report_id: string | null;
+  /** The usage report that claimed the interval (`usage_reports`); null until claimed. */
+  declare usage_report_id: string | null;
   declare reported_at: Date | null;
   declare created_at: Date;
 }

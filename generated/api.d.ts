@@ -8074,11 +8074,11 @@ export interface operations {
                      *           "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"
                      *         },
                      *         {
-                     *           "id": "llama-3.1-8b-instruct",
+                     *           "id": "llama-3.1-instruct",
                      *           "object": "model",
                      *           "created": 1793577600,
                      *           "owned_by": "system",
-                     *           "model_name": "llama-3.1-8b-instruct",
+                     *           "model_name": "llama-3.1-instruct",
                      *           "deployment_id": null
                      *         }
                      *       ]

@@ -6,6 +6,7 @@ import { createContainer, jobDefinitions, securityHandlers, type Container } fro
 import { createDatabase, migrateToLatest } from './db/database.ts';
 import { buildHandlers } from './http/handlers.ts';
 import { closeServer, listen } from './http/server.ts';
+import { CHANGE_CHANNELS, ChangeListener } from './db/change-listener.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
 import { startReconciler } from './deployments/provisioning.ts';
 import { Lifecycle } from './lifecycle.ts';
@@ -69,6 +70,10 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       validateResponses: config.responseValidation,
       hsts: config.env === 'production',
     });
+    // Changes made by other processes (a key revoked there) reach this one's caches at once.
+    const changes = new ChangeListener(options.databaseUrl, log);
+    changes.subscribe(CHANGE_CHANNELS.apiKey, { changed: (keyId) => container.apiKeys.forget(Number(keyId)), resync: () => container.apiKeys.forgetAll() });
+    await lifecycle.start('change listener', () => changes.start(), () => changes.stop());
     container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));

@@ -5,6 +5,7 @@ import { requireOrganization, type ApiKeyPrincipal, type SessionPrincipal } from
 import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import type { ApiKeyRow } from '../db/models/api-keys.ts';
 import {
   findKey,
@@ -26,8 +27,11 @@ type CreateApiKeyRequest = components['schemas']['CreateApiKeyRequest'];
 type UpdateApiKeyRequest = components['schemas']['UpdateApiKeyRequest'];
 type ApiKeyDeployment = components['schemas']['ApiKeyDeployment'];
 
-/** How long a key's state (valid, disabled, revoked, expired) is trusted without a lookup, in this process. */
-const CACHE_MS = 5_000;
+/**
+ * How long a key's state (valid, disabled, revoked, expired) is trusted without a lookup, in this
+ * process: the fallback bound (DESIGN.md §3) for when a change notification is lost.
+ */
+const CACHE_MS = 1_000;
 /** Keys whose state is cached at most; the least recently used goes first. Unknown keys are never cached. */
 const CACHE_MAX_ENTRIES = 10_000;
 /** Unknown or malformed keys a client address may send per window before its key authentications answer 429. */
@@ -47,7 +51,9 @@ interface CacheEntry {
 /**
  * API keys of an organization: created once with their secret shown once, scoped to deployments,
  * disabled, re-enabled, revoked for good. Authentication is one indexed lookup by the key's hash,
- * trusted for 5 seconds in this process (changes made here take effect at once), and writes
+ * cached in this process. A change is announced in its transaction (`api_key_changed`, see
+ * src/db/change-listener.ts), so every process drops the key on commit; a cached state is trusted
+ * for 1 second at most whatever happens to notifications. Authentication writes
  * `last_used_at` at most once a minute. The cache holds known keys only, at most 10 000, least
  * recently used first out; an unknown key costs a lookup every time, and a client address that sends
  * more than 20 of them in a minute gets 429 on its key authentications until the minute is over
@@ -118,18 +124,23 @@ export class ApiKeysService {
         await setScope(trx, id, input.deployment_ids, { replace: true });
       }
       const row = await updateKey(trx, key, changes);
+      await announceChange(trx, CHANGE_CHANNELS.apiKey, id);
       return (await this.#withDeployments([row], trx))[0] as ApiKey;
     });
-    this.#forget(id);
+    this.forget(id);
     return updated;
   }
 
   /** Revokes for good; revoking a revoked key returns it unchanged. */
   async revoke(principal: SessionPrincipal, id: number): Promise<ApiKey> {
     const organization = requireOrganization(principal);
-    const row = await revokeKey(this.#db, organization.id, id);
+    const row = await this.#db.transaction(async (trx) => {
+      const revoked = await revokeKey(trx, organization.id, id);
+      if (revoked) await announceChange(trx, CHANGE_CHANNELS.apiKey, id);
+      return revoked;
+    });
     if (!row) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
-    this.#forget(id);
+    this.forget(id);
     return (await this.#withDeployments([row]))[0] as ApiKey;
   }
 
@@ -218,9 +229,16 @@ export class ApiKeysService {
     void touchKey(this.#db, keyId).catch(() => this.#lastUsedWrites.delete(keyId));
   }
 
-  #forget(keyId: number): void {
+  /** Drops what this process cached of the key (a change here, or announced by another process). */
+  forget(keyId: number): void {
     this.#changes++;
     for (const [hash, entry] of this.#cache) if (entry.principal?.keyId === keyId) this.#cache.delete(hash);
+  }
+
+  /** Drops every cached key (change notifications may have been missed). */
+  forgetAll(): void {
+    this.#changes++;
+    this.#cache.clear();
   }
 
   async #withDeployments(rows: ApiKeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build migrate run test test-engine test-billing bench clean
+.PHONY: install generate check-generated api-gate lint typecheck build migrate run test fuzz test-engine test-billing bench clean
 
 ## install: install dependencies when package.json or the lockfile changed
 install: $(INSTALLED)
@@ -63,6 +63,10 @@ run: generate
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)
 	vitest run $(VITEST_ARGS)
+
+## fuzz: every operation fuzzed longer than in `make test` (FUZZ_RUNS cases each, default 300; FUZZ_SEED, default random)
+fuzz: $(INSTALLED)
+	FUZZ_RUNS=$${FUZZ_RUNS:-300} FUZZ_SEED=$${FUZZ_SEED:-$$RANDOM$$RANDOM} vitest run test/fuzz --testTimeout=0 $(VITEST_ARGS)
 
 ## test-engine: the engine conformance suite against a real Xinference cluster (see README)
 test-engine: $(INSTALLED)

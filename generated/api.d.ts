@@ -1282,6 +1282,7 @@ export interface paths {
          *     `prompt`, `hd`) are ignored.
          *
          *     Errors (JSON): 400 `SSO_FAILED` (see SsoFailedError); 404 `NOT_FOUND` or `SSO_NOT_CONFIGURED`;
+         *     422 `VALIDATION_FAILED` when a parameter is longer than documented;
          *     409 `SSO_LINK_REQUIRES_SIGN_IN` or `SSO_ACCOUNT_ALREADY_LINKED` (see SsoLinkConflictError).
          */
         get: operations["completeSsoLogin"];
@@ -9902,6 +9903,16 @@ export interface operations {
              *     another identity (subject) at this provider; sign in with that one.
              */
             409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

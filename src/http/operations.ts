@@ -32,6 +32,8 @@ export interface OperationRules {
   csrfExempt: boolean;
   /** `x-deprecation`: the `Deprecation` (RFC 9745) and `Sunset` (RFC 8594) headers of each answer; undefined when not deprecated. */
   deprecationHeaders: Readonly<Record<'Deprecation' | 'Sunset', string>> | undefined;
+  /** The query parameters it documents (a NUL character in any of them is refused before it reaches a query). */
+  queryParameters: readonly string[];
 }
 
 const METHODS = ['get', 'put', 'post', 'delete', 'options', 'head', 'patch', 'trace'] as const;
@@ -42,6 +44,7 @@ interface DocumentedOperation {
   operationId?: string;
   security?: SecurityRequirement[];
   requestBody?: { content?: Record<string, unknown> };
+  parameters?: Array<{ name?: string; in?: string }>;
   'x-required-role'?: unknown;
   'x-error-format'?: unknown;
   'x-body-limit'?: unknown;
@@ -96,6 +99,7 @@ export function readOperationRules(document: Document): Map<string, OperationRul
         jsonBody: content !== undefined && 'application/json' in content,
         csrfExempt: exempt === true,
         deprecationHeaders: deprecationHeaders(operation['x-deprecation']),
+        queryParameters: (operation.parameters ?? []).filter((p) => p.in === 'query' && p.name).map((p) => p.name as string),
       });
     }
     if (formats.size > 1) faults.push(`the operations of ${path} answer errors in different x-error-formats`);

@@ -44,8 +44,8 @@ export function authenticateBeforeBody(security: SecurityHandlers): RequestHandl
 /**
  * Parses the JSON body of an operation that documents one, up to its `x-body-limit` (413
  * `PAYLOAD_TOO_LARGE` beyond); then refuses, for every route, a body nested deeper than 64 levels
- * or with a NUL character in a string or a name (422 `VALIDATION_FAILED`; 400 `invalid_parameter`
- * on inference routes). A body no operation reads (no route, a route without a request body) is
+ * or with a NUL character in a string or a name, and a documented query parameter with one (422
+ * `VALIDATION_FAILED`; 400 `invalid_parameter` on inference routes). A body no operation reads (no route, a route without a request body) is
  * not read; a multipart body is read by its handler as it streams. The raw bytes are kept only for
  * an `x-csrf-exempt` operation, which is verified by a signature over them.
  */
@@ -67,11 +67,20 @@ export function jsonBodies(): RequestHandler[] {
       parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, next);
     },
     (req, _res, next) => {
-      const issue = req.body === undefined ? undefined : unsafeJson(req.body);
+      const issue = nulInQuery(req) ?? (req.body === undefined ? undefined : unsafeJson(req.body));
       if (!issue) return next();
       next(new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } }));
     },
   ];
+}
+
+/** A documented query parameter with a NUL character (Postgres refuses them in text), if any. */
+function nulInQuery(req: Request): { location: string; message: string } | undefined {
+  const names = req.operation?.queryParameters;
+  if (!names?.length || !req.url.includes('%00')) return undefined;
+  const query = req.query as Record<string, unknown>;
+  const name = names.find((candidate) => [query[candidate]].flat().some((value) => typeof value === 'string' && value.includes('\u0000')));
+  return name ? { location: `query/${name}`, message: 'must not contain NUL characters (\\u0000)' } : undefined;
 }
 
 /** A body limit in words: `1 MiB`, `512 KiB`, `100 bytes`. */

@@ -68,6 +68,13 @@ describe('HTTP error handling', () => {
     );
   });
 
+  it('answers a query parameter with a NUL character with 422, before it reaches a query (found by the fuzzer)', async () => {
+    const owner = await registeredUser(app);
+    const response = await owner.browser.fetch('/api/v1/deployable-models?provider=a%00b');
+    const problem = await expectProblem(response, 422, 'VALIDATION_FAILED');
+    expect(problem.errors).toEqual([{ location: 'query/provider', message: 'must not contain NUL characters (\\u0000)' }]);
+  });
+
   it('rejects unknown fields of a strict body with 422', async () => {
     const { error, response } = await api().POST('/v1/auth/password-reset/request', { body: unchecked({ email: 'ada@example.com', admin: true }) });
     const problem = await expectProblem(response, 422, 'VALIDATION_FAILED', error);

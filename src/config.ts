@@ -33,8 +33,9 @@ const schema = z.object({
   TRUST_PROXY: z.string().optional(),
   SMTP_URL: z.url().optional(),
   MAIL_FROM: z.string().min(3).default('Model Deployment <no-reply@model-deployment.local>'),
-  EMAIL_RETRY_LIMIT: z.coerce.number().int().min(0).max(20).default(4),
+  EMAIL_RETRY_LIMIT: z.coerce.number().int().min(0).max(100).default(30),
   EMAIL_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(5),
+  EMAIL_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(900),
   MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
   MAILDEV_WEB_PORT: z.coerce.number().int().min(1).max(65535).default(1080),
   WEB_APP_URL: z.url().optional(),
@@ -91,7 +92,7 @@ export interface Config {
   smtpUrl: string | undefined;
   mailFrom: string;
   /** Retries of an email that could not be sent, with exponential backoff from the delay. */
-  emailRetry: { limit: number; delaySeconds: number };
+  emailRetry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
   maildev: { smtpPort: number; webPort: number };
   /** Where links in emails and SSO redirects land (the web app); defaults to PUBLIC_URL. */
   webAppUrl: string;
@@ -210,7 +211,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     smtpUrl: e.SMTP_URL,
     mailFrom: e.MAIL_FROM,
-    emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS },
+    emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS, maxDelaySeconds: e.EMAIL_RETRY_MAX_DELAY_SECONDS },
     maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
     webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),
     oidc: {

@@ -43,17 +43,25 @@ export class EmailOutbox {
   }
 }
 
-/** Sends one queued email; retried with backoff, recorded as `failed` after the last attempt. */
+/**
+ * Sends one queued email; retried with backoff (doubling from EMAIL_RETRY_DELAY_SECONDS up to
+ * EMAIL_RETRY_MAX_DELAY_SECONDS), so with the defaults an SMTP server down for about 6 hours
+ * delays mail without losing it; recorded as `failed` after the last attempt. An email is sent
+ * once: only a `queued` one is sent, and it is marked `sent` right after the server accepted it
+ * (a crash between the two is the one window in which it can go out twice, as SMTP has no
+ * idempotency key).
+ */
 export function sendEmailJob(deps: {
   db: Knex;
   keyring: Keyring;
   mailer: Mailer;
-  retry: { limit: number; delaySeconds: number };
+  retry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
 }): JobDefinition<{ emailId: number }> {
   return {
     queue: SEND_EMAIL_QUEUE,
     retryLimit: deps.retry.limit,
     retryDelaySeconds: deps.retry.delaySeconds,
+    retryDelayMaxSeconds: deps.retry.maxDelaySeconds,
     concurrency: 4,
     async handle({ emailId }, { log, lastAttempt }) {
       const email = await findQueuedEmail(deps.db, emailId);

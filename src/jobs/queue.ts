@@ -44,6 +44,8 @@ export interface JobDefinition<Data extends object = object> {
   /** Retries with exponential backoff; a job still failing after them is kept as failed. */
   retryLimit?: number;
   retryDelaySeconds?: number;
+  /** The longest wait between two retries (the backoff stops doubling there); no limit by default. */
+  retryDelayMaxSeconds?: number;
   /** How many jobs of this queue one worker process runs at once. */
   concurrency?: number;
   /** A cron expression (UTC) when the job runs on a schedule, once across all workers. */
@@ -84,13 +86,15 @@ export function createJobQueue(options: JobQueueOptions): PgBoss {
 export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger }): Promise<void> {
   await boss.start();
   for (const job of options.jobs) {
-    await boss.createQueue(job.queue, {
-      policy: job.policy ?? 'standard',
+    const retries = {
       retryLimit: job.retryLimit ?? 5,
       retryDelay: job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS,
       retryBackoff: true,
-      notify: true,
-    });
+      ...(job.retryDelayMaxSeconds ? { retryDelayMax: job.retryDelayMaxSeconds } : {}),
+    };
+    await boss.createQueue(job.queue, { policy: job.policy ?? 'standard', notify: true, ...retries });
+    // A queue that exists keeps what it was created with: settings changed since apply now.
+    await boss.updateQueue(job.queue, retries);
   }
   if (!options.work) return;
   for (const job of options.jobs) {
@@ -112,6 +116,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
 export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Promise<void> {
   const interval = job.pollingIntervalSeconds ?? BACKSTOP_POLLING_SECONDS;
   const retryDelayMs = (job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS) * 1000;
+  const retryDelayMaxMs = job.retryDelayMaxSeconds ? job.retryDelayMaxSeconds * 1000 : Number.POSITIVE_INFINITY;
   const fetcher = await boss.work(
     job.queue,
     {
@@ -133,7 +138,7 @@ export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Pro
             return { id: item.id, status: 'completed' };
           } catch (error) {
             // pg-boss retries it after a backoff of at most delay x 2^(n+1) (its plans.js: half of that plus a random half).
-            if (item.retryCount < item.retryLimit) wakeWhenDue(boss, job.queue, Date.now() + retryDelayMs * 2 ** (item.retryCount + 1));
+            if (item.retryCount < item.retryLimit) wakeWhenDue(boss, job.queue, Date.now() + Math.min(retryDelayMs * 2 ** (item.retryCount + 1), retryDelayMaxMs));
             return { id: item.id, status: 'failed', output: error };
           }
         }),

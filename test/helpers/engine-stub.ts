@@ -78,6 +78,11 @@ export class EngineStub {
     return this.recorded.filter((r) => `${r.method} ${r.path}` === route);
   }
 
+  /** Connections the engine has open (the proxy's, kept alive or not). */
+  get openSockets(): number {
+    return this.#sockets.size;
+  }
+
   async stop(): Promise<void> {
     for (const socket of this.#sockets) socket.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));

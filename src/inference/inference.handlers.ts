@@ -6,11 +6,12 @@ import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
 import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, type RewritePolicy } from './json-rewrite.ts';
 import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
+import type { AnswerWatch } from './answer-watch.ts';
 import { Relay, type AnswerRewrite, type Delivery, type MediaType } from './proxy.ts';
 import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
 import { engineFormatFor, isTextFormat, renderTranscript, type TextFormat } from './transcripts.ts';
-import type { UsageRecorder } from './usage.ts';
+import type { UsageRecord, UsageRecorder } from './usage.ts';
 
 type InferenceHandlers = Pick<
   Handlers,
@@ -79,11 +80,20 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
   const relay = new Relay(deps.config.inference, (target, reason) => router.credentialsRefused(target, reason));
 
   /**
-   * One record per request the engine answered, keyed by an id the service makes; the request id
-   * (the client's, when it sent one) is only a label.
+   * Relays the request and meters what was delivered: one record per request the engine answered,
+   * keyed by an id the service makes (the request id, the client's when it sent one, is a label).
+   * The usage of an answer delivered in full is committed before its last bytes go out (a process
+   * killed afterwards has it); an answer cut short is recorded with the next batch.
    */
-  const record = (context: HandlerContext<OperationId>, principal: Principal, target: Target, route: string, outcome: Delivery['outcome'], metered: Metered) => {
-    usage.record({
+  const relayMetered = async (
+    context: HandlerContext<OperationId>,
+    principal: Principal,
+    target: Target,
+    route: string,
+    forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd'>,
+    meter: (answer: AnswerWatch) => Metered,
+  ): Promise<void> => {
+    const usageOf = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => ({
       usageId: randomUUID(),
       requestId: context.requestId,
       organizationId: target.organizationId,
@@ -93,8 +103,17 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       route,
       model: target.modelName,
       outcome,
-      ...metered,
+      ...meter(answer),
     });
+    let committed = false;
+    const delivery = await relay.forward({
+      ...forward,
+      beforeEnd: (answer) => {
+        committed = true;
+        return usage.commit(usageOf('completed', answer));
+      },
+    });
+    if (delivery && !committed) usage.record(usageOf(delivery.outcome, delivery.answer));
   };
 
   /**
@@ -121,17 +140,15 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
-      const delivery = await relay.forward({
-        req: context.req,
-        res: context.res,
+      const request = { bytes: Buffer.byteLength(payload), body };
+      await relayMetered(
+        context,
+        principal,
         target,
         path,
-        body: payload,
-        contentType: 'application/json',
-        accepts: options.accepts,
-        rewrite,
-      });
-      if (delivery) record(context, principal, target, path, delivery.outcome, options.meter(delivery, { bytes: Buffer.byteLength(payload), body }));
+        { req: context.req, res: context.res, target, path, body: payload, contentType: 'application/json', accepts: options.accepts, rewrite },
+        (answer) => options.meter({ answer }, request),
+      );
       return STREAMED;
     };
 
@@ -180,21 +197,28 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       const form = await TranscriptionForm.open(context.req, context.bodyLimit);
       try {
         const target = await router.resolve(principal, form.model);
-        const delivery = await relay.forward({
-          req: context.req,
-          res: context.res,
+        const path = '/v1/audio/transcriptions';
+        await relayMetered(
+          context,
+          principal,
           target,
-          path: '/v1/audio/transcriptions',
-          // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.
-          body: form.body(target.engineModelUid, engineFormatFor),
-          contentType: form.contentType,
-          accepts: ['application/json'],
-          rewrite: () => {
-            const format = form.responseFormat;
-            return isTextFormat(format) ? transcriptRewrite(format) : undefined;
+          path,
+          {
+            req: context.req,
+            res: context.res,
+            target,
+            path,
+            // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.
+            body: form.body(target.engineModelUid, engineFormatFor),
+            contentType: form.contentType,
+            accepts: ['application/json'],
+            rewrite: () => {
+              const format = form.responseFormat;
+              return isTextFormat(format) ? transcriptRewrite(format) : undefined;
+            },
           },
-        });
-        if (delivery) record(context, principal, target, '/v1/audio/transcriptions', delivery.outcome, perRequest(delivery, { bytes: 0, body: {} }));
+          (answer) => perRequest({ answer }, { bytes: 0, body: {} }),
+        );
       } finally {
         await form.dispose();
       }

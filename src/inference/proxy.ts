@@ -8,6 +8,9 @@ import { EngineConnections } from './engine-connection.ts';
 import { ENGINE_ERROR_READ, engineError, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import type { Target } from './routing.ts';
 
+/** The last event of a chat stream. */
+const DONE = 'data: [DONE]';
+
 /** The media types an engine's answer may have; anything else is never relayed (502). */
 export type MediaType = 'application/json' | 'text/event-stream' | 'text/plain';
 
@@ -83,6 +86,12 @@ export class Relay {
     accepts: readonly MediaType[];
     /** Made when the engine's 200 answer arrives (the request, a form included, is then complete). */
     rewrite?: () => AnswerRewrite | undefined;
+    /**
+     * Called once the engine's answer is complete, before its last bytes go to the client (the
+     * usage's group commit): the client never holds a whole answer whose usage is not written.
+     * Waited for at most COMMIT_WAIT_MS.
+     */
+    beforeEnd?: (answer: AnswerWatch) => Promise<void>;
   }): Promise<Delivery | undefined> {
     const { req, res, body } = input;
     let stalled = false;
@@ -163,13 +172,16 @@ export class Relay {
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
-      const ended = await pump(response, res, answer, rewrite, {
+      const { ended, held } = await pump(response, res, answer, rewrite, streaming, input.beforeEnd !== undefined, {
         onChunk: () => watch(this.#limits.idleTimeoutMs),
         onPause: () => clearTimeout(timer),
       });
       let rest: string | undefined = '';
       if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), req);
       if (ended === 'completed' && rest !== undefined) {
+        clearTimeout(timer);
+        if (input.beforeEnd) await waitAtMost(input.beforeEnd(answer), COMMIT_WAIT_MS);
+        if (held !== undefined) res.write(held);
         res.end(rest);
         return { outcome: 'completed', answer };
       }
@@ -224,24 +236,47 @@ function rewritten(step: () => string, req: Request): string | undefined {
   }
 }
 
+/** The longest an answer's last bytes wait for its usage to be written (the database may be down). */
+const COMMIT_WAIT_MS = 1_000;
+
+async function waitAtMost(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}
+
+type Ended = 'completed' | 'client-left' | 'engine-failed' | 'unusable';
+
 /**
  * Copies the answer to the client as it arrives (through the rewrite, if any), pausing the engine
- * while the client is slow.
+ * while the client is slow. With `holdEnd`, what would complete the answer is held back and
+ * returned for the caller to send: the last chunk of a JSON answer (each goes out when the next
+ * arrives), the chunk of an event stream with its `[DONE]` (the events before it go out at once).
  */
 function pump(
   upstream: Readable,
   res: Response,
   answer: AnswerWatch,
   rewrite: AnswerRewrite | undefined,
+  streaming: boolean,
+  holdEnd: boolean,
   clock: { onChunk: () => void; onPause: () => void },
-): Promise<'completed' | 'client-left' | 'engine-failed' | 'unusable'> {
+): Promise<{ ended: Ended; held: Buffer | string | undefined }> {
   return new Promise((resolve) => {
     let settled = false;
-    const settle = (how: 'completed' | 'client-left' | 'engine-failed' | 'unusable') => {
+    let held: Buffer | string | undefined;
+    const settle = (how: Ended) => {
       if (settled) return;
       settled = true;
       upstream.off('data', onData);
-      resolve(how);
+      resolve({ ended: how, held });
+    };
+    const send = (out: Buffer | string) => {
+      if (!res.write(out)) {
+        upstream.pause();
+        clock.onPause();
+        res.once('drain', resume);
+      }
     };
     const resume = () => {
       clock.onChunk();
@@ -261,11 +296,15 @@ function pump(
         }
         if (out === '') return;
       }
-      if (!res.write(out)) {
-        upstream.pause();
-        clock.onPause();
-        res.once('drain', resume);
+      if (!holdEnd) return send(out);
+      if (streaming) {
+        if (held === undefined && !out.includes(DONE)) return send(out);
+        held = held === undefined ? out : Buffer.concat([Buffer.from(held), Buffer.from(out)]);
+        return;
       }
+      const previous = held;
+      held = out;
+      if (previous !== undefined) send(previous);
     };
     upstream.on('data', onData);
     upstream.once('end', () => settle('completed'));

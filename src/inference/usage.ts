@@ -37,7 +37,9 @@ const MAX_UNWRITTEN = 100_000;
  * records), so no request waits on a database write. Each record is stored once per `usageId`, an
  * id the service makes (the client's `X-Request-Id` is only a label). A batch the database refused
  * (it is restarting, unreachable) is retried at the next flush, up to MAX_UNWRITTEN records.
- * What is buffered when a process dies unexpectedly is lost; a graceful stop flushes it.
+ * An answer delivered in full is committed before its last bytes go out (`commit`); what is
+ * buffered with `record` (answers cut short) when a process dies unexpectedly is lost, up to a
+ * second of them; a graceful stop flushes it.
  */
 export class UsageRecorder {
   readonly #db: Knex;
@@ -54,6 +56,16 @@ export class UsageRecorder {
   start(intervalMs = 1_000): void {
     this.#timer = setInterval(() => void this.flush(), intervalMs);
     this.#timer.unref();
+  }
+
+  /**
+   * Records the usage and resolves once it is written, with whatever else is buffered by then: a
+   * group commit (requests that end together share one insert). Used for an answer delivered in
+   * full, before its last bytes go out, so a process killed afterwards has its usage.
+   */
+  commit(usage: UsageRecord): Promise<void> {
+    this.#buffer.push(usage);
+    return this.flush();
   }
 
   record(usage: UsageRecord): void {

@@ -8,6 +8,7 @@ import { deployment } from '../factories/deployments.ts';
 import { team, type Team } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { checkResponse, templateOf } from '../helpers/contract.ts';
+import { changedTables, tableDigester } from '../helpers/db-digest.ts';
 import { hostileSegment, hostileValue, malformedJson, validValue, type Schema } from './schema-arbitrary.ts';
 
 /**
@@ -46,8 +47,6 @@ const SEED = Number(process.env.FUZZ_SEED ?? 20261124);
 const ACTORS = ['nobody', 'super_admin', 'admin', 'member', 'viewer', 'api_key'] as const;
 type Actor = (typeof ACTORS)[number];
 
-/** Columns that change without a request asking (a key's use, the update trigger): left out of the digest. */
-const VOLATILE = ['updated_at', 'last_used_at'];
 /**
  * Tables a refused request may write, or a peer writes meanwhile: brute-force counters (a refused
  * sign-in or reset counts toward its limit: that is their point), and the payment processor's
@@ -60,7 +59,7 @@ let members: Team;
 let key: string;
 /** Ids that exist, so that some cases reach past the 404. */
 const known: Record<string, string[]> = {};
-let digestQuery: string;
+let tableDigest: () => Promise<string>;
 /** Statuses seen, per operation. */
 const seen = new Map<string, Map<number, number>>();
 
@@ -78,26 +77,19 @@ beforeAll(async () => {
     api_key_id: [String(created.id)],
     invitation_id: [String(invitation?.id)],
   });
-  const { rows } = await app.db.raw<{ rows: Array<{ table_name: string }> }>(
-    "select table_name from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE' and table_name not like 'knex_%' and table_name <> all(?) order by table_name",
-    [WRITTEN_ANYWAY],
-  );
-  const volatile = VOLATILE.map((column) => ` - '${column}'`).join('');
-  digestQuery = rows
-    .map(({ table_name: table }) => `select '${table}' as t, md5(coalesce(string_agg(r, ',' order by r), '')) as d from (select (to_jsonb(x)${volatile})::text as r from "${table}" x) s`)
-    .join(' union all ');
+  tableDigest = await tableDigester(app.db, WRITTEN_ANYWAY);
 }, 120_000);
 afterAll(async () => {
   const lines = [...seen].map(([operation, statuses]) => `${operation}: ${[...statuses].map(([status, n]) => `${status}×${n}`).join(' ')}`);
   const cases = [...seen.values()].reduce((sum, statuses) => sum + [...statuses.values()].reduce((a, b) => a + b, 0), 0);
-  process.stdout.write(`fuzz: ${seen.size} operations × ${RUNS} cases = ${cases} requests (seed ${SEED})\n${lines.join('\n')}\n`);
+  // The report of `make fuzz` (the suite's short run stays quiet).
+  if (process.env.FUZZ_RUNS) process.stdout.write(`fuzz: ${seen.size} operations × ${RUNS} cases = ${cases} requests (seed ${SEED})\n${lines.join('\n')}\n`);
   await app?.close();
 });
 
 async function digest(): Promise<string> {
   await app.container.usage.flush();
-  const { rows } = await app.db.raw<{ rows: Array<{ t: string; d: string }> }>(digestQuery);
-  return rows.map((row) => `${row.t}:${row.d}`).join('\n');
+  return tableDigest();
 }
 
 /** The organization of the team, whose sessions the callers get back. */
@@ -122,12 +114,6 @@ async function sessionOf(actor: Exclude<Actor, 'nobody' | 'api_key'>): Promise<S
 
 /** The stored id of the browser's session: the SHA-256 of its token. */
 const sessionIdOf = (user: SignedInUser) => hashToken(user.browser.cookies.get(app.container.cookies.name) ?? '');
-
-/** The tables whose digest differs. */
-function changedTables(before: string, after: string): string[] {
-  const earlier = new Set(before.split('\n'));
-  return after.split('\n').filter((line) => !earlier.has(line)).map((line) => line.split(':')[0] ?? line);
-}
 
 type Body = { kind: 'none' } | { kind: 'json'; value: unknown } | { kind: 'raw'; text: string; contentType: string };
 

@@ -65,6 +65,8 @@ export interface TestAppOptions {
    * a webhook endpoint to this app's webhook route. Without it, no processor is configured.
    */
   stripe?: boolean;
+  /** Every line the service logs, at debug, is pushed here (to look for secrets in them). */
+  logLines?: string[];
   /** A database of the test's own (one it stops and starts) instead of a copy of the template. */
   database?: { url: string; drop(): Promise<void> };
 }
@@ -89,7 +91,8 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     ...env,
   };
   const config = loadConfig(settings);
-  const log = createLogger('silent');
+  const lines = options.logLines;
+  const log = lines ? createLogger('debug', { write: (line: string) => void lines.push(line) }) : createLogger('silent');
   const service = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
   const simulator = options.cluster ? await startLocalCluster({ clusters: service.container.clusters, log, ...options.cluster }) : undefined;
   return {

@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
+import { CARDS, checkoutWithCard, webhooksSettled as settled } from '../factories/billing.ts';
 import { addedMember } from '../factories/organizations.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
@@ -23,36 +23,21 @@ beforeAll(async () => {
 });
 afterAll(() => app.close());
 
-const CARDS = {
-  visa: { number: '4242 4242 4242 4242', expiry: '12 / 34', cvc: '123' },
-  mastercard: { number: '5555 5555 5555 4444', expiry: '03 / 33', cvc: '123' },
-};
-
 const account = async (api: Api) => (await api.GET('/v1/billing/account')).data;
 const cards = async (api: Api) => (await api.GET('/v1/billing/payment-methods')).data ?? [];
 const invoices = async (api: Api) => (await api.GET('/v1/billing/invoices')).data ?? [];
 
-/** Opens a setup session through the API and completes it on the emulator's Checkout page with a test card. */
+/** Saves a card through the emulator's Checkout page (test/factories/billing.ts), checking each step. */
 async function saveCard(owner: SignedInUser, purpose: 'payment_method_setup' | 'postpaid_activation', card = CARDS.visa) {
-  const { data, response } = await owner.api.POST('/v1/billing/checkout/setup-session', { body: { purpose, return_url: `${APP_ORIGIN}/billing` } });
-  expect(response.status).toBe(201);
-  if (!data) throw new Error('no session');
-  expect(data).toMatchObject({ mode: 'setup', status: 'open', payment_status: 'no_payment_required', client_secret: expect.stringMatching(/_secret_/) });
-  const completion = await completeCheckoutSession(checkoutPageUrl(emulatorUrl, data.checkout_session_id), card);
+  const { session, status, completion } = await checkoutWithCard(app, owner, purpose, card);
+  expect(status).toBe(201);
+  expect(session).toMatchObject({ mode: 'setup', status: 'open', payment_status: 'no_payment_required', client_secret: expect.stringMatching(/_secret_/) });
   expect(completion.status).toBe(303);
   expect(completion.redirect).toBe(`${APP_ORIGIN}/billing`);
-  return data.checkout_session_id;
+  return session.checkout_session_id;
 }
 
-/** Waits until every event the emulator sent so far has been processed by the service. */
-async function webhooksSettled(): Promise<void> {
-  await waitUntil(async () => {
-    const events = await stripe.events.list({ limit: 100 });
-    const ids = events.data.map((event) => event.id);
-    const rows = await app.db('billing_webhook_events').whereIn('id', ids).whereNotNull('processed_at').count<{ count: string }[]>('id as count');
-    return Number(rows[0]?.count) === ids.length;
-  }, 'every webhook processed');
-}
+const webhooksSettled = () => settled(app);
 
 /** An activated organization: a card saved through checkout and an active subscription. */
 async function activatedOwner(): Promise<SignedInUser> {

@@ -10,6 +10,17 @@ describe('security headers', () => {
   });
   afterAll(() => app.close());
 
+  it('grants no cross-origin access: no CORS header, to a simple request or a preflight', async () => {
+    const simple = await fetch(`${app.url}/openapi.json`, { headers: { origin: 'https://evil.example' } });
+    const preflight = await fetch(`${app.url}/v1/user/signin`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+    });
+    for (const response of [simple, preflight]) {
+      expect([...response.headers.keys()].filter((name) => name.startsWith('access-control-'))).toEqual([]);
+    }
+  });
+
   it.each([
     ['a JSON answer', '/openapi.json', 200],
     ['an error answer', '/v1/auth/session', 401],

@@ -1,0 +1,34 @@
+import type { Knex } from 'knex';
+
+/** Columns that change without a request asking (a key's use, the update trigger). */
+const VOLATILE = ['updated_at', 'last_used_at'];
+
+/**
+ * A digest of every table of the database, one line per table, to show that a request wrote
+ * nothing: `digest()` before and after, then `changedTables`. Tables a peer writes meanwhile (the
+ * brute-force counters a refused sign-in counts toward, the payment processor's webhook events) are
+ * named in `skip`.
+ */
+export async function tableDigester(db: Knex, skip: readonly string[]): Promise<() => Promise<string>> {
+  const { rows } = await db.raw<{ rows: Array<{ table_name: string }> }>(
+    "select table_name from information_schema.tables where table_schema = 'public' and table_type = 'BASE TABLE' and table_name not like 'knex_%' and table_name <> all(?) order by table_name",
+    [[...skip]],
+  );
+  const volatile = VOLATILE.map((column) => ` - '${column}'`).join('');
+  const query = rows
+    .map(({ table_name: table }) => `select '${table}' as t, md5(coalesce(string_agg(r, ',' order by r), '')) as d from (select (to_jsonb(x)${volatile})::text as r from "${table}" x) s`)
+    .join(' union all ');
+  return async () => {
+    const { rows: digests } = await db.raw<{ rows: Array<{ t: string; d: string }> }>(query);
+    return digests.map((row) => `${row.t}:${row.d}`).join('\n');
+  };
+}
+
+/** The tables whose digest differs. */
+export function changedTables(before: string, after: string): string[] {
+  const earlier = new Set(before.split('\n'));
+  return after
+    .split('\n')
+    .filter((line) => !earlier.has(line))
+    .map((line) => line.split(':')[0] ?? line);
+}

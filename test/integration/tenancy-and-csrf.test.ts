@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { loadOpenApiDocument } from '../../src/openapi-document.ts';
+import { apiKey } from '../factories/api-keys.ts';
+import { verifiedUser, type SignedInUser } from '../factories/accounts.ts';
+import { checkoutWithCard, webhooksSettled } from '../factories/billing.ts';
+import { deployment } from '../factories/deployments.ts';
+import { invitedMember } from '../factories/organizations.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { changedTables, tableDigester } from '../helpers/db-digest.ts';
+import { waitUntil } from '../helpers/net.ts';
+
+/**
+ * Generated from the published document, so a new operation is covered or this file says what it
+ * lacks (docs/security.md, ASVS 5.0 V8 and V3):
+ * - cross-organization access: every operation that takes the id of an organization's resource,
+ *   called by the super_admin of another organization with the first one's id, is refused (404, or
+ *   403 where documented) and writes nothing;
+ * - CSRF: every state-changing operation that accepts the session cookie, sent with the session
+ *   but without `X-CSRF-Token`, answers 403 `CSRF_FAILED` and writes nothing.
+ */
+interface Operation {
+  operationId: string;
+  parameters?: Array<{ name: string; in: string }>;
+  security?: Array<Record<string, string[]>>;
+}
+const document = loadOpenApiDocument() as unknown as { paths: Record<string, Record<string, Operation>>; security?: Array<Record<string, string[]>> };
+const operations = Object.entries(document.paths).flatMap(([template, item]) =>
+  (['get', 'post', 'put', 'patch', 'delete'] as const).filter((method) => item[method]).map((method) => ({ template, method, operation: item[method] as Operation })),
+);
+
+/** Path parameters that name no organization's resource, and why. */
+const NOT_TENANT_OWNED: Record<string, string> = {
+  model_id: 'the catalog is the same for everyone',
+  provider: 'an SSO provider of the server',
+  token: 'a secret capability (an invitation link): whoever holds it may use it',
+};
+
+/** Tables a peer writes meanwhile: the processor's webhooks, brute-force counters. */
+const WRITTEN_ANYWAY = ['billing_webhook_events', 'rate_limit_points'];
+
+let app: TestApp;
+/** The organization whose resources are reached for; its super_admin. */
+let victim: SignedInUser;
+/** The super_admin of another organization. */
+let intruder: SignedInUser;
+/** The victim's resource for each path parameter that names one. */
+const victims: Record<string, string> = {};
+let digest: () => Promise<string>;
+
+beforeAll(async () => {
+  app = await startTestApp({ BILLING_ENFORCEMENT: 'false' }, { workers: true, stripe: true, cluster: { modelLoadMs: 20 } });
+  [victim, intruder] = await Promise.all([verifiedUser(app), verifiedUser(app)]);
+  const member = await invitedMember(app, victim, 'member');
+  const running = await deployment(app, victim, 'running');
+  const key = await apiKey(victim, [running.id]);
+  const { data: invitation } = await victim.api.POST('/v1/organization/invitations', { body: { email: `pending-${Date.now()}@example.com` } });
+  await checkoutWithCard(app, victim, 'payment_method_setup');
+  await waitUntil(async () => ((await victim.api.GET('/v1/billing/payment-methods')).data ?? []).length > 0, 'the victim’s card');
+  const [card] = (await victim.api.GET('/v1/billing/payment-methods')).data ?? [];
+  const [session] = (await victim.api.GET('/v1/user/sessions')).data ?? [];
+  // The processor's webhooks for the card are processed before any digest is taken.
+  await webhooksSettled(app);
+  Object.assign(victims, {
+    deployment_id: running.id,
+    api_key_id: String(key.id),
+    invitation_id: String(invitation?.id),
+    user_id: String(member.user.id),
+    session_id: session?.id ?? '',
+    payment_method_id: card?.id ?? '',
+  });
+  digest = await tableDigester(app.db, WRITTEN_ANYWAY);
+}, 120_000);
+afterAll(() => app?.close());
+
+const withIds = operations.filter(({ operation }) => (operation.parameters ?? []).some((p) => p.in === 'path'));
+const pathNames = (operation: Operation) => (operation.parameters ?? []).filter((p) => p.in === 'path').map((p) => p.name);
+
+describe('cross-organization access, on every operation that takes an id', () => {
+  it('knows every path parameter of the document: a resource to reach for, or why there is none', () => {
+    const unknown = withIds.flatMap(({ operation }) => pathNames(operation)).filter((name) => !(name in NOT_TENANT_OWNED) && !(name in victims));
+    expect(unknown, 'add a victim resource for these path parameters (or say why they name none)').toEqual([]);
+  });
+
+  for (const { template, method, operation } of withIds.filter(({ operation }) => pathNames(operation).every((name) => !(name in NOT_TENANT_OWNED)))) {
+    it(`${method.toUpperCase()} ${template} (${operation.operationId}) with another organization’s id`, async () => {
+      const path = template.replace(/\{([^}]+)\}/g, (_, name: string) => encodeURIComponent(victims[name] ?? ''));
+      const before = await digest();
+      const response = await intruder.browser.fetch(path, { method: method.toUpperCase(), headers: { 'content-type': 'application/json' }, body: method === 'get' || method === 'delete' ? undefined : '{}' });
+      const body = await response.text();
+      expect([403, 404, 422], `${response.status} ${body}`).toContain(response.status);
+      expect(body).not.toContain(victim.email);
+      expect(changedTables(before, await digest())).toEqual([]);
+    });
+  }
+});
+
+const sessionWrites = operations.filter(
+  ({ method, operation }) => method !== 'get' && (operation.security ?? document.security ?? []).some((requirement) => 'SessionCookie' in requirement && 'CsrfToken' in requirement),
+);
+
+describe('CSRF, on every state-changing operation that accepts the session', () => {
+  it('covers the session writes of the document', () => {
+    expect(sessionWrites.length).toBeGreaterThan(30);
+  });
+
+  for (const { template, method, operation } of sessionWrites) {
+    it(`${method.toUpperCase()} ${template} (${operation.operationId}) without X-CSRF-Token: 403 CSRF_FAILED`, async () => {
+      const path = template.replace(/\{([^}]+)\}/g, (_, name: string) => encodeURIComponent(victims[name] ?? '1'));
+      const before = await digest();
+      victim.browser.sendCsrfHeader = false;
+      try {
+        const response = await victim.browser.fetch(path, { method: method.toUpperCase(), headers: { 'content-type': 'application/json' }, body: method === 'delete' ? undefined : '{}' });
+        expect(response.status).toBe(403);
+        // A Problem's `code`, or the inference shape's `error.code`.
+        const body = (await response.json()) as { code?: string; error?: { code?: string } };
+        expect((body.code ?? body.error?.code)?.toUpperCase()).toBe('CSRF_FAILED');
+      } finally {
+        victim.browser.sendCsrfHeader = true;
+      }
+      expect(changedTables(before, await digest())).toEqual([]);
+    });
+  }
+});

@@ -8,7 +8,7 @@ import { hashPassword } from '../../src/accounts/passwords.ts';
 import { insertMembership } from '../../src/organizations/organizations.repository.ts';
 import { assertDeliversEmail, PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail, type SignedInUser } from './accounts.ts';
 
-type InvitedRole = components['schemas']['InvitationRole'];
+export type InvitedRole = components['schemas']['InvitationRole'];
 export type Invitation = components['schemas']['Invitation'];
 
 /** Invites `email` through the API and returns the token read from the invitation email. */

@@ -4,7 +4,7 @@ import { apiKey } from '../factories/api-keys.ts';
 import { verifiedUser, type SignedInUser } from '../factories/accounts.ts';
 import { checkoutWithCard, webhooksSettled } from '../factories/billing.ts';
 import { deployment } from '../factories/deployments.ts';
-import { invitedMember } from '../factories/organizations.ts';
+import { invitedMember, type InvitedRole } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { changedTables, tableDigester } from '../helpers/db-digest.ts';
 import { waitUntil } from '../helpers/net.ts';
@@ -16,14 +16,28 @@ import { waitUntil } from '../helpers/net.ts';
  *   called by the super_admin of another organization with the first one's id, is refused (404, or
  *   403 where documented) and writes nothing;
  * - CSRF: every state-changing operation that accepts the session cookie, sent with the session
- *   but without `X-CSRF-Token`, answers 403 `CSRF_FAILED` and writes nothing.
+ *   but without `X-CSRF-Token`, answers 403 `CSRF_FAILED` and writes nothing;
+ * - roles: every operation whose `x-required-role` is above a role, called by a member of that
+ *   role, answers 403 `FORBIDDEN` and writes nothing.
  */
 interface Operation {
   operationId: string;
+  'x-required-role'?: string;
+  requestBody?: { content: Record<string, { example?: unknown }> };
   parameters?: Array<{ name: string; in: string }>;
   security?: Array<Record<string, string[]>>;
 }
-const document = loadOpenApiDocument() as unknown as { paths: Record<string, Record<string, Operation>>; security?: Array<Record<string, string[]>> };
+const document = loadOpenApiDocument() as unknown as {
+  paths: Record<string, Record<string, Operation>>;
+  security?: Array<Record<string, string[]>>;
+};
+
+/** The document's example body of the operation (so that a refusal is the role's, not the body's), or none. */
+function exampleBody(operation: Operation): string | undefined {
+  const media = operation.requestBody?.content['application/json'];
+  return media ? JSON.stringify(media.example) : undefined;
+}
+
 const operations = Object.entries(document.paths).flatMap(([template, item]) =>
   (['get', 'post', 'put', 'patch', 'delete'] as const).filter((method) => item[method]).map((method) => ({ template, method, operation: item[method] as Operation })),
 );
@@ -43,6 +57,8 @@ let app: TestApp;
 let victim: SignedInUser;
 /** The super_admin of another organization. */
 let intruder: SignedInUser;
+/** A member of the victim's organization for each role below super_admin. */
+const roles: Partial<Record<InvitedRole, SignedInUser>> = {};
 /** The victim's resource for each path parameter that names one. */
 const victims: Record<string, string> = {};
 let digest: () => Promise<string>;
@@ -51,6 +67,8 @@ beforeAll(async () => {
   app = await startTestApp({ BILLING_ENFORCEMENT: 'false' }, { workers: true, stripe: true, cluster: { modelLoadMs: 20 } });
   [victim, intruder] = await Promise.all([verifiedUser(app), verifiedUser(app)]);
   const member = await invitedMember(app, victim, 'member');
+  roles.member = member;
+  [roles.admin, roles.viewer] = await Promise.all([invitedMember(app, victim, 'admin'), invitedMember(app, victim, 'viewer')]);
   const running = await deployment(app, victim, 'running');
   const key = await apiKey(victim, [running.id]);
   const { data: invitation } = await victim.api.POST('/v1/organization/invitations', { body: { email: `pending-${Date.now()}@example.com` } });
@@ -117,6 +135,35 @@ describe('CSRF, on every state-changing operation that accepts the session', () 
       } finally {
         victim.browser.sendCsrfHeader = true;
       }
+      expect(changedTables(before, await digest())).toEqual([]);
+    });
+  }
+});
+
+/** The roles of an organization, lowest first, as `x-required-role` names them. */
+const RANKS = ['viewer', 'member', 'admin', 'super_admin'] as const;
+
+describe('roles, on every operation that needs more than a role has', () => {
+  const cases = operations.flatMap(({ template, method, operation }) => {
+    const needed = RANKS.indexOf(operation['x-required-role'] as (typeof RANKS)[number]);
+    return needed < 1 ? [] : RANKS.slice(0, needed).map((role) => ({ template, method, operation, role: role as InvitedRole }));
+  });
+
+  it('covers the operations above viewer', () => {
+    expect(new Set(cases.map((c) => c.operation.operationId)).size).toBeGreaterThan(20);
+  });
+
+  for (const { template, method, operation, role } of cases) {
+    it(`${method.toUpperCase()} ${template} (${operation.operationId}) as ${role}: 403 FORBIDDEN`, async () => {
+      const caller = roles[role];
+      if (!caller) throw new Error(`no ${role}`);
+      const path = template.replace(/\{([^}]+)\}/g, (_, name: string) => encodeURIComponent(victims[name] ?? '1'));
+      const before = await digest();
+      const response = await caller.browser.fetch(path, { method: method.toUpperCase(), headers: { 'content-type': 'application/json' }, body: exampleBody(operation) });
+      expect(response.status).toBe(403);
+      const body = (await response.json()) as { code?: string; error?: { code?: string } };
+      // A Problem's FORBIDDEN, or the inference shape's insufficient_role.
+      expect(['FORBIDDEN', 'INSUFFICIENT_ROLE']).toContain((body.code ?? body.error?.code)?.toUpperCase());
       expect(changedTables(before, await digest())).toEqual([]);
     });
   }

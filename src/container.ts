@@ -40,6 +40,8 @@ export interface ContainerDeps {
   document: Document;
   /** The SMTP server to send through (SMTP_URL, MailDev or a test listener). */
   smtpUrl: string;
+  /** Where usage records are written, when not `db`: a pool whose commits do not wait for the disk. */
+  usageDb?: Knex;
 }
 
 /** Every long-lived object of the service, built with plain constructors (no DI framework). */
@@ -63,7 +65,7 @@ export function createContainer(deps: ContainerDeps) {
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
-  const usage = new UsageRecorder(db, deps.log);
+  const usage = new UsageRecorder(deps.usageDb ?? db, deps.log);
   const gpuMeter = new GpuMeter(db);
   const processor = paymentProcessor(config);
   const billing = new BillingService({

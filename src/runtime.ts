@@ -49,7 +49,11 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const work = config.role !== 'api';
   const boss = createJobQueue({ url: options.databaseUrl, work, log });
   const document = loadOpenApiDocument();
-  const container = createContainer({ config, log, db, boss, document, smtpUrl: options.smtpUrl });
+  // Usage records are written before an answer's last bytes (the group commit): on a pool of their
+  // own whose commits do not wait for the disk (see insertUsageRecords).
+  const usageDb = createDatabase({ url: options.databaseUrl, poolMax: 2, log, synchronousCommit: false });
+  await lifecycle.started('usage database pool', () => usageDb.destroy());
+  const container = createContainer({ config, log, db, boss, document, smtpUrl: options.smtpUrl, usageDb });
   await lifecycle.started('mailer', () => container.mailer.close());
   await lifecycle.start(
     'job queue',

@@ -12,13 +12,19 @@ export interface DatabaseOptions {
   acquireTimeoutMs?: number;
   /** Where knex's own warnings go (instead of the console). */
   log?: Logger;
+  /** `false`: commits return before the WAL reaches the disk (Postgres `synchronous_commit = off`). */
+  synchronousCommit?: boolean;
 }
 
 /** A knex instance on Postgres; objection's models run on it when a query names it (`Model.query(db)`). */
 export function createDatabase(options: DatabaseOptions): Knex {
   const db = knex({
     client: 'pg',
-    connection: { connectionString: options.url, application_name: 'model-deployment-service' },
+    connection: {
+      connectionString: options.url,
+      application_name: 'model-deployment-service',
+      ...(options.synchronousCommit === false ? { options: '-c synchronous_commit=off' } : {}),
+    },
     pool: { min: 0, max: options.poolMax },
     acquireConnectionTimeout: options.acquireTimeoutMs ?? 5_000,
     migrations: { directory: MIGRATIONS_DIR, loadExtensions: ['.ts'], tableName: 'knex_migrations' },

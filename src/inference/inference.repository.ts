@@ -69,20 +69,17 @@ export type NewUsageRecord = Pick<
 > & { quantity: number };
 
 /**
- * Stores usage records; one already stored under the same `usage_id` is left as it is. The commit
- * does not wait for the WAL to reach the disk (`synchronous_commit = off`, for this transaction
- * only): an answer's last bytes wait for its usage (the group commit), and a flush costs more than
- * the answer's own overhead on a slow disk. A killed API process loses nothing this way; a crash of
- * Postgres itself may lose the last fraction of a second of usage records (its WAL writer flushes
- * every 200 ms).
+ * Stores usage records; one already stored under the same `usage_id` is left as it is. The service
+ * writes them on a pool whose commits do not wait for the WAL to reach the disk
+ * (`synchronous_commit = off`, src/runtime.ts): an answer's last bytes wait for its usage (the group
+ * commit), and a disk flush would cost more than the answer's own overhead. A killed API process
+ * loses nothing this way; a crash of Postgres itself may lose the last fraction of a second of usage
+ * records (its WAL writer flushes every 200 ms).
  */
-export async function insertUsageRecords(db: Knex, records: readonly NewUsageRecord[]): Promise<void> {
+export async function insertUsageRecords(db: Db, records: readonly NewUsageRecord[]): Promise<void> {
   if (!records.length) return;
-  await db.transaction(async (trx) => {
-    await trx.raw('set local synchronous_commit = off');
-    await UsageRecordRow.query(trx)
-      .insert(records.map((record) => ({ ...record, quantity: String(record.quantity) })))
-      .onConflict('usage_id')
-      .ignore();
-  });
+  await UsageRecordRow.query(db)
+    .insert(records.map((record) => ({ ...record, quantity: String(record.quantity) })))
+    .onConflict('usage_id')
+    .ignore();
 }

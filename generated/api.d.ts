@@ -1003,6 +1003,33 @@ export interface paths {
         patch: operations["updateOrganization"];
         trace?: never;
     };
+    "/v1/organization/api-key-limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get the default API key limits
+         * @description The limits every API key of the caller's organization has where it sets none of its own. Needs
+         *     role admin or super_admin.
+         */
+        get: operations["getApiKeyLimitDefaults"];
+        /**
+         * Set the default API key limits
+         * @description Replaces the organization's default API key limits (every field; `null` for no default of that
+         *     kind) and returns them. Every process applies them within a second. Needs role admin or
+         *     super_admin.
+         */
+        put: operations["updateApiKeyLimitDefaults"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/organization/api-keys": {
         parameters: {
             query?: never;
@@ -1630,6 +1657,12 @@ export interface components {
          *         }
          *       ],
          *       "allow_hosted_models": false,
+         *       "limits": {
+         *         "requests_per_minute": 600,
+         *         "tokens_per_minute": 200000,
+         *         "monthly_token_budget": null,
+         *         "monthly_spend_budget": "100.00"
+         *       },
          *       "created_at": "2026-11-20T09:45:00Z"
          *     }
          */
@@ -1672,6 +1705,11 @@ export interface components {
              *     same model name takes precedence over the hosted model.
              */
             allow_hosted_models: boolean;
+            /**
+             * @description The key's own limits on the inference routes; a `null` field means the organization's default
+             *     applies (`GET /v1/organization/api-key-limits`), and no limit when that is `null` too.
+             */
+            limits: components["schemas"]["ApiKeyLimits"];
             /** Format: date-time */
             created_at: string;
         };
@@ -1703,6 +1741,90 @@ export interface components {
         ApiKeyDeploymentOptionList: {
             /** @description The organization's deployments that are not `terminated`, newest first. */
             items: components["schemas"]["ApiKeyDeployment"][];
+        };
+        /**
+         * @description The limits every key of the organization has where it sets none of its own (each `null`: no
+         *     default of that kind). Unknown fields are rejected.
+         * @example {
+         *       "requests_per_minute": 600,
+         *       "tokens_per_minute": 200000,
+         *       "monthly_token_budget": null,
+         *       "monthly_spend_budget": "250.00"
+         *     }
+         */
+        ApiKeyLimitDefaults: {
+            /**
+             * Format: int32
+             * @description Requests per minute.
+             */
+            requests_per_minute: number | null;
+            /**
+             * Format: int32
+             * @description Tokens per minute (a request is admitted while any are left; its tokens count when it ends).
+             */
+            tokens_per_minute: number | null;
+            /**
+             * Format: int64
+             * @description Tokens per calendar month (UTC).
+             */
+            monthly_token_budget: number | null;
+            /** @description Spend on hosted models per calendar month (UTC), in US dollars. */
+            monthly_spend_budget: (string & components["schemas"]["UsdAmount"]) | null;
+        };
+        /**
+         * @description Limits of an API key on the inference routes (each `null`: no limit of that kind). Per-minute
+         *     limits refill continuously (a limit of 600 requests per minute allows a burst of 600, then one
+         *     more every 0.1 s); monthly budgets run over the calendar month (UTC). Over a limit, inference
+         *     answers 429 in the hosted-inference shape with `Retry-After`: `rate_limit_exceeded` for a
+         *     per-minute limit, `insufficient_quota` (with `x-should-retry: false`) for a monthly budget. Tokens are
+         *     those the usage records count (prompt and completion); the spend is that of the hosted models'
+         *     tokens at the price table's unit prices (the organization's own deployments are billed by GPU
+         *     time, not per request, and spend nothing here).
+         * @example {
+         *       "requests_per_minute": 600,
+         *       "tokens_per_minute": 200000,
+         *       "monthly_token_budget": 50000000,
+         *       "monthly_spend_budget": "100.00"
+         *     }
+         */
+        ApiKeyLimits: {
+            /**
+             * Format: int32
+             * @description Requests per minute.
+             */
+            requests_per_minute: number | null;
+            /**
+             * Format: int32
+             * @description Tokens per minute (a request is admitted while any are left; its tokens count when it ends).
+             */
+            tokens_per_minute: number | null;
+            /**
+             * Format: int64
+             * @description Tokens per calendar month (UTC).
+             */
+            monthly_token_budget: number | null;
+            /** @description Spend on hosted models per calendar month (UTC), in US dollars. */
+            monthly_spend_budget: (string & components["schemas"]["UsdAmount"]) | null;
+        };
+        /** @description Limits to set; see `ApiKeyLimits`. Unknown fields are rejected. */
+        ApiKeyLimitsChange: {
+            /**
+             * Format: int32
+             * @description Requests per minute; `null`: none of its own.
+             */
+            requests_per_minute?: number | null;
+            /**
+             * Format: int32
+             * @description Tokens per minute; `null`: none of its own.
+             */
+            tokens_per_minute?: number | null;
+            /**
+             * Format: int64
+             * @description Tokens per calendar month (UTC); `null`: none of its own.
+             */
+            monthly_token_budget?: number | null;
+            /** @description Spend on hosted models per calendar month (UTC), in US dollars; `null`: none of its own. */
+            monthly_spend_budget?: (string & components["schemas"]["UsdAmount"]) | null;
         };
         /** @description All API keys of the caller's organization. */
         ApiKeyList: {
@@ -2195,6 +2317,8 @@ export interface components {
             expires_at?: string | null;
             /** @description Whether the key may also call the hosted models (see `ApiKey.allow_hosted_models`). Omitted: `false`. */
             allow_hosted_models?: boolean;
+            /** @description The key's limits; an omitted or `null` field takes the organization's default. */
+            limits?: components["schemas"]["ApiKeyLimitsChange"];
         };
         /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateChatCompletionRequest: {
@@ -2438,6 +2562,12 @@ export interface components {
          *           }
          *         ],
          *         "allow_hosted_models": false,
+         *         "limits": {
+         *           "requests_per_minute": 600,
+         *           "tokens_per_minute": 200000,
+         *           "monthly_token_budget": null,
+         *           "monthly_spend_budget": "100.00"
+         *         },
          *         "created_at": "2026-11-20T09:45:00Z"
          *       }
          *     }
@@ -3601,6 +3731,8 @@ export interface components {
              *     to no deployment, which could then call nothing).
              */
             allow_hosted_models?: boolean;
+            /** @description Changes to the key's limits: an omitted field keeps its value, `null` makes it take the organization's default. */
+            limits?: components["schemas"]["ApiKeyLimitsChange"];
         };
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
@@ -3748,6 +3880,8 @@ export interface components {
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
+        /** @description A decimal amount of US dollars with at most 2 decimals, greater than zero (`"100.00"`, `"25"`). */
+        UsdAmount: string;
         /**
          * @description One of the signed-in user's sessions, as `GET /v1/user/sessions` lists it.
          * @example {
@@ -4673,6 +4807,18 @@ export interface operations {
              */
             200: {
                 headers: {
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -4777,14 +4923,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -6572,6 +6736,18 @@ export interface operations {
              */
             200: {
                 headers: {
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -6676,14 +6852,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -6781,6 +6975,18 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -6901,14 +7107,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -7009,6 +7233,18 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -7117,14 +7353,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -8127,14 +8381,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -8346,6 +8618,172 @@ export interface operations {
             };
         };
     };
+    getApiKeyLimitDefaults: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "requests_per_minute": 600,
+                     *       "tokens_per_minute": 200000,
+                     *       "monthly_token_budget": null,
+                     *       "monthly_spend_budget": "250.00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKeyLimitDefaults"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateApiKeyLimitDefaults: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "requests_per_minute": 600,
+                 *       "tokens_per_minute": 200000,
+                 *       "monthly_token_budget": null,
+                 *       "monthly_spend_budget": "250.00"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ApiKeyLimitDefaults"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "requests_per_minute": 600,
+                     *       "tokens_per_minute": 200000,
+                     *       "monthly_token_budget": null,
+                     *       "monthly_spend_budget": "250.00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKeyLimitDefaults"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listApiKeys: {
         parameters: {
             query?: never;
@@ -8382,6 +8820,12 @@ export interface operations {
                      *             }
                      *           ],
                      *           "allow_hosted_models": false,
+                     *           "limits": {
+                     *             "requests_per_minute": 600,
+                     *             "tokens_per_minute": 200000,
+                     *             "monthly_token_budget": null,
+                     *             "monthly_spend_budget": "100.00"
+                     *           },
                      *           "created_at": "2026-11-20T09:45:00Z"
                      *         },
                      *         {
@@ -8401,6 +8845,12 @@ export interface operations {
                      *             }
                      *           ],
                      *           "allow_hosted_models": false,
+                     *           "limits": {
+                     *             "requests_per_minute": 600,
+                     *             "tokens_per_minute": 200000,
+                     *             "monthly_token_budget": null,
+                     *             "monthly_spend_budget": "100.00"
+                     *           },
                      *           "created_at": "2026-11-10T11:00:00Z"
                      *         }
                      *       ]
@@ -8470,7 +8920,12 @@ export interface operations {
                  *         "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"
                  *       ],
                  *       "expires_at": "2027-11-20T00:00:00Z",
-                 *       "allow_hosted_models": true
+                 *       "allow_hosted_models": true,
+                 *       "limits": {
+                 *         "requests_per_minute": 600,
+                 *         "tokens_per_minute": 200000,
+                 *         "monthly_spend_budget": "100.00"
+                 *       }
                  *     }
                  */
                 "application/json": components["schemas"]["CreateApiKeyRequest"];
@@ -8504,6 +8959,12 @@ export interface operations {
                      *           }
                      *         ],
                      *         "allow_hosted_models": true,
+                     *         "limits": {
+                     *           "requests_per_minute": 600,
+                     *           "tokens_per_minute": 200000,
+                     *           "monthly_token_budget": null,
+                     *           "monthly_spend_budget": "100.00"
+                     *         },
                      *         "created_at": "2026-11-20T09:45:00Z"
                      *       }
                      *     }
@@ -8686,6 +9147,12 @@ export interface operations {
                      *         }
                      *       ],
                      *       "allow_hosted_models": false,
+                     *       "limits": {
+                     *         "requests_per_minute": 600,
+                     *         "tokens_per_minute": 200000,
+                     *         "monthly_token_budget": null,
+                     *         "monthly_spend_budget": "100.00"
+                     *       },
                      *       "created_at": "2026-11-20T09:45:00Z"
                      *     }
                      */
@@ -8762,7 +9229,10 @@ export interface operations {
                  * @example {
                  *       "name": "Production chatbot (EU)",
                  *       "status": "disabled",
-                 *       "expires_at": null
+                 *       "expires_at": null,
+                 *       "limits": {
+                 *         "requests_per_minute": 600
+                 *       }
                  *     }
                  */
                 "application/json": components["schemas"]["UpdateApiKeyRequest"];
@@ -8794,6 +9264,12 @@ export interface operations {
                      *         }
                      *       ],
                      *       "allow_hosted_models": false,
+                     *       "limits": {
+                     *         "requests_per_minute": 600,
+                     *         "tokens_per_minute": 200000,
+                     *         "monthly_token_budget": null,
+                     *         "monthly_spend_budget": "100.00"
+                     *       },
                      *       "created_at": "2026-11-20T09:45:00Z"
                      *     }
                      */
@@ -9623,6 +10099,18 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -9748,14 +10236,32 @@ export interface operations {
              *     API-key request from it answers 429 until the window ends, valid keys included; counted per
              *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
-             *     the engine's when it sent one, else 5, or 60 for a refused address). Reserved, not enforced by this version: `rate_limit_exceeded` (more than the
-             *     caller's request rate), `insufficient_quota` (a spending limit of the organization's billing
-             *     account blocks further usage).
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
              */
             429: {
                 headers: {
                     /** @description Seconds to wait before trying again. */
                     "Retry-After": number;
+                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    "retry-after-ms"?: number;
+                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    "x-should-retry"?: "true" | "false";
+                    /** @description Requests per minute the key may make. */
+                    "x-ratelimit-limit-requests"?: number;
+                    /** @description Requests left before the limit is reached. */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    "x-ratelimit-reset-requests"?: string;
+                    /** @description Tokens per minute the key may use. */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /** @description Tokens left before the limit is reached. */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /** @description When the token limit is whole again. */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };

@@ -20,6 +20,7 @@ export interface OperationSecurity {
   "createTranscription": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "deleteDeployment": "CsrfToken" | "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
+  "getApiKeyLimitDefaults": "SessionCookie";
   "getBillingAccount": "SessionCookie";
   "getBillingConfig": "SessionCookie";
   "getDeployableModel": "SessionCookie";
@@ -65,6 +66,7 @@ export interface OperationSecurity {
   "startInvitationSso": "none";
   "startSsoLogin": "none";
   "updateApiKey": "CsrfToken" | "SessionCookie";
+  "updateApiKeyLimitDefaults": "CsrfToken" | "SessionCookie";
   "updateCollectionMethod": "CsrfToken" | "SessionCookie";
   "updateMemberRole": "CsrfToken" | "SessionCookie";
   "updateOrganization": "CsrfToken" | "SessionCookie";

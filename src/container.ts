@@ -25,6 +25,7 @@ import { Provisioner, provisioningJobs } from './deployments/provisioning.ts';
 import { ApiKeysService } from './api-keys/api-keys.service.ts';
 import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
+import { KeyLimiter } from './inference/key-limiter.ts';
 import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
 import { StripePaymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
@@ -66,6 +67,7 @@ export function createContainer(deps: ContainerDeps) {
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
   const usage = new UsageRecorder(deps.usageDb ?? db, deps.log);
+  const keyLimiter = new KeyLimiter(db, deps.log);
   const gpuMeter = new GpuMeter(db);
   const processor = paymentProcessor(config);
   const billing = new BillingService({
@@ -102,6 +104,7 @@ export function createContainer(deps: ContainerDeps) {
     apiKeys,
     router,
     usage,
+    keyLimiter,
     gpuMeter,
     processor,
     billing,

@@ -1,5 +1,6 @@
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
+import { ALL_KEYS } from './api-keys/api-keys.service.ts';
 import { createApp } from './app.ts';
 import type { Config } from './config.ts';
 import { createContainer, jobDefinitions, securityHandlers, type Container } from './container.ts';
@@ -76,10 +77,14 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     });
     // Changes made by other processes (a key revoked there) reach this one's caches at once.
     const changes = new ChangeListener(options.databaseUrl, log);
-    changes.subscribe(CHANGE_CHANNELS.apiKey, { changed: (keyId) => container.apiKeys.forget(Number(keyId)), resync: () => container.apiKeys.forgetAll() });
+    changes.subscribe(CHANGE_CHANNELS.apiKey, {
+      changed: (keyId) => (keyId === ALL_KEYS ? container.apiKeys.forgetAll() : container.apiKeys.forget(Number(keyId))),
+      resync: () => container.apiKeys.forgetAll(),
+    });
     await lifecycle.start('change listener', () => changes.start(), () => changes.stop());
     container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
+    await lifecycle.started('key limit shares', () => container.keyLimiter.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
   }
   const address = server?.address();

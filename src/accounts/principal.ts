@@ -1,4 +1,5 @@
 import type { components } from '../../generated/api.d.ts';
+import type { EffectiveLimits } from '../api-keys/key-limits.ts';
 import { AppError } from '../errors.ts';
 
 export type Role = components['schemas']['Role'];
@@ -37,6 +38,8 @@ export interface ApiKeyPrincipal {
   deploymentIds: ReadonlySet<string>;
   /** The key may call hosted models too (`allow_hosted_models`). */
   allowHostedModels: boolean;
+  /** Its limits on the inference routes (its own over its organization's defaults); undefined when none applies. */
+  limits?: EffectiveLimits;
 }
 
 export type Principal = SessionPrincipal | ApiKeyPrincipal;

@@ -1,7 +1,10 @@
 import type { Handlers } from '../http/types.ts';
 import type { ApiKeysService } from './api-keys.service.ts';
 
-type ApiKeyHandlers = Pick<Handlers, 'listApiKeys' | 'createApiKey' | 'listApiKeyDeploymentOptions' | 'updateApiKey' | 'revokeApiKey'>;
+type ApiKeyHandlers = Pick<
+  Handlers,
+  'listApiKeys' | 'createApiKey' | 'listApiKeyDeploymentOptions' | 'updateApiKey' | 'revokeApiKey' | 'getApiKeyLimitDefaults' | 'updateApiKeyLimitDefaults'
+>;
 
 export function apiKeyHandlers(deps: { apiKeys: ApiKeysService }): ApiKeyHandlers {
   const { apiKeys } = deps;
@@ -11,5 +14,7 @@ export function apiKeyHandlers(deps: { apiKeys: ApiKeysService }): ApiKeyHandler
     listApiKeyDeploymentOptions: async (context) => ({ status: 200, body: await apiKeys.deploymentOptions(context.auth) }),
     updateApiKey: async (context) => ({ status: 200, body: await apiKeys.update(context.auth, context.params.api_key_id, context.body) }),
     revokeApiKey: async (context) => ({ status: 200, body: await apiKeys.revoke(context.auth, context.params.api_key_id) }),
+    getApiKeyLimitDefaults: async (context) => ({ status: 200, body: await apiKeys.limitDefaults(context.auth) }),
+    updateApiKeyLimitDefaults: async (context) => ({ status: 200, body: await apiKeys.setLimitDefaults(context.auth, context.body) }),
   };
 }

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { ApiKeyDeploymentRow } from '../db/models/api-key-deployments.ts';
 import { ApiKeyRow } from '../db/models/api-keys.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
+import type { LimitColumns } from './key-limits.ts';
 
 /** Every query of the API keys area: keys, their scopes, and the deployments a scope may name. */
 type Db = Knex | Knex.Transaction;
@@ -22,6 +23,17 @@ export interface KeyState {
   expires_at: Date | null;
   allow_hosted_models: boolean;
   deployment_ids: string[];
+  /** The key's own limits. */
+  own: LimitColumns;
+  /** Its organization's defaults; null when it has set none. */
+  defaults: LimitColumns | null;
+}
+
+const LIMIT_COLUMNS = ['requests_per_minute', 'tokens_per_minute', 'monthly_token_budget', 'monthly_spend_budget'] as const;
+
+/** The limit columns of `table` as one JSON object (amounts as text, as Postgres reads them in a row). */
+function limitsObject(table: string): string {
+  return `json_build_object(${LIMIT_COLUMNS.map((c) => `'${c}', ${table}.${c}${c === 'monthly_spend_budget' ? '::text' : ''}`).join(', ')})`;
 }
 
 export async function listKeysOf(db: Db, organizationId: number): Promise<ApiKeyRow[]> {
@@ -40,13 +52,17 @@ export async function findKey(db: Db, organizationId: number, keyId: number, opt
 
 export async function insertKey(
   db: Db,
-  key: Pick<ApiKeyRow, 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'key_hash' | 'expires_at' | 'allow_hosted_models'>,
+  key: Pick<ApiKeyRow, 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'key_hash' | 'expires_at' | 'allow_hosted_models'> & Partial<LimitColumns>,
 ): Promise<ApiKeyRow> {
   return ApiKeyRow.query(db).insert(key).returning('*');
 }
 
 /** The key after the changes (as it is when there are none). */
-export async function updateKey(db: Db, key: ApiKeyRow, changes: Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'status' | 'allow_hosted_models'>>): Promise<ApiKeyRow> {
+export async function updateKey(
+  db: Db,
+  key: ApiKeyRow,
+  changes: Partial<Pick<ApiKeyRow, 'name' | 'expires_at' | 'status' | 'allow_hosted_models'> & LimitColumns>,
+): Promise<ApiKeyRow> {
   if (!Object.keys(changes).length) return key;
   const [row] = await ApiKeyRow.query(db).where({ id: key.id }).patch(changes).returning('*');
   return row ?? key;
@@ -104,8 +120,19 @@ export async function findKeyState(db: Db, keyHash: string): Promise<KeyState | 
     .alias('k')
     .leftJoin('api_key_deployments as s', 's.api_key_id', 'k.id')
     .where('k.key_hash', keyHash)
-    .groupBy('k.id')
-    .select('k.id', 'k.organization_id', 'k.key_hash', 'k.status', 'k.expires_at', 'k.allow_hosted_models', db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'))
+    .leftJoin('api_key_limit_defaults as d', 'd.organization_id', 'k.organization_id')
+    .groupBy('k.id', 'd.organization_id')
+    .select(
+      'k.id',
+      'k.organization_id',
+      'k.key_hash',
+      'k.status',
+      'k.expires_at',
+      'k.allow_hosted_models',
+      db.raw('array_remove(array_agg(s.deployment_id), null) as deployment_ids'),
+      db.raw(`${limitsObject('k')} as own`),
+      db.raw(`case when d.organization_id is null then null else ${limitsObject('d')} end as defaults`),
+    )
     .first()
     .castTo<KeyState | undefined>();
 }
@@ -116,4 +143,19 @@ export async function touchKey(db: Db, keyId: number): Promise<void> {
     .findById(keyId)
     .where((q) => q.whereNull('last_used_at').orWhere('last_used_at', '<', db.raw("now() - interval '1 minute'")))
     .patch({ last_used_at: db.fn.now() });
+}
+
+/** The organization's default key limits; undefined when it has set none. */
+export async function findLimitDefaults(db: Db, organizationId: number): Promise<LimitColumns | undefined> {
+  return db('api_key_limit_defaults').where({ organization_id: organizationId }).first(...LIMIT_COLUMNS);
+}
+
+/** Sets (replaces) the organization's default key limits. */
+export async function saveLimitDefaults(db: Db, organizationId: number, limits: LimitColumns): Promise<LimitColumns> {
+  const [row] = await db('api_key_limit_defaults')
+    .insert({ organization_id: organizationId, ...limits })
+    .onConflict('organization_id')
+    .merge({ ...limits, updated_at: db.fn.now() })
+    .returning([...LIMIT_COLUMNS]);
+  return row as LimitColumns;
 }

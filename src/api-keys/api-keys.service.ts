@@ -7,9 +7,12 @@ import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import type { ApiKeyRow } from '../db/models/api-keys.ts';
+import { effectiveLimits, limitChanges, NO_LIMITS, toApiLimits, type ApiKeyLimits, type LimitColumns } from './key-limits.ts';
 import {
   findKey,
   findKeyState,
+  findLimitDefaults,
+  saveLimitDefaults,
   insertKey,
   listKeysOf,
   revokeKey,
@@ -36,6 +39,8 @@ const CACHE_MS = 1_000;
 const CACHE_MAX_ENTRIES = 10_000;
 /** Unknown or malformed keys a client address may send per window before its key authentications answer 429. */
 export const FAILED_KEY_LIMIT = { points: 20, windowSeconds: 60 };
+/** The payload of an `api_key_changed` announcement that concerns every key (an organization's defaults changed). */
+export const ALL_KEYS = '*';
 /** `last_used_at` is written at most this often per key. */
 const LAST_USED_EVERY_MS = 60_000;
 
@@ -93,6 +98,7 @@ export class ApiKeysService {
         key_hash: hashToken(key),
         expires_at: expiresAt,
         allow_hosted_models: input.allow_hosted_models ?? false,
+        ...limitChanges(input.limits),
       });
       await setScope(trx, created.id, input.deployment_ids, { replace: false });
       const [apiKey] = await this.#withDeployments([created], trx);
@@ -115,6 +121,7 @@ export class ApiKeysService {
       if (input.expires_at !== undefined) changes.expires_at = futureOrNull(input.expires_at);
       if (input.status !== undefined) changes.status = input.status;
       if (input.allow_hosted_models !== undefined) changes.allow_hosted_models = input.allow_hosted_models;
+      Object.assign(changes, limitChanges(input.limits));
       if (input.deployment_ids !== undefined || input.allow_hosted_models === false) {
         const scoped = input.deployment_ids?.length ?? (await scopeSize(trx, id));
         assertCallsSomething(scoped, changes.allow_hosted_models ?? key.allow_hosted_models, input.deployment_ids ? 'body/deployment_ids' : 'body/allow_hosted_models');
@@ -142,6 +149,24 @@ export class ApiKeysService {
     if (!row) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
     this.forget(id);
     return (await this.#withDeployments([row]))[0] as ApiKey;
+  }
+
+  /** The organization's default key limits (all `null` until an admin sets them). */
+  async limitDefaults(principal: SessionPrincipal): Promise<ApiKeyLimits> {
+    const row = await findLimitDefaults(this.#db, requireOrganization(principal).id);
+    return row ? toApiLimits(row) : NO_LIMITS;
+  }
+
+  /** Replaces the organization's default key limits; every process drops its cached keys on commit. */
+  async setLimitDefaults(principal: SessionPrincipal, limits: ApiKeyLimits): Promise<ApiKeyLimits> {
+    const organization = requireOrganization(principal);
+    const row = await this.#db.transaction(async (trx) => {
+      const saved = await saveLimitDefaults(trx, organization.id, limitChanges(limits) as LimitColumns);
+      await announceChange(trx, CHANGE_CHANNELS.apiKey, ALL_KEYS);
+      return saved;
+    });
+    this.forgetAll();
+    return toApiLimits(row);
   }
 
   /**
@@ -215,7 +240,14 @@ export class ApiKeysService {
   async #lookup(hash: string): Promise<CacheEntry | undefined> {
     const row = await findKeyState(this.#db, hash);
     if (!row || !constantTimeEqual(row.key_hash, hash)) return undefined;
-    const principal: ApiKeyPrincipal = { kind: 'apiKey', keyId: row.id, organizationId: row.organization_id, deploymentIds: new Set(row.deployment_ids), allowHostedModels: row.allow_hosted_models };
+    const principal: ApiKeyPrincipal = {
+      kind: 'apiKey',
+      keyId: row.id,
+      organizationId: row.organization_id,
+      deploymentIds: new Set(row.deployment_ids),
+      allowHostedModels: row.allow_hosted_models,
+      limits: effectiveLimits(row.own, row.defaults ?? undefined),
+    };
     if (row.status === 'revoked') return { at: 0, principal, refusal: { code: 'api_key_revoked', message: 'The API key was revoked.' } };
     if (row.status === 'disabled') return { at: 0, principal, refusal: { code: 'api_key_disabled', message: 'The API key is disabled.' } };
     if (row.expires_at && row.expires_at.getTime() <= Date.now()) return { at: 0, principal, refusal: { code: 'api_key_expired', message: 'The API key has expired.' } };
@@ -254,6 +286,7 @@ export class ApiKeysService {
       revoked_at: row.revoked_at?.toISOString() ?? null,
       deployments: scopes.filter((scope) => scope.api_key_id === row.id).map(({ id, model_name, status }) => ({ id, model_name, status })),
       allow_hosted_models: row.allow_hosted_models,
+      limits: toApiLimits(row),
       created_at: row.created_at.toISOString(),
     }));
   }

@@ -7,6 +7,7 @@ import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
 import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, type RewritePolicy } from './json-rewrite.ts';
 import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
 import type { AnswerWatch } from './answer-watch.ts';
+import type { Admission, KeyLimiter } from './key-limiter.ts';
 import { Relay, type AnswerRewrite, type Delivery, type MediaType } from './proxy.ts';
 import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
@@ -75,8 +76,8 @@ function transcriptRewrite(format: TextFormat): AnswerRewrite {
 }
 
 /** The inference proxy: each route resolves `model` to a deployment and streams to its engine. */
-export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageRecorder; config: Pick<Config, 'inference'> }): InferenceHandlers {
-  const { router, usage } = deps;
+export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageRecorder; keyLimiter: KeyLimiter; config: Pick<Config, 'inference'> }): InferenceHandlers {
+  const { router, usage, keyLimiter: limiter } = deps;
   const relay = new Relay(deps.config.inference, (target, reason) => router.credentialsRefused(target, reason));
 
   /**
@@ -88,12 +89,18 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
   const relayMetered = async (
     context: HandlerContext<OperationId>,
     principal: Principal,
+    admission: Admission | undefined,
     target: Target,
     route: string,
     forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd'>,
     meter: (answer: AnswerWatch) => Metered,
   ): Promise<void> => {
-    const usageOf = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => ({
+    const usageOf = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => {
+      const record = usageRecord(outcome, answer);
+      limiter.settle(admission, { tokens: record.unit === 'token' ? record.totalTokens : 0, hostedModel: target.deploymentId === null ? target.modelName : null });
+      return record;
+    };
+    const usageRecord = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => ({
       usageId: randomUUID(),
       requestId: context.requestId,
       organizationId: target.organizationId,
@@ -116,6 +123,15 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
     if (delivery && !committed) usage.record(usageOf(delivery.outcome, delivery.answer));
   };
 
+  /** Admits an API key's request under its limits (429 over them), with their `x-ratelimit-*` headers on the answer. */
+  const admit = async (context: HandlerContext<OperationId>, principal: Principal): Promise<Admission | undefined> => {
+    if (principal.kind !== 'apiKey' || !principal.limits) return undefined;
+    const headers: Record<string, string> = {};
+    const admission = await limiter.admit(principal, headers);
+    for (const [name, value] of Object.entries(headers)) context.res.setHeader(name, value);
+    return admission;
+  };
+
   /**
    * A JSON route: refuse what the engine would not honour, rewrite `model` to the engine's uid (and
    * the body as the route needs), stream the answer back (rewritten where the contract promises
@@ -136,6 +152,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       const principal = callerOf(context);
       const body = { ...(context.body as unknown as Record<string, unknown>) };
       options.refuse?.(body);
+      const admission = await admit(context, principal);
       const target = await router.resolve(principal, body.model);
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
@@ -144,6 +161,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
       await relayMetered(
         context,
         principal,
+        admission,
         target,
         path,
         { req: context.req, res: context.res, target, path, body: payload, contentType: 'application/json', accepts: options.accepts, rewrite },
@@ -194,6 +212,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
     }),
     createTranscription: async (context) => {
       const principal = callerOf(context);
+      const admission = await admit(context, principal);
       const form = await TranscriptionForm.open(context.req, context.bodyLimit);
       try {
         const target = await router.resolve(principal, form.model);
@@ -201,6 +220,7 @@ export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageR
         await relayMetered(
           context,
           principal,
+          admission,
           target,
           path,
           {

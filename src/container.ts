@@ -32,6 +32,7 @@ import { BillingService } from './billing/billing.service.ts';
 import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts';
 import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
+import { SpendingAlerts, spendingAlertsJob } from './billing/spending-alerts.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -81,6 +82,7 @@ export function createContainer(deps: ContainerDeps) {
     },
   });
   const billingWebhooks = new BillingWebhooks({ db, boss, processor });
+  const spendingAlerts = new SpendingAlerts({ db, outbox, billingPageUrl: `${config.webAppUrl}/settings/billing` });
   // Without a processor (none configured), usage waits in Postgres unreported.
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
   return {
@@ -109,6 +111,7 @@ export function createContainer(deps: ContainerDeps) {
     processor,
     billing,
     billingWebhooks,
+    spendingAlerts,
     usageReporter,
   };
 }
@@ -135,6 +138,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
     meterGpuSecondsJob(c.gpuMeter),
     billingEventJob(c.billingWebhooks),
+    spendingAlertsJob(c.spendingAlerts),
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
   ] as JobDefinition[];
 }

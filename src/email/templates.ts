@@ -42,3 +42,19 @@ export function invitationEmail(input: { organization: string; inviter: string; 
     'Accept the invitation',
   );
 }
+
+export function spendingAlertEmail(input: { name: string; organization: string; percent: number; spent: string; limit: string; periodEnd: Date; link: string }): Omit<OutgoingEmail, 'to'> {
+  const reached = input.percent >= 100;
+  return withLink(
+    reached ? `${input.organization} has reached its monthly spending limit` : `${input.organization} has used ${input.percent} % of its monthly spending limit`,
+    [
+      `Hello ${input.name},`,
+      `${input.organization} has spent an estimated $${input.spent} of its monthly spending limit of $${input.limit} in the period ending ${input.periodEnd.toUTCString()}.`,
+      reached
+        ? 'New deployments are refused until the limit is raised or the period ends; running deployments keep running and keep accruing charges.'
+        : 'New deployments are refused once the limit is reached; running deployments keep running.',
+    ],
+    input.link,
+    'Review billing',
+  );
+}

@@ -1,0 +1,99 @@
+import type { Knex } from 'knex';
+import type { Logger } from 'pino';
+import type { EmailOutbox } from '../email/email.outbox.ts';
+import { spendingAlertEmail } from '../email/templates.ts';
+import type { JobDefinition } from '../jobs/queue.ts';
+import { usageSummary } from './usage-summary.ts';
+
+export const SPENDING_ALERTS_QUEUE = 'check-spending-alerts';
+
+/** The shares of the monthly spending limit at which the organization's admins are told, in percent. */
+export const ALERT_THRESHOLDS = [50, 80, 100] as const;
+
+/**
+ * Spending alerts: the admins (admin and super_admin) of an organization with a monthly spending
+ * limit are emailed when the current period's estimated amount (the usage summary's, the amount
+ * create's guard compares with the limit) reaches 50 %, 80 % and 100 % of it, each once per period.
+ * A threshold is recorded in `spending_alerts` in the transaction that queues its emails, so two
+ * workers checking at once send it once; thresholds passed together send one email, for the highest.
+ */
+export class SpendingAlerts {
+  readonly #db: Knex;
+  readonly #outbox: EmailOutbox;
+  readonly #billingPageUrl: string;
+
+  constructor(deps: { db: Knex; outbox: EmailOutbox; billingPageUrl: string }) {
+    this.#db = deps.db;
+    this.#outbox = deps.outbox;
+    this.#billingPageUrl = deps.billingPageUrl;
+  }
+
+  /** Checks every organization with a limit; resolves with the alerts sent. */
+  async checkAll(log: Logger): Promise<number> {
+    const limited: Array<{ organization_id: number }> = await this.#db('billing_accounts').whereNotNull('monthly_spending_limit').select('organization_id');
+    let sent = 0;
+    for (const { organization_id: organizationId } of limited) {
+      sent += await this.check(organizationId).catch((error: unknown) => {
+        log.error({ err: error, organization_id: organizationId }, 'the spending alerts of an organization could not be checked');
+        return 0;
+      });
+    }
+    return sent;
+  }
+
+  /** Checks one organization: 1 when an alert was sent, 0 otherwise. */
+  async check(organizationId: number): Promise<number> {
+    return this.#db.transaction(async (trx) => {
+      const account = await trx('billing_accounts').where({ organization_id: organizationId }).first('monthly_spending_limit');
+      if (!account?.monthly_spending_limit) return 0;
+      const limitCents = Math.round(Number(account.monthly_spending_limit) * 100);
+      if (limitCents <= 0) return 0;
+      const summary = await usageSummary(trx, organizationId);
+      const spentCents = summary.usage_totals.reduce((sum, total) => sum + Math.round(Number(total.estimated_amount) * 100), 0);
+      const reached = ALERT_THRESHOLDS.filter((percent) => spentCents * 100 >= limitCents * percent);
+      if (!reached.length) return 0;
+      const recorded: Array<{ threshold_percent: number }> = await trx('spending_alerts')
+        .insert(reached.map((percent) => ({ organization_id: organizationId, period_start: summary.period_start, threshold_percent: percent, spent: spentCents / 100, spending_limit: account.monthly_spending_limit })))
+        .onConflict(['organization_id', 'period_start', 'threshold_percent'])
+        .ignore()
+        .returning('threshold_percent');
+      if (!recorded.length) return 0;
+      const percent = Math.max(...recorded.map((row) => row.threshold_percent));
+      const organization = await trx('organizations').where({ id: organizationId }).first('name');
+      const admins: Array<{ email: string; name: string }> = await trx('memberships as m')
+        .join('users as u', 'u.id', 'm.user_id')
+        .where('m.organization_id', organizationId)
+        .whereIn('m.role', ['admin', 'super_admin'])
+        .select('u.email', 'u.name');
+      for (const admin of admins) {
+        await this.#outbox.enqueue(trx, {
+          to: admin.email,
+          template: 'spending_alert',
+          ...spendingAlertEmail({
+            name: admin.name,
+            organization: organization?.name ?? 'Your organization',
+            percent,
+            spent: (spentCents / 100).toFixed(2),
+            limit: (limitCents / 100).toFixed(2),
+            periodEnd: new Date(summary.period_end),
+            link: this.#billingPageUrl,
+          }),
+        });
+      }
+      return 1;
+    });
+  }
+}
+
+/** Every minute, once across the workers. */
+export function spendingAlertsJob(alerts: SpendingAlerts): JobDefinition<object> {
+  return {
+    queue: SPENDING_ALERTS_QUEUE,
+    schedule: '* * * * *',
+    retryLimit: 0,
+    async handle(_data, { log }) {
+      const sent = await alerts.checkAll(log);
+      if (sent) log.info({ alerts: sent }, 'spending alerts sent');
+    },
+  };
+}

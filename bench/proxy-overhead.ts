@@ -82,6 +82,8 @@ const settings = {
   repetitions: setting('BENCH_REPETITIONS', 2, 1),
   idleSeconds: setting('BENCH_IDLE_SECONDS', 10, 1),
   targets: targetsSetting(),
+  /** `BENCH_KEY_LIMITS=off`: the proxy's API key without limits (by default it has every kind, too high to refuse). */
+  keyLimits: process.env.BENCH_KEY_LIMITS !== 'off',
   streamConcurrency: 32,
   concurrency: [1, 64] as const,
 };
@@ -431,7 +433,9 @@ async function main(): Promise<number> {
     if (check.status !== 200) throw new Error(`the simulator answered ${check.status}: ${check.body}`);
 
     // The API key and a first call through the proxy, then the references in front of the same engine.
-    const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId] });
+    // With limits on (the default), every proxied request is admitted and announced by the key limiter.
+    const limits = settings.keyLimits ? { requests_per_minute: 1_000_000, tokens_per_minute: 1_000_000_000, monthly_token_budget: 1_000_000_000_000, monthly_spend_budget: '1000000.00' } : undefined;
+    const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId], ...(limits ? { limits } : {}) });
     const fronts: Target[] = [];
     for (const name of settings.targets) {
       if (name === 'proxy') {
@@ -448,7 +452,7 @@ async function main(): Promise<number> {
         if (answer.status !== 200) throw new Error(`${target.name} answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
       }
     }
-    step(`API key created; ${fronts.map((target) => `${target.name}${target.pid ? ` (pid ${target.pid})` : ''}`).join(', ')} answer`);
+    step(`API key created (${settings.keyLimits ? 'with every kind of limit, none reached' : 'without limits'}); ${fronts.map((target) => `${target.name}${target.pid ? ` (pid ${target.pid})` : ''}`).join(', ')} answer`);
 
     // 5. Idle, once the start-up work has settled.
     const idleMemory = memory(service.pid);

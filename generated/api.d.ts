@@ -504,8 +504,9 @@ export interface paths {
         /**
          * Set the spending limit
          * @description Sets the organization's monthly spending limit, or removes it with `null`, and returns it. It
-         *     applies to the next deployment created; spending alerts are not part of it. Needs role admin or
-         *     super_admin.
+         *     applies to the next deployment created. The organization's admins and super admins are emailed
+         *     when the period's estimated amount reaches 50 %, 80 % and 100 % of it, each once per period
+         *     (checked every minute). Needs role admin or super_admin.
          */
         put: operations["updateSpendingLimit"];
         post?: never;

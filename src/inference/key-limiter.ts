@@ -69,6 +69,8 @@ export class KeyLimiter {
   readonly #log: Logger;
   readonly #shares = new Map<string, Share>();
   #prices: { at: number; byModel: Promise<Map<string, number>> } | undefined;
+  /** Each cached key state's limits as buckets, until the month ends. */
+  readonly #buckets = new WeakMap<EffectiveLimits, { until: number; limits: Limit[] }>();
 
   constructor(db: Knex, log: Logger) {
     this.#db = db;
@@ -78,25 +80,46 @@ export class KeyLimiter {
   /**
    * Admits a request of the key, or throws 429 (`rate_limit_exceeded` with the wait, or
    * `insufficient_quota` for a budget used up); the `x-ratelimit-*` headers for the answer go in
-   * `headers`. Undefined when nothing limits the key.
+   * `headers`. Undefined when nothing limits the key. While this process's shares last, it answers
+   * at once (no promise); it waits only for a take from the shared counts.
    */
-  async admit(principal: ApiKeyPrincipal, headers: Record<string, string>): Promise<Admission | undefined> {
+  admit(principal: ApiKeyPrincipal, headers: Record<string, string>): Admission | undefined | Promise<Admission> {
     const { limits: effective } = principal;
     if (!effective) return undefined;
     const now = Date.now();
-    const limits = limitsOf(effective, now);
+    const limits = this.#limitsOf(effective, now);
+    const shares = limits.map((limit) => this.#share(principal.keyId, limit));
+    if (!limits.every((limit, i) => holdsUnit(limit, shares[i] as Share, now))) return this.#admitAfterTakes(principal.keyId, limits, headers, now);
+    const requests = limits.findIndex((limit) => limit.kind === 'requests');
+    if (requests >= 0) (shares[requests] as Share).local -= 1;
+    Object.assign(headers, headersOf(limits, (limit) => this.#peek(principal.keyId, limit)));
+    return { keyId: principal.keyId, limits };
+  }
+
+  async #admitAfterTakes(keyId: number, limits: readonly Limit[], headers: Record<string, string>, now: number): Promise<Admission> {
     let request: Share | undefined;
     for (const limit of limits) {
-      const share = await this.#claim(principal.keyId, limit, now);
+      const share = await this.#claim(keyId, limit, now);
       if (!share) {
         // The request unit claimed is given back: this request is not made.
         if (request) request.local += 1;
-        throw refusal(limit, this.#share(principal.keyId, limit), headersOf(limits, (l) => this.#peek(principal.keyId, l)), now);
+        throw refusal(limit, this.#share(keyId, limit), headersOf(limits, (l) => this.#peek(keyId, l)), now);
       }
       if (limit.kind === 'requests') request = share;
     }
-    Object.assign(headers, headersOf(limits, (limit) => this.#peek(principal.keyId, limit)));
-    return { keyId: principal.keyId, limits };
+    Object.assign(headers, headersOf(limits, (limit) => this.#peek(keyId, limit)));
+    return { keyId, limits };
+  }
+
+  /** The key's limits as buckets, made once per key state and month. */
+  #limitsOf(effective: EffectiveLimits, now: number): Limit[] {
+    let cached = this.#buckets.get(effective);
+    if (!cached || now >= cached.until) {
+      const month = calendarMonth(now);
+      cached = { until: month.endsAt, limits: limitsOf(effective, month) };
+      this.#buckets.set(effective, cached);
+    }
+    return cached.limits;
   }
 
   /**
@@ -139,7 +162,7 @@ export class KeyLimiter {
    */
   async #claim(keyId: number, limit: Limit, now: number): Promise<Share | undefined> {
     const share = this.#share(keyId, limit);
-    if (limit.leakPerSecond > 0 && share.local > 0 && now - share.takenAt > MINUTE_SHARE_TTL_MS) share.local = 0;
+    if (expired(limit, share, now)) share.local = 0;
     // Requests that waited on one take may find it used up by the others: they take again, until
     // the shared count has nothing left. Checked and claimed with no await in between.
     while (share.local < 1) if ((await this.#refill(keyId, limit, share)) === 0 && share.local < 1) return undefined;
@@ -224,9 +247,18 @@ function splitName(name: string): [number, string] {
   return [Number(name.slice(0, at)), name.slice(at + 1)];
 }
 
+/** A share of a per-minute limit not used within its time is dropped. */
+function expired(limit: Limit, share: Share, now: number): boolean {
+  return limit.leakPerSecond > 0 && share.local > 0 && now - share.takenAt > MINUTE_SHARE_TTL_MS;
+}
+
+/** The share has a unit for one more request, now. */
+function holdsUnit(limit: Limit, share: Share, now: number): boolean {
+  return share.local >= 1 && !expired(limit, share, now);
+}
+
 /** The key's limits as buckets; monthly budgets first (they refuse for longest). */
-function limitsOf(limits: EffectiveLimits, now: number): Limit[] {
-  const month = calendarMonth(now);
+function limitsOf(limits: EffectiveLimits, month: { name: string; endsAt: number }): Limit[] {
   const result: Limit[] = [];
   if (limits.monthlySpendMicros !== null) result.push({ kind: 'monthly_spend', bucket: `monthly_spend:${month.name}`, capacity: limits.monthlySpendMicros, leakPerSecond: 0, endsAt: month.endsAt });
   if (limits.monthlyTokens !== null) result.push({ kind: 'monthly_tokens', bucket: `monthly_tokens:${month.name}`, capacity: limits.monthlyTokens, leakPerSecond: 0, endsAt: month.endsAt });

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
+import type pg from 'pg';
 import { DeploymentRow } from '../db/models/deployments.ts';
-import { UsageRecordRow } from '../db/models/usage-records.ts';
+import type { UsageRecordRow } from '../db/models/usage-records.ts';
 
 /** Every query of the inference area: what a caller may route to, and the usage records. */
 type Db = Knex | Knex.Transaction;
@@ -76,10 +77,38 @@ export type NewUsageRecord = Pick<
  * loses nothing this way; a crash of Postgres itself may lose the last fraction of a second of usage
  * records (its WAL writer flushes every 200 ms).
  */
-export async function insertUsageRecords(db: Db, records: readonly NewUsageRecord[]): Promise<void> {
+export async function insertUsageRecords(db: Knex, records: readonly NewUsageRecord[]): Promise<void> {
   if (!records.length) return;
-  await UsageRecordRow.query(db)
-    .insert(records.map((record) => ({ ...record, quantity: String(record.quantity) })))
-    .onConflict('usage_id')
-    .ignore();
+  // One statement of constant text whatever the batch's size (an array per column), sent on a
+  // connection of the pool as it is: the query builder's per-record work was a tenth of the proxy's
+  // CPU at 64 connections (and knex would spread each array into a list of parameters).
+  const values = USAGE_COLUMNS.map((column) => records.map((record) => record[column]));
+  const connection = (await db.client.acquireConnection()) as pg.Client;
+  try {
+    await connection.query(INSERT_USAGE, values);
+  } finally {
+    await db.client.releaseConnection(connection);
+  }
 }
+
+const USAGE_COLUMNS = [
+  'usage_id',
+  'request_id',
+  'organization_id',
+  'deployment_id',
+  'api_key_id',
+  'user_id',
+  'route',
+  'model',
+  'prompt_tokens',
+  'completion_tokens',
+  'total_tokens',
+  'unit',
+  'quantity',
+  'outcome',
+  'estimated',
+] as const satisfies ReadonlyArray<keyof NewUsageRecord>;
+const USAGE_TYPES = ['uuid', 'text', 'int', 'uuid', 'int', 'int', 'text', 'text', 'int', 'int', 'int', 'text', 'bigint', 'text', 'bool'];
+const INSERT_USAGE = `insert into usage_records (${USAGE_COLUMNS.join(', ')})
+  select * from unnest(${USAGE_TYPES.map((type, i) => `$${i + 1}::${type}[]`).join(', ')})
+  on conflict (usage_id) do nothing`;

@@ -67,7 +67,8 @@ export interface Admission {
 export class KeyLimiter {
   readonly #db: Knex;
   readonly #log: Logger;
-  readonly #shares = new Map<string, Share>();
+  /** Per key, its shares by bucket. */
+  readonly #shares = new Map<number, Map<string, Share>>();
   #prices: { at: number; byModel: Promise<Map<string, number>> } | undefined;
   /** Each cached key state's limits as buckets, until the month ends. */
   readonly #buckets = new WeakMap<EffectiveLimits, { until: number; limits: Limit[] }>();
@@ -134,10 +135,11 @@ export class KeyLimiter {
 
   /** Gives back to the shared counts what this process holds of monthly budgets (a graceful stop). */
   async stop(): Promise<void> {
-    const returns = [...this.#shares].filter(([name, share]) => name.includes(':monthly_') && share.local >= 1);
-    for (const [name, share] of returns) {
-      const [keyId, bucket] = splitName(name);
-      await this.#take(keyId, { bucket, capacity: Number.MAX_SAFE_INTEGER, leakPerSecond: 0 }, 0, -Math.floor(share.local)).catch(() => undefined);
+    for (const [keyId, shares] of this.#shares) {
+      for (const [bucket, share] of shares) {
+        if (!bucket.startsWith('monthly_') || share.local < 1) continue;
+        await this.#take(keyId, { bucket, capacity: Number.MAX_SAFE_INTEGER, leakPerSecond: 0 }, 0, -Math.floor(share.local)).catch(() => undefined);
+      }
     }
     this.#shares.clear();
   }
@@ -203,29 +205,26 @@ export class KeyLimiter {
   }
 
   #share(keyId: number, limit: Pick<Limit, 'bucket'>): Share {
-    const name = `${keyId}:${limit.bucket}`;
-    let share = this.#shares.get(name);
+    let shares = this.#shares.get(keyId);
+    if (!shares) {
+      shares = new Map();
+      this.#shares.set(keyId, shares);
+    }
+    let share = shares.get(limit.bucket);
     if (!share) {
       share = { local: 0, remaining: Number.POSITIVE_INFINITY, takenAt: 0 };
-      this.#shares.set(name, share);
-      this.#forgetOldMonths(keyId, limit.bucket);
+      forgetOldMonths(shares, limit.bucket);
+      shares.set(limit.bucket, share);
     }
     return share;
   }
 
   /** What is left of `limit` as far as this process knows: the count's remainder, what leaked since, and its own share. */
   #peek(keyId: number, limit: Limit): number {
-    const share = this.#shares.get(`${keyId}:${limit.bucket}`);
+    const share = this.#shares.get(keyId)?.get(limit.bucket);
     if (!share || !Number.isFinite(share.remaining)) return limit.capacity;
     const leaked = (limit.leakPerSecond * (Date.now() - share.takenAt)) / 1000;
     return Math.max(0, Math.min(limit.capacity, Math.floor(share.remaining + leaked + Math.max(0, share.local))));
-  }
-
-  /** A new month's share replaces the last month's of the same key. */
-  #forgetOldMonths(keyId: number, bucket: string): void {
-    const kind = bucket.split(':')[0];
-    if (!kind?.startsWith('monthly_')) return;
-    for (const name of this.#shares.keys()) if (name.startsWith(`${keyId}:${kind}:`) && name !== `${keyId}:${bucket}`) this.#shares.delete(name);
   }
 
   /** Dollars per token of each hosted model, from the price table. */
@@ -242,9 +241,11 @@ export class KeyLimiter {
   }
 }
 
-function splitName(name: string): [number, string] {
-  const at = name.indexOf(':');
-  return [Number(name.slice(0, at)), name.slice(at + 1)];
+/** A new month's share replaces the last month's of the same kind. */
+function forgetOldMonths(shares: Map<string, Share>, bucket: string): void {
+  const kind = bucket.split(':')[0];
+  if (!kind?.startsWith('monthly_')) return;
+  for (const name of shares.keys()) if (name.startsWith(`${kind}:`)) shares.delete(name);
 }
 
 /** A share of a per-minute limit not used within its time is dropped. */

@@ -2793,7 +2793,7 @@ export interface components {
          *             "gpu_memory_gb": 48,
          *             "available_now": true,
          *             "service_key": "aws:us-east-1:gpu_instance:g6e.12xlarge:l40s:1",
-         *             "hourly_price": "2.6170",
+         *             "hourly_price": "2.6232",
          *             "currency": "usd"
          *           }
          *         ],

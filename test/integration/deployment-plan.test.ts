@@ -316,6 +316,14 @@ describe('what a plan writes, and who may plan', () => {
     expect(anonymous.status).toBe(401);
   });
 
+  it('keeps /plan apart from the deployment ids: POST plans, GET reads the id `plan` and refuses it as not a UUID', async () => {
+    const owner = await registeredUser(quiet);
+    expect((await planOf(owner.api, { model_name: 'qwen2.5-instruct' })).response.status).toBe(200);
+    const read = await owner.browser.fetch('/api/v1/model-deployments/plan');
+    expect(read.status).toBe(422);
+    expect(await read.json()).toMatchObject({ code: 'VALIDATION_FAILED', errors: [{ location: 'path/deployment_id' }] });
+  });
+
   it.each([
     [{ model_name: 'not-a-model' }, /not in the catalog/],
     [{ model_name: 'qwen2.5-instruct', model_format: 'onnx' }, /model_format "onnx" is not offered/],

@@ -75,6 +75,40 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/model-deployments/plan": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Plan a deployment (dry run)
+         * @description What creating this deployment would do, without doing it: the same body as create, decided by
+         *     the same code as create and provisioning, and nothing written (no deployment, no job, no GPU
+         *     booked). It answers the launch create would store (the catalog's defaults filled in), the
+         *     instance type provisioning would choose now with its `selection_reason`, the other instance
+         *     types that hold the model with their hourly prices, the hourly and 30-day cost of running on
+         *     the chosen one, the free GPUs of the registered clusters, and each billing guard's verdict.
+         *
+         *     A request create would refuse with 422 `MODEL_NOT_DEPLOYABLE` is refused the same way here. A
+         *     guard that would refuse the create (409) is not an error here: the plan answers 200 with that
+         *     guard `refused` and `would_be_refused` holding the status, code and detail create would answer.
+         *     With no instance free now, `placement.chosen` is `null` and `placement.failure_stage` says at
+         *     which stage provisioning would fail the deployment create accepts (`capacity`, or
+         *     `instance_selection` when no registered instance type can hold the model): it does not wait for
+         *     GPUs to free up. The plan is of this moment: a create after it places on what is free by then.
+         *     Needs role member or above, as create does.
+         */
+        post: operations["planDeployment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/model-deployments/{deployment_id}": {
         parameters: {
             query?: never;
@@ -2277,6 +2311,42 @@ export interface components {
              */
             expires_at: string;
         };
+        /** @description The GPUs of one instance type on one registered cluster that deployments may be placed on now. */
+        ClusterCapacity: {
+            /** @description GPU cluster (UUID). */
+            cluster_id: string;
+            provider: string;
+            region: string;
+            /** @description Instance type, e.g. `g5.12xlarge`. */
+            instance_type: string;
+            /** @description GPU model, e.g. `A10G`. */
+            gpu_type: string;
+            /**
+             * Format: int32
+             * @description Memory of one GPU, in GB.
+             */
+            gpu_memory_per_gpu_gb: number;
+            /**
+             * Format: int32
+             * @description Available instances of this type on the cluster.
+             */
+            instances: number;
+            /**
+             * Format: int32
+             * @description Their GPUs.
+             */
+            gpus: number;
+            /**
+             * Format: int32
+             * @description Their GPUs not allocated to a deployment.
+             */
+            free_gpus: number;
+            /**
+             * Format: int32
+             * @description The most free GPUs on one instance: a deployment takes all its GPUs from one instance.
+             */
+            max_free_gpus_per_instance: number;
+        };
         /**
          * @description How the processor collects each invoice: `charge_automatically` charges the default payment
          *     method when the invoice is finalized; `send_invoice` emails the invoice for payment by its due date.
@@ -2771,11 +2841,140 @@ export interface components {
              */
             terminated_at: string | null;
         };
+        /** @description What running the deployment on the chosen option would cost. */
+        DeploymentCostEstimate: {
+            /** @description The service its GPU seconds would be metered under. */
+            service_key: string;
+            /** @description Price per second of running (major units, e.g. dollars). */
+            unit_amount_decimal: components["schemas"]["BillingDecimal"];
+            /** @description An hour of running, rounded to a ten-thousandth. */
+            hourly_amount: components["schemas"]["BillingDecimal"];
+            /** @description 30 days (2,592,000 seconds) of running, rounded to the cent. */
+            thirty_day_amount: components["schemas"]["BillingDecimal"];
+            currency: components["schemas"]["CurrencyCode"];
+        };
         /**
          * @description The step at which provisioning failed.
          * @enum {string}
          */
         DeploymentFailureStage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check";
+        /**
+         * @description The billing checks of create, in the order it applies them.
+         * @enum {string}
+         */
+        DeploymentGuard: "payment_setup" | "active_deployment_limit" | "spending_limit";
+        /**
+         * @description The 409 codes of create's guards.
+         * @enum {string}
+         */
+        DeploymentGuardCode: "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED";
+        /**
+         * @description A guard's answer: `not_checked` when billing enforcement is off (payment setup) or there is nothing to check against.
+         * @enum {string}
+         */
+        DeploymentGuardOutcome: "passed" | "refused" | "not_checked";
+        /** @description One guard's verdict. */
+        DeploymentGuardVerdict: {
+            guard: components["schemas"]["DeploymentGuard"];
+            verdict: components["schemas"]["DeploymentGuardOutcome"];
+            /**
+             * @description The code create would answer with 409 when `verdict` is `refused`; `null` otherwise.
+             * @enum {string|null}
+             */
+            code: "PAYMENT_SETUP_INCOMPLETE" | "ACTIVE_DEPLOYMENT_LIMIT_REACHED" | "SPENDING_LIMIT_REACHED" | null;
+            /** @description Why, in one sentence: when refused, exactly the `detail` create would answer. */
+            detail: string;
+        };
+        /**
+         * @description What creating this deployment would do, decided by the same code as create and provisioning,
+         *     with nothing written.
+         */
+        DeploymentPlan: {
+            launch: components["schemas"]["DeploymentPlanLaunch"];
+            placement: components["schemas"]["DeploymentPlanPlacement"];
+            /** @description The cost of running on the chosen option; `null` when none can be chosen now. */
+            estimated_cost: components["schemas"]["DeploymentCostEstimate"] | null;
+            /** @description The GPUs deployments may be placed on now: available instances of the active clusters for dedicated deployments, per cluster and instance type. */
+            capacity: components["schemas"]["ClusterCapacity"][];
+            /** @description Every guard's verdict, in the order create applies them. */
+            guards: components["schemas"]["DeploymentGuardVerdict"][];
+            /** @description The 409 create would answer (its first refused guard), or `null` when create would accept the request (201). */
+            would_be_refused: components["schemas"]["DeploymentRefusal"] | null;
+        };
+        /** @description The launch a create would store: the catalog's defaults filled in, and the GPU memory it needs. */
+        DeploymentPlanLaunch: {
+            /** @description Catalog model name. */
+            model_name: string;
+            /** @description Serving engine the model is launched with, e.g. `vLLM`. */
+            model_engine: string;
+            /** @description Serving-engine model format, e.g. `pytorch`. */
+            model_format: string;
+            /** @description Model size in billions of parameters. */
+            model_size_in_billions: number;
+            /** @description Quantization, e.g. `none`. */
+            quantization: string;
+            /** @description GPU memory the model needs on one instance, in GB: parameters × bytes per parameter × 1.2 + 2 GB of KV-cache headroom. */
+            required_gpu_memory_gb: number;
+        };
+        /** @description An instance type of a cluster that holds the model on one instance, and what the deployment would pay on it. */
+        DeploymentPlanOption: {
+            /** @description GPU cluster (UUID). */
+            cluster_id: string;
+            /** @description The cluster's provider, e.g. `aws`. */
+            provider: string;
+            /** @description The cluster's region, e.g. `us-east-1`. */
+            region: string;
+            /** @description Instance type, e.g. `g5.12xlarge`. */
+            instance_type: string;
+            /** @description GPU model, e.g. `A10G`. */
+            gpu_type: string;
+            /**
+             * Format: int32
+             * @description GPUs the deployment would take on one instance of this type (1, 2, 4 or 8).
+             */
+            gpu_count: number;
+            /**
+             * Format: int32
+             * @description GPU memory of those GPUs together, in GB.
+             */
+            gpu_memory_gb: number;
+            /** @description Whether an instance of this type on this cluster has `gpu_count` GPUs free now. */
+            available_now: boolean;
+            /** @description The service its GPU seconds are metered under (`provider:region:gpu_instance:instance_type:gpu_type:gpu_count`). */
+            service_key: string;
+            /** @description What an hour of it costs: the price of `service_key` (the instance type's list price share while the service has no price of its own) × 3600, rounded to a ten-thousandth. */
+            hourly_price: components["schemas"]["BillingDecimal"];
+            currency: components["schemas"]["CurrencyCode"];
+        };
+        /** @description Where create's deployment would be placed, as provisioning decides it, and what else would fit. */
+        DeploymentPlanPlacement: {
+            /** @description Instance type provisioning would choose, as the deployment's `selected_instance_type` would read; `null` when none can be chosen now. */
+            selected_instance_type: string | null;
+            /** @description The deployment's `selection_reason` as provisioning would write it; `null` when none can be chosen now. */
+            selection_reason: string | null;
+            /** @description The chosen option; `null` when none can be chosen now. */
+            chosen: components["schemas"]["DeploymentPlanOption"] | null;
+            /** @description The other options that hold the model, cheapest first (the selection ranks by the instance types' list prices), including those with no free GPUs now (`available_now: false`). */
+            alternatives: components["schemas"]["DeploymentPlanOption"][];
+            /**
+             * @description When nothing can be chosen now: the stage at which provisioning would fail the deployment,
+             *     `instance_selection` (no instance type of the registered clusters holds the model) or
+             *     `capacity` (some do, but none has enough free GPUs). Create would still accept the deployment
+             *     (201) and provisioning would then fail it at once with this stage and reason: it does not wait
+             *     for capacity. `null` when an option is chosen.
+             * @enum {string|null}
+             */
+            failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
+            /** @description The deployment's `failure_reason` as provisioning would write it; `null` when an option is chosen. */
+            failure_reason: string | null;
+        };
+        /** @description The answer create would give instead of 201: the first refused guard's. */
+        DeploymentRefusal: {
+            /** @enum {number} */
+            status: 409;
+            code: components["schemas"]["DeploymentGuardCode"];
+            detail: string;
+        };
         /**
          * @description Where a deployment is in its life.
          *     `requested` → `provisioning` (instance type chosen, GPUs allocated) → `starting` (model launching
@@ -4431,6 +4630,84 @@ export interface operations {
             };
             /** @description 409 on create: billing blocks it (`PAYMENT_SETUP_INCOMPLETE`, `ACTIVE_DEPLOYMENT_LIMIT_REACHED`, `SPENDING_LIMIT_REACHED`). */
             409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    planDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateDeploymentRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeploymentPlan"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

@@ -48,6 +48,7 @@ export interface OperationSecurity {
   "listSessions": "SessionCookie";
   "listSsoProviders": "none";
   "logOut": "CsrfToken" | "SessionCookie";
+  "planDeployment": "CsrfToken" | "SessionCookie";
   "previewInvitation": "none";
   "registerUser": "none";
   "registerWithInvitation": "none";

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { countActiveDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
-import { lockBillingAccount } from './billing.repository.ts';
+import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
 import { usageSummary } from './usage-summary.ts';
 
 /** Subscription states in which the processor charges the organization. */
@@ -12,40 +12,97 @@ export interface DeploymentGuardSettings {
   enforcement: boolean;
 }
 
+export type DeploymentGuardName = 'payment_setup' | 'active_deployment_limit' | 'spending_limit';
+export type DeploymentGuardCode = 'PAYMENT_SETUP_INCOMPLETE' | 'ACTIVE_DEPLOYMENT_LIMIT_REACHED' | 'SPENDING_LIMIT_REACHED';
+
 /**
- * Every billing check on creating a deployment, in one place, run inside the creating transaction.
- * The billing account row is locked first, so two concurrent creates of an organization are checked
- * one after the other: the second sees the first's deployment (active limit) and the same spending.
- * Order: payment setup, then the active limit, then the spending limit (the costliest to compute).
+ * One guard's answer: `passed`, `refused` (with the 409 code and detail create answers), or
+ * `not_checked` (billing enforcement off, or nothing to check it against). `detail` says why in one
+ * sentence either way.
  */
-export async function assertMayCreateDeployment(trx: Knex.Transaction, organizationId: number, settings: DeploymentGuardSettings): Promise<void> {
-  const account = await lockBillingAccount(trx, organizationId);
-  if (!account) throw new AppError('PAYMENT_SETUP_INCOMPLETE', 'Your organization has no billing account.');
-  if (settings.enforcement) {
-    if (!account.default_payment_method_id) {
-      throw new AppError('PAYMENT_SETUP_INCOMPLETE', 'Your organization has no default payment method; an admin adds a card under Billing, then try again.');
-    }
-    if (!account.subscription_status || !CHARGEABLE_SUBSCRIPTION.has(account.subscription_status)) {
-      throw new AppError('PAYMENT_SETUP_INCOMPLETE', 'Your organization has no active subscription; an admin activates postpaid billing under Billing, then try again.');
-    }
+export type DeploymentGuardVerdict =
+  | { guard: DeploymentGuardName; verdict: 'passed' | 'not_checked'; code: null; detail: string }
+  | { guard: DeploymentGuardName; verdict: 'refused'; code: DeploymentGuardCode; detail: string };
+
+const passed = (guard: DeploymentGuardName, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'passed', code: null, detail });
+const notChecked = (guard: DeploymentGuardName, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'not_checked', code: null, detail });
+const refused = (guard: DeploymentGuardName, code: DeploymentGuardCode, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'refused', code, detail });
+
+/**
+ * Every billing check on creating a deployment, in one place: each guard's verdict, in the order
+ * create applies them (payment setup, the active limit, then the spending limit). Create runs it
+ * inside its transaction with `lock` (the billing account row is locked first, so two concurrent
+ * creates of an organization are checked one after the other: the second sees the first's
+ * deployment and the same spending) and answers the first refusal; a plan reads without locking.
+ */
+export async function deploymentGuardVerdicts(
+  trx: Knex.Transaction,
+  organizationId: number,
+  settings: DeploymentGuardSettings,
+  options: { lock: boolean },
+): Promise<DeploymentGuardVerdict[]> {
+  const account = options.lock ? await lockBillingAccount(trx, organizationId) : await findBillingAccount(trx, organizationId);
+  if (!account) {
+    const none = 'Your organization has no billing account.';
+    return [
+      refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', none),
+      notChecked('active_deployment_limit', none),
+      notChecked('spending_limit', none),
+    ];
   }
-  const active = await countActiveDeployments(trx, organizationId);
-  if (active >= account.max_active_resources) {
-    throw new AppError(
-      'ACTIVE_DEPLOYMENT_LIMIT_REACHED',
-      `Your organization has ${active} active deployments, its limit; delete one or ask to raise the limit.`,
+  const verdicts: DeploymentGuardVerdict[] = [];
+
+  if (!settings.enforcement) {
+    verdicts.push(notChecked('payment_setup', 'Billing enforcement is off: creating a deployment needs no payment setup.'));
+  } else if (!account.default_payment_method_id) {
+    verdicts.push(refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no default payment method; an admin adds a card under Billing, then try again.'));
+  } else if (!account.subscription_status || !CHARGEABLE_SUBSCRIPTION.has(account.subscription_status)) {
+    verdicts.push(
+      refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no active subscription; an admin activates postpaid billing under Billing, then try again.'),
     );
+  } else {
+    verdicts.push(passed('payment_setup', 'Your organization has a default payment method and an active subscription.'));
   }
-  if (account.monthly_spending_limit !== null) {
+
+  const active = await countActiveDeployments(trx, organizationId);
+  verdicts.push(
+    active >= account.max_active_resources
+      ? refused(
+          'active_deployment_limit',
+          'ACTIVE_DEPLOYMENT_LIMIT_REACHED',
+          `Your organization has ${active} active deployments, its limit; delete one or ask to raise the limit.`,
+        )
+      : passed('active_deployment_limit', `Your organization has ${active} of its ${account.max_active_resources} active deployments.`),
+  );
+
+  if (account.monthly_spending_limit === null) {
+    verdicts.push(passed('spending_limit', 'Your organization has no monthly spending limit.'));
+  } else {
     const summary = await usageSummary(trx, organizationId);
     const spentCents = summary.usage_totals.reduce((sum, total) => sum + toCents(total.estimated_amount), 0n);
-    if (spentCents >= toCents(account.monthly_spending_limit)) {
-      throw new AppError(
-        'SPENDING_LIMIT_REACHED',
-        `Your organization's estimated spending this period (${formatCents(spentCents)} ${summary.currency.toUpperCase()}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
-      );
-    }
+    const spent = `${formatCents(spentCents)} ${summary.currency.toUpperCase()}`;
+    verdicts.push(
+      spentCents >= toCents(account.monthly_spending_limit)
+        ? refused(
+            'spending_limit',
+            'SPENDING_LIMIT_REACHED',
+            `Your organization's estimated spending this period (${spent}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
+          )
+        : passed('spending_limit', `Your organization's estimated spending this period (${spent}) is below its monthly limit of ${account.monthly_spending_limit}.`),
+    );
   }
+  return verdicts;
+}
+
+/** The first refusal: what create answers (409), or undefined when every guard lets it through. */
+export function firstRefusal(verdicts: readonly DeploymentGuardVerdict[]): Extract<DeploymentGuardVerdict, { verdict: 'refused' }> | undefined {
+  return verdicts.find((verdict): verdict is Extract<DeploymentGuardVerdict, { verdict: 'refused' }> => verdict.verdict === 'refused');
+}
+
+/** Create's check, inside its transaction: throws the first refusal as its 409. */
+export async function assertMayCreateDeployment(trx: Knex.Transaction, organizationId: number, settings: DeploymentGuardSettings): Promise<void> {
+  const refusal = firstRefusal(await deploymentGuardVerdicts(trx, organizationId, settings, { lock: true }));
+  if (refusal) throw new AppError(refusal.code, refusal.detail);
 }
 
 /** A decimal amount with at most 2 decimals (numeric(…, 2), or the summary's rounded amounts) in cents, exactly. */

@@ -6,6 +6,7 @@ import { InstanceRow } from '../db/models/instances.ts';
 import { forUpdateOf } from '../db/query.ts';
 import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
+import type { Candidate } from './instance-selection.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
@@ -167,6 +168,8 @@ export async function recordEngineHealth(db: Db, id: string, status: DeploymentS
 export interface PlacementOption {
   id: string;
   cluster_id: string;
+  provider: string;
+  region: string;
   name: string;
   gpu_type: string;
   gpu_count: number;
@@ -180,26 +183,88 @@ export interface PlacementOption {
  * serialises allocation, so no GPU is booked twice.
  */
 export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<PlacementOption[]> {
-  const rows = await forUpdateOf(
-    InstanceRow.query(trx)
-      .alias('i')
-      .join('instance_types as t', 't.id', 'i.instance_type_id')
-      .join('clusters as c', 'c.id', 'i.cluster_id')
-      .where({ 'i.status': 'available', 'c.status': 'active', 'c.hosted': false }),
-    'i',
-  )
-    .select('i.id', 'i.cluster_id', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second')
+  return placementCandidates(trx, { lock: true });
+}
+
+/** The same instances as `lockPlacementCandidates`, read without locking (a plan books nothing). */
+export async function readPlacementCandidates(db: Db): Promise<PlacementOption[]> {
+  return placementCandidates(db, { lock: false });
+}
+
+async function placementCandidates(db: Db, options: { lock: boolean }): Promise<PlacementOption[]> {
+  const query = InstanceRow.query(db)
+    .alias('i')
+    .join('instance_types as t', 't.id', 'i.instance_type_id')
+    .join('clusters as c', 'c.id', 'i.cluster_id')
+    .where({ 'i.status': 'available', 'c.status': 'active', 'c.hosted': false });
+  const rows = await (options.lock ? forUpdateOf(query, 'i') : query)
+    .select('i.id', 'i.cluster_id', 'c.provider', 'c.region', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second')
     .castTo<Array<Omit<PlacementOption, 'used_gpus'>>>();
   const used = rows.length
-    ? await GpuAllocationRow.query(trx)
+    ? await GpuAllocationRow.query(db)
         .where({ status: 'active' })
         .whereIn('instance_id', rows.map((row) => row.id))
         .groupBy('instance_id')
-        .select('instance_id', trx.raw('sum(gpu_count) as gpus'))
+        .select('instance_id', db.raw('sum(gpu_count) as gpus'))
         .castTo<Array<{ instance_id: string; gpus: string }>>()
     : [];
   const usedBy = new Map(used.map((row) => [row.instance_id, Number(row.gpus)]));
   return rows.map((row) => ({ ...row, used_gpus: usedBy.get(row.id) ?? 0 }));
+}
+
+/** A placement option as instance selection sees it. */
+export function toCandidate(row: PlacementOption): Candidate {
+  return {
+    instanceId: row.id,
+    clusterId: row.cluster_id,
+    freeGpus: row.gpu_count - row.used_gpus,
+    instanceType: {
+      name: row.name,
+      gpuType: row.gpu_type,
+      gpuCount: row.gpu_count,
+      gpuMemoryGb: row.gpu_memory_gb,
+      pricePerSecond: Number(row.price_per_second),
+    },
+  };
+}
+
+/** What `gpu_count` GPUs of an instance are billed at, per second and as an hour and 30 days of them. */
+export interface GpuServicePrice {
+  instance_id: string;
+  gpu_count: number;
+  service_key: string;
+  unit_amount_decimal: string;
+  hourly_amount: string;
+  thirty_day_amount: string;
+  currency: string;
+}
+
+/**
+ * The price GPU seconds on each (instance, GPU count) are billed at: the price table's for its
+ * service (`gpu_services`), or the instance type's list price share when the service has none yet
+ * (metering adds it at that price when the first interval closes). Exact numerics: an hour rounded
+ * to a ten-thousandth, 30 days (2,592,000 seconds) to the cent, as the usage summary rounds.
+ */
+export async function gpuServicePrices(db: Db, services: ReadonlyArray<{ instanceId: string; gpuCount: number }>): Promise<GpuServicePrice[]> {
+  if (services.length === 0) return [];
+  const { rows } = await db.raw<{ rows: GpuServicePrice[] }>(
+    `with unit as (
+       select s.instance_id, s.gpu_count,
+              s.provider || ':' || s.region || ':' || s.resource_kind || ':' || s.instance_type || ':' || s.gpu_type || ':' || s.gpu_count_text as service_key,
+              coalesce(p.unit_amount_decimal, s.list_unit_amount) as amount, coalesce(p.currency, s.currency) as currency
+       from gpu_services s
+       join unnest(?::uuid[], ?::int[]) as wanted (instance_id, gpu_count) using (instance_id, gpu_count)
+       left join prices p on (p.provider, p.region, p.resource_kind, p.instance_type, p.gpu_type, p.gpu_count)
+         = (s.provider, s.region, s.resource_kind, s.instance_type, s.gpu_type, s.gpu_count_text)
+     )
+     select instance_id, gpu_count, service_key, currency,
+            trim_scale(amount)::text as unit_amount_decimal,
+            trim_scale(round(amount * 3600, 4))::text as hourly_amount,
+            round(amount * 2592000, 2)::text as thirty_day_amount
+     from unit`,
+    [services.map((s) => s.instanceId), services.map((s) => s.gpuCount)],
+  );
+  return rows;
 }
 
 /** Books GPUs of an instance for the deployment; the allocation's id. */

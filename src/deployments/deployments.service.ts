@@ -2,22 +2,27 @@ import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
-import { assertMayCreateDeployment, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
-import type { CatalogService } from '../catalog/catalog.service.ts';
+import { assertMayCreateDeployment, deploymentGuardVerdicts, firstRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
+import type { CatalogModel, CatalogService } from '../catalog/catalog.service.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
 import { transition } from './deployment-states.ts';
+import { toDeploymentPlan, type DeploymentPlan } from './deployment-plan.ts';
 import {
   findDeploymentOf,
+  gpuServicePrices,
   insertDeployment,
   listDeploymentsOf,
   moveDeployment,
+  readPlacementCandidates,
+  toCandidate,
   toDeployment,
   type Deployment,
   type Scope,
 } from './deployments.repository.ts';
-import { resolveLaunch } from './launch-spec.ts';
+import { capacityOf, planPlacement, requiredGpuMemoryGb } from './instance-selection.ts';
+import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
 
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
@@ -32,7 +37,8 @@ export interface Page<T> {
 /**
  * Deployments as the API offers them, scoped to the caller (their own, in their current
  * organization). Creating stores a `requested` deployment and enqueues its provisioning in the same
- * transaction; deleting moves it to `terminating` and enqueues the cleanup.
+ * transaction; planning answers what creating would do, writing nothing; deleting moves it to
+ * `terminating` and enqueues the cleanup.
  */
 export class DeploymentsService {
   readonly #db: Knex;
@@ -60,17 +66,7 @@ export class DeploymentsService {
 
   async create(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<Deployment> {
     const organization = requireOrganization(principal);
-    const model = await this.#catalog.findByName(principal, input.model_name);
-    if (!model) {
-      throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} is not in the catalog, is disabled, or is not available to your organization.`);
-    }
-    const resolution = resolveLaunch(model.launchSpecs, {
-      modelFormat: input.model_format,
-      modelSizeInBillions: input.model_size_in_billions,
-      quantization: input.quantization,
-    });
-    if (!resolution.ok) throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} cannot be deployed that way: ${resolution.reason}.`);
-    const { launch } = resolution;
+    const { model, launch } = await this.#resolve(principal, input);
 
     return this.#db.transaction(async (trx) => {
       await assertMayCreateDeployment(trx, organization.id, this.#billing);
@@ -89,6 +85,37 @@ export class DeploymentsService {
     });
   }
 
+  /**
+   * What `create` would do, decided by the same functions, with nothing written: the launch it would
+   * store, each billing guard's verdict (the first refusal is create's 409), and the placement
+   * provisioning would choose now, its alternatives, prices and the clusters' free GPUs. One
+   * read-only snapshot (repeatable read), so the guards and the placement see the same moment.
+   */
+  async plan(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<DeploymentPlan> {
+    const organization = requireOrganization(principal);
+    const { model, launch } = await this.#resolve(principal, input);
+    const requiredGb = requiredGpuMemoryGb(launch.modelSizeInBillions, launch.quantization);
+
+    return this.#db.transaction(async (trx) => {
+      await trx.raw('set transaction isolation level repeatable read, read only');
+      const guards = await deploymentGuardVerdicts(trx, organization.id, this.#billing, { lock: false });
+      const rows = await readPlacementCandidates(trx);
+      const candidates = rows.map(toCandidate);
+      const placement = planPlacement(candidates, requiredGb);
+      const prices = await gpuServicePrices(trx, placement.choices);
+      const refusal = firstRefusal(guards);
+      return toDeploymentPlan({
+        launch: { ...launch, modelName: model.model_name, requiredGb },
+        placement,
+        prices,
+        capacity: capacityOf(candidates),
+        clusters: rows,
+        guards,
+        refusal,
+      });
+    });
+  }
+
   /** Starts termination (the state machine's `delete`); 409 while a cleanup runs; a terminated deployment is returned as it is. */
   async delete(principal: SessionPrincipal, id: string): Promise<Deployment> {
     return this.#db.transaction(async (trx) => {
@@ -102,6 +129,21 @@ export class DeploymentsService {
       await enqueue(this.#boss, trx, TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
       return toDeployment(await this.#find(trx, principal, id));
     });
+  }
+
+  /** The catalog model and launch combination a create request names; 422 `MODEL_NOT_DEPLOYABLE` when none. */
+  async #resolve(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<{ model: CatalogModel; launch: ResolvedLaunch }> {
+    const model = await this.#catalog.findByName(principal, input.model_name);
+    if (!model) {
+      throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} is not in the catalog, is disabled, or is not available to your organization.`);
+    }
+    const resolution = resolveLaunch(model.launchSpecs, {
+      modelFormat: input.model_format,
+      modelSizeInBillions: input.model_size_in_billions,
+      quantization: input.quantization,
+    });
+    if (!resolution.ok) throw new AppError('MODEL_NOT_DEPLOYABLE', `${input.model_name} cannot be deployed that way: ${resolution.reason}.`);
+    return { model, launch: resolution.launch };
   }
 
   #scope(principal: SessionPrincipal): Scope {

@@ -69,18 +69,43 @@ export function gpusNeeded(type: InstanceTypeInfo, requiredGb: number): number |
   return GPU_COUNTS.find((count) => count <= type.gpuCount && count * type.gpuMemoryGb >= requiredGb);
 }
 
+/** A candidate with enough GPU memory on one instance: the GPUs it would take and their share of its price. */
+interface Fit {
+  candidate: Candidate;
+  gpuCount: number;
+  pricePerSecond: number;
+}
+
+function fitsOf(candidates: readonly Candidate[], requiredGb: number): Fit[] {
+  return candidates.flatMap((candidate) => {
+    const gpuCount = gpusNeeded(candidate.instanceType, requiredGb);
+    if (gpuCount === undefined) return [];
+    const pricePerSecond = (candidate.instanceType.pricePerSecond * gpuCount) / candidate.instanceType.gpuCount;
+    return [{ candidate, gpuCount, pricePerSecond }];
+  });
+}
+
+const hasRoom = (fit: Fit) => fit.candidate.freeGpus >= fit.gpuCount;
+
+/** Selection's order: cheapest first, then the most free GPUs left after placing, then by id. */
+function bySelectionOrder(a: Fit, b: Fit): number {
+  return (
+    a.pricePerSecond - b.pricePerSecond ||
+    b.candidate.freeGpus - b.gpuCount - (a.candidate.freeGpus - a.gpuCount) ||
+    a.candidate.instanceId.localeCompare(b.candidate.instanceId)
+  );
+}
+
 /**
  * The cheapest placement (by the deployment's share of the instance price) with enough GPU memory
  * and free GPUs; ties go to the instance with the most free GPUs left, then by id, so the same
  * inputs always give the same answer.
  */
 export function selectPlacement(candidates: readonly Candidate[], requiredGb: number): Selection {
-  const fitting = candidates.flatMap((candidate) => {
-    const gpuCount = gpusNeeded(candidate.instanceType, requiredGb);
-    if (gpuCount === undefined) return [];
-    const pricePerSecond = (candidate.instanceType.pricePerSecond * gpuCount) / candidate.instanceType.gpuCount;
-    return [{ candidate, gpuCount, pricePerSecond }];
-  });
+  return selectFrom(fitsOf(candidates, requiredGb), requiredGb);
+}
+
+function selectFrom(fitting: readonly Fit[], requiredGb: number): Selection {
   if (fitting.length === 0) {
     return {
       ok: false,
@@ -88,7 +113,7 @@ export function selectPlacement(candidates: readonly Candidate[], requiredGb: nu
       reason: `No instance type has ${requiredGb} GB of GPU memory on one instance for this model.`,
     };
   }
-  const free = fitting.filter(({ candidate, gpuCount }) => candidate.freeGpus >= gpuCount);
+  const free = fitting.filter(hasRoom);
   if (free.length === 0) {
     return {
       ok: false,
@@ -96,12 +121,7 @@ export function selectPlacement(candidates: readonly Candidate[], requiredGb: nu
       reason: `Every instance with at least ${requiredGb} GB of GPU memory is fully allocated; try again later.`,
     };
   }
-  free.sort(
-    (a, b) =>
-      a.pricePerSecond - b.pricePerSecond ||
-      b.candidate.freeGpus - b.gpuCount - (a.candidate.freeGpus - a.gpuCount) ||
-      a.candidate.instanceId.localeCompare(b.candidate.instanceId),
-  );
+  free.sort(bySelectionOrder);
   const best = free[0];
   if (!best) throw new Error('unreachable');
   const type = best.candidate.instanceType;
@@ -119,4 +139,91 @@ export function selectPlacement(candidates: readonly Candidate[], requiredGb: nu
       reason,
     },
   };
+}
+
+/** One instance type of one cluster that holds the model on one instance. */
+export interface PlacementChoice {
+  clusterId: string;
+  instanceType: InstanceTypeInfo;
+  /** GPUs the deployment would take on an instance of this type. */
+  gpuCount: number;
+  /** The deployment's share of the instance's list price, per second: what selection compares. */
+  pricePerSecond: number;
+  /** The same per hour (`pricePerSecond` × 3600). */
+  hourlyPrice: number;
+  /** Instances of this type on the cluster, and how many of them have `gpuCount` GPUs free now. */
+  instances: number;
+  freeInstances: number;
+  /** The instance of this type selection would take (or, with none free, the one it prefers). */
+  instanceId: string;
+}
+
+/**
+ * What placing a deployment comes to, as the provisioner decides it: the selection itself, and
+ * every (cluster, instance type) with enough GPU memory on one instance, free now or not, in the
+ * order selection ranks them (the free ones of a price before the full ones).
+ */
+export interface PlacementPlan {
+  selection: Selection;
+  /** Every fitting choice, the selected one included (it has the selection's `instanceId`). */
+  choices: PlacementChoice[];
+}
+
+export function planPlacement(candidates: readonly Candidate[], requiredGb: number): PlacementPlan {
+  const fitting = fitsOf(candidates, requiredGb);
+  const groups = new Map<string, Fit[]>();
+  for (const fit of fitting) {
+    const key = `${fit.candidate.clusterId}\u0000${fit.candidate.instanceType.name}`;
+    groups.set(key, [...(groups.get(key) ?? []), fit]);
+  }
+  const choices = [...groups.values()].map((fits): PlacementChoice => {
+    const ranked = [...fits].sort((a, b) => Number(hasRoom(b)) - Number(hasRoom(a)) || bySelectionOrder(a, b));
+    const first = ranked[0];
+    if (!first) throw new Error('unreachable');
+    return {
+      clusterId: first.candidate.clusterId,
+      instanceType: first.candidate.instanceType,
+      gpuCount: first.gpuCount,
+      pricePerSecond: first.pricePerSecond,
+      hourlyPrice: first.pricePerSecond * 3600,
+      instances: fits.length,
+      freeInstances: fits.filter(hasRoom).length,
+      instanceId: first.candidate.instanceId,
+    };
+  });
+  choices.sort(
+    (a, b) =>
+      a.pricePerSecond - b.pricePerSecond ||
+      Number(b.freeInstances > 0) - Number(a.freeInstances > 0) ||
+      a.instanceType.name.localeCompare(b.instanceType.name) ||
+      a.clusterId.localeCompare(b.clusterId),
+  );
+  return { selection: selectFrom(fitting, requiredGb), choices };
+}
+
+/** The GPUs of one instance type on one cluster, and how many are free now. */
+export interface InstanceCapacity {
+  clusterId: string;
+  instanceType: InstanceTypeInfo;
+  instances: number;
+  gpus: number;
+  freeGpus: number;
+  /** The most GPUs free on one instance: a deployment takes its GPUs from one instance. */
+  maxFreeGpusPerInstance: number;
+}
+
+/** The candidates' GPUs, per cluster and instance type (by cluster, then type name). */
+export function capacityOf(candidates: readonly Candidate[]): InstanceCapacity[] {
+  const groups = new Map<string, InstanceCapacity>();
+  for (const candidate of candidates) {
+    const key = `${candidate.clusterId}\u0000${candidate.instanceType.name}`;
+    const group = groups.get(key) ?? { clusterId: candidate.clusterId, instanceType: candidate.instanceType, instances: 0, gpus: 0, freeGpus: 0, maxFreeGpusPerInstance: 0 };
+    const free = Math.max(0, candidate.freeGpus);
+    group.instances += 1;
+    group.gpus += candidate.instanceType.gpuCount;
+    group.freeGpus += free;
+    group.maxFreeGpusPerInstance = Math.max(group.maxFreeGpusPerInstance, free);
+    groups.set(key, group);
+  }
+  return [...groups.values()].sort((a, b) => a.clusterId.localeCompare(b.clusterId) || a.instanceType.name.localeCompare(b.instanceType.name));
 }

@@ -29,9 +29,10 @@ import {
   moveDeployment,
   recordEngineHealth,
   releaseAllocation,
+  toCandidate,
   type PlacedDeployment,
 } from './deployments.repository.ts';
-import { requiredGpuMemoryGb, selectPlacement, type Candidate } from './instance-selection.ts';
+import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
 
 export const PROVISION_QUEUE = 'provision-deployment';
 export const AWAIT_READY_QUEUE = 'await-deployment-ready';
@@ -288,18 +289,7 @@ export class Provisioner {
   /** requested → provisioning: the cheapest instance with room gets the GPUs; false when none has (→ failed). */
   async #allocate(trx: Knex.Transaction, deployment: DeploymentRow, log: Logger): Promise<boolean> {
     const required = requiredGpuMemoryGb(Number(deployment.model_size_in_billions), deployment.quantization);
-    const candidates: Candidate[] = (await lockPlacementCandidates(trx)).map((row) => ({
-      instanceId: row.id,
-      clusterId: row.cluster_id,
-      freeGpus: row.gpu_count - row.used_gpus,
-      instanceType: {
-        name: row.name,
-        gpuType: row.gpu_type,
-        gpuCount: row.gpu_count,
-        gpuMemoryGb: row.gpu_memory_gb,
-        pricePerSecond: Number(row.price_per_second),
-      },
-    }));
+    const candidates = (await lockPlacementCandidates(trx)).map(toCandidate);
     const selection = selectPlacement(candidates, required);
     if (!selection.ok) {
       await moveDeployment(trx, deployment.id, {

@@ -65,8 +65,9 @@ const INTERFACE_ROUTES = [
   'POST /v1/billing/portal/session', 'POST /v1/billing/checkout/setup-session', 'GET /v1/billing/invoices', 'POST /v1/billing/webhook',
 ];
 
-/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits). */
+/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits, the deployment plan). */
 const ADDED_ROUTES = [
+  'POST /api/v1/model-deployments/plan',
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
   'GET /v1/user/sessions', 'DELETE /v1/user/sessions/{session_id}', 'POST /v1/user/sessions/revoke-others',
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',

@@ -23,7 +23,7 @@ import { waitUntil } from '../helpers/net.ts';
 interface Operation {
   operationId: string;
   'x-required-role'?: string;
-  requestBody?: { content: Record<string, { example?: unknown }> };
+  requestBody?: { content: Record<string, { example?: unknown; examples?: Record<string, { value: unknown }> }> };
   parameters?: Array<{ name: string; in: string }>;
   security?: Array<Record<string, string[]>>;
 }
@@ -32,10 +32,10 @@ const document = loadOpenApiDocument() as unknown as {
   security?: Array<Record<string, string[]>>;
 };
 
-/** The document's example body of the operation (so that a refusal is the role's, not the body's), or none. */
+/** The document's example body of the operation, its first when it has several (so that a refusal is the role's, not the body's), or none. */
 function exampleBody(operation: Operation): string | undefined {
   const media = operation.requestBody?.content['application/json'];
-  return media ? JSON.stringify(media.example) : undefined;
+  return media ? JSON.stringify(media.example ?? Object.values(media.examples ?? {})[0]?.value) : undefined;
 }
 
 const operations = Object.entries(document.paths).flatMap(([template, item]) =>

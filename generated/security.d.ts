@@ -18,7 +18,9 @@ export interface OperationSecurity {
   "createInvitation": "CsrfToken" | "SessionCookie";
   "createRerank": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createTranscription": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
+  "createWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "deleteDeployment": "CsrfToken" | "SessionCookie";
+  "deleteWebhookEndpoint": "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
   "getBillingAccount": "SessionCookie";
   "getBillingConfig": "SessionCookie";
@@ -33,6 +35,7 @@ export interface OperationSecurity {
   "getSpendingLimit": "SessionCookie";
   "getSubscription": "SessionCookie";
   "getUsageSummary": "SessionCookie";
+  "getWebhookEndpoint": "SessionCookie";
   "handleBillingWebhook": "none";
   "listApiKeyDeploymentOptions": "SessionCookie";
   "listApiKeys": "SessionCookie";
@@ -46,6 +49,8 @@ export interface OperationSecurity {
   "listPaymentMethods": "SessionCookie";
   "listSessions": "SessionCookie";
   "listSsoProviders": "none";
+  "listWebhookDeliveryAttempts": "SessionCookie";
+  "listWebhookEndpoints": "SessionCookie";
   "logOut": "CsrfToken" | "SessionCookie";
   "previewInvitation": "none";
   "registerUser": "none";
@@ -60,14 +65,18 @@ export interface OperationSecurity {
   "revokeInvitation": "CsrfToken" | "SessionCookie";
   "revokeOtherSessions": "CsrfToken" | "SessionCookie";
   "revokeSession": "CsrfToken" | "SessionCookie";
+  "rotateWebhookSecret": "CsrfToken" | "SessionCookie";
+  "sendWebhookTestEvent": "CsrfToken" | "SessionCookie";
   "setDefaultPaymentMethod": "CsrfToken" | "SessionCookie";
   "signIn": "none";
   "startInvitationSso": "none";
   "startSsoLogin": "none";
+  "streamDeploymentEvents": "SessionCookie";
   "updateApiKey": "CsrfToken" | "SessionCookie";
   "updateCollectionMethod": "CsrfToken" | "SessionCookie";
   "updateMemberRole": "CsrfToken" | "SessionCookie";
   "updateOrganization": "CsrfToken" | "SessionCookie";
   "updateProfile": "CsrfToken" | "SessionCookie";
   "updateSpendingLimit": "CsrfToken" | "SessionCookie";
+  "updateWebhookEndpoint": "CsrfToken" | "SessionCookie";
 }

@@ -31,6 +31,9 @@ import { BillingService } from './billing/billing.service.ts';
 import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts';
 import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
+import { DeploymentEventStreams } from './events/event-streams.ts';
+import { WebhooksService } from './webhooks/webhooks.service.ts';
+import { deliverWebhookJob, WebhookDeliverer, WebhookDispatcher } from './webhooks/webhook-delivery.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -81,6 +84,10 @@ export function createContainer(deps: ContainerDeps) {
   const billingWebhooks = new BillingWebhooks({ db, boss, processor });
   // Without a processor (none configured), usage waits in Postgres unreported.
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
+  const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs });
+  const webhooks = new WebhooksService({ db, boss, keyring, settings: config.webhooks });
+  const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl });
+  const webhookDispatcher = new WebhookDispatcher({ db, boss, log: deps.log });
   return {
     ...deps,
     keyring,
@@ -107,6 +114,10 @@ export function createContainer(deps: ContainerDeps) {
     billing,
     billingWebhooks,
     usageReporter,
+    eventStreams,
+    webhooks,
+    webhookDeliverer,
+    webhookDispatcher,
   };
 }
 
@@ -133,6 +144,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     meterGpuSecondsJob(c.gpuMeter),
     billingEventJob(c.billingWebhooks),
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
+    deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
   ] as JobDefinition[];
 }
 

@@ -39,8 +39,11 @@ export class DeploymentEventStreams {
   /** Starts the stream on `res`: headers, the history after `lastEventId`, then live events until the client leaves. */
   open(req: Request, res: Response, deploymentId: string, lastEventId: string | undefined): void {
     if (this.#closed) throw new AppError('SERVICE_UNAVAILABLE', 'The server is shutting down; reconnect.');
-    res.status(200);
-    res.set({ 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache, no-transform', 'X-Accel-Buffering': 'no' });
+    res.statusCode = 200;
+    res.setHeader('Content-Type', 'text/event-stream');
+    res.setHeader('Cache-Control', 'no-cache, no-transform');
+    // Proxies (nginx) pass each event on at once instead of buffering the answer.
+    res.setHeader('X-Accel-Buffering', 'no');
     res.flushHeaders();
     res.write(`retry: ${RETRY_MS}\n\n`);
     const stream = new EventStream(res, deploymentId, lastEventId, {

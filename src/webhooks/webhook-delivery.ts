@@ -67,12 +67,15 @@ export class WebhookDeliverer {
     const result = await postWebhook(endpoint.url, headers, body, { timeoutMs: this.#settings.timeoutMs, policy: { allowPrivate: this.#settings.allowPrivateTargets } });
     const final = result.ok || lastAttempt;
     await this.#db.transaction(async (trx) => {
+      // The endpoint first: attempts of its deliveries are counted one after the other.
+      const locked = await findEndpoint(trx, endpoint.id, { lock: true });
+      if (!locked) return;
       await recordAttempt(
         trx,
         { delivery_id: delivery.id, endpoint_id: endpoint.id, outcome: result.ok ? 'succeeded' : 'failed', response_status: result.status, error: result.error, duration_ms: result.durationMs },
         final,
       );
-      if (!test) await this.#count(trx, endpoint.id, result, lastAttempt, log);
+      if (!test) await this.#count(trx, locked, result, lastAttempt, log);
     });
     const fields = { delivery_id: delivery.id, endpoint_id: endpoint.id, status: result.status, duration_ms: result.durationMs };
     if (result.ok) {
@@ -92,16 +95,16 @@ export class WebhookDeliverer {
   }
 
   /** The endpoint's run of failures after this attempt; disables it (and emails its admins) at the limit. */
-  async #count(trx: Knex.Transaction, endpointId: string, result: AttemptResult, lastAttempt: boolean, log: Logger): Promise<void> {
-    const endpoint = await findEndpoint(trx, endpointId, { forUpdate: true });
-    if (!endpoint) return;
+  async #count(trx: Knex.Transaction, endpoint: WebhookEndpointRow, result: AttemptResult, lastAttempt: boolean, log: Logger): Promise<void> {
+    const endpointId = endpoint.id;
     if (result.ok) {
       if (endpoint.consecutive_failures > 0) await updateEndpoint(trx, endpointId, { consecutive_failures: 0 });
       return;
     }
-    if (!lastAttempt) return;
+    // A disabled endpoint's count stays where it was disabled (attempts already under way then end here).
+    if (!lastAttempt || endpoint.status !== 'enabled') return;
     const failures = endpoint.consecutive_failures + 1;
-    if (failures < this.#settings.disableAfterFailures || endpoint.status !== 'enabled') {
+    if (failures < this.#settings.disableAfterFailures) {
       await updateEndpoint(trx, endpointId, { consecutive_failures: failures });
       return;
     }

@@ -99,9 +99,13 @@ export async function findDelivery(db: Db, id: string): Promise<WebhookDeliveryR
   return WebhookDeliveryRow.query(db).findById(id);
 }
 
-export async function findEndpoint(db: Db, id: string, options: { forUpdate?: boolean } = {}): Promise<WebhookEndpointRow | undefined> {
+/**
+ * An endpoint; with `lock`, its row locked FOR NO KEY UPDATE until the transaction ends (which does
+ * not wait for, nor block, the inserts of attempts and deliveries that reference it).
+ */
+export async function findEndpoint(db: Db, id: string, options: { lock?: boolean } = {}): Promise<WebhookEndpointRow | undefined> {
   const query = WebhookEndpointRow.query(db).findById(id);
-  return options.forUpdate ? query.forUpdate() : query;
+  return options.lock ? query.forNoKeyUpdate() : query;
 }
 
 /** Records one attempt and its delivery's state after it. */

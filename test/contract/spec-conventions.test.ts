@@ -65,12 +65,18 @@ const INTERFACE_ROUTES = [
   'POST /v1/billing/portal/session', 'POST /v1/billing/checkout/setup-session', 'GET /v1/billing/invoices', 'POST /v1/billing/webhook',
 ];
 
-/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit). */
+/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: events, webhooks). */
 const ADDED_ROUTES = [
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
   'GET /v1/user/sessions', 'DELETE /v1/user/sessions/{session_id}', 'POST /v1/user/sessions/revoke-others',
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',
   'DELETE /v1/organization/invitations/{invitation_id}',
+  // Issue 13: deployment events and organization webhooks.
+  'GET /api/v1/model-deployments/{deployment_id}/events',
+  'GET /v1/organization/webhook-endpoints', 'POST /v1/organization/webhook-endpoints',
+  'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'PATCH /v1/organization/webhook-endpoints/{webhook_endpoint_id}',
+  'DELETE /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/rotate-secret',
+  'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', 'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts',
 ];
 
 describe('the OpenAPI document', () => {

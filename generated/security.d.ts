@@ -20,7 +20,7 @@ export interface OperationSecurity {
   "createTranscription": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "deleteDeployment": "CsrfToken" | "SessionCookie";
-  "deleteWebhookEndpoint": "SessionCookie";
+  "deleteWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
   "getBillingAccount": "SessionCookie";
   "getBillingConfig": "SessionCookie";

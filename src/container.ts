@@ -33,7 +33,7 @@ import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 import { DeploymentEventStreams } from './events/event-streams.ts';
 import { WebhooksService } from './webhooks/webhooks.service.ts';
-import { deliverWebhookJob, WebhookDeliverer, WebhookDispatcher } from './webhooks/webhook-delivery.ts';
+import { deliverWebhookJob, pruneWebhookDeliveriesJob, WebhookDeliverer, WebhookDispatcher } from './webhooks/webhook-delivery.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -145,6 +145,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     billingEventJob(c.billingWebhooks),
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
     deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
+    pruneWebhookDeliveriesJob(c.db),
   ] as JobDefinition[];
 }
 

@@ -18,6 +18,7 @@ import {
   findDelivery,
   findEndpoint,
   markQueued,
+  pruneDeliveries,
   recordAttempt,
   updateEndpoint,
 } from './webhooks.repository.ts';
@@ -136,6 +137,26 @@ export function deliverWebhookJob(deliverer: WebhookDeliverer, settings: Config[
     retryDelayMaxSeconds: settings.retry.maxDelaySeconds,
     concurrency: 8,
     handle: ({ deliveryId }, { log, lastAttempt }) => deliverer.deliver(deliveryId, log, lastAttempt),
+  };
+}
+
+export const PRUNE_WEBHOOK_DELIVERIES_QUEUE = 'prune-webhook-deliveries';
+/** How long a completed delivery and its attempts stay listable. */
+const DELIVERY_RETENTION_DAYS = 30;
+
+/** Daily: deliveries completed more than 30 days ago are deleted with their attempts, in batches. */
+export function pruneWebhookDeliveriesJob(db: Knex): JobDefinition {
+  return {
+    queue: PRUNE_WEBHOOK_DELIVERIES_QUEUE,
+    schedule: '17 3 * * *',
+    policy: 'short',
+    retryLimit: 2,
+    async handle(_data, { log }) {
+      const before = new Date(Date.now() - DELIVERY_RETENTION_DAYS * 86_400_000);
+      let deleted = 0;
+      for (let batch = await pruneDeliveries(db, before, 10_000); batch > 0; batch = await pruneDeliveries(db, before, 10_000)) deleted += batch;
+      if (deleted) log.info({ deleted }, 'old webhook deliveries deleted');
+    },
   };
 }
 

@@ -146,6 +146,15 @@ export async function adminEmailsOf(db: Db, organizationId: number): Promise<str
   return rows.map((row) => row.email);
 }
 
+/** Deletes up to `limit` deliveries (their attempts with them) completed before `before`; how many. */
+export async function pruneDeliveries(db: Db, before: Date, limit: number): Promise<number> {
+  const { rowCount } = await db.raw<{ rowCount: number }>(
+    'delete from webhook_deliveries where id in (select id from webhook_deliveries where completed_at < ? limit ?)',
+    [before, limit],
+  );
+  return rowCount;
+}
+
 // ---- attempts as the API lists them
 
 export interface AttemptView {

@@ -2,6 +2,8 @@ import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { Webhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
+import { createLogger } from '../../src/logger.ts';
+import { pruneWebhookDeliveriesJob } from '../../src/webhooks/webhook-delivery.ts';
 import { insertEndpoint } from '../../src/webhooks/webhooks.repository.ts';
 import { SECRET_SEAL } from '../../src/webhooks/signature.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
@@ -9,6 +11,7 @@ import { deployment } from '../factories/deployments.ts';
 import { addedMember } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { ageWebhookDelivery } from '../helpers/time-travel.ts';
 
 /**
  * Organization webhooks (issue #13): endpoints managed by admins, every deployment event of the
@@ -247,6 +250,21 @@ describe('webhook endpoints', () => {
     await admin.api.POST('/v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', path);
     await waitUntil(async () => to.received.length === 2, 'a test after the second rotation');
     expect(to.received[1]?.verifiedWith).toEqual([true, false, false]);
+  });
+
+  it('keep completed deliveries and their attempts listable for 30 days, then the daily job deletes them', async () => {
+    const admin = await registeredUser(app);
+    const to = await receiver();
+    const { endpoint } = await endpointFor(admin, to);
+    const path = { params: { path: { webhook_endpoint_id: endpoint.id } } };
+    const ids: string[] = [];
+    for (let i = 0; i < 2; i++) ids.push((await admin.api.POST('/v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', path)).data?.delivery.id ?? '');
+    await waitUntil(async () => (await attemptsOf(admin, endpoint.id)).length === 2, 'both delivered');
+    await waitUntil(async () => (await app.db('webhook_deliveries').where({ endpoint_id: endpoint.id }).whereNotNull('completed_at')).length === 2, 'both completed');
+    await ageWebhookDelivery(app, ids[0] ?? '', 31);
+    await ageWebhookDelivery(app, ids[1] ?? '', 29);
+    await pruneWebhookDeliveriesJob(app.db).handle({}, { log: createLogger('silent'), retryCount: 0, lastAttempt: true });
+    expect((await attemptsOf(admin, endpoint.id)).map((attempt) => attempt.delivery_id)).toEqual([ids[1]]);
   });
 
   it('are deleted with their deliveries: 204, then 404', async () => {

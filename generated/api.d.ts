@@ -1276,8 +1276,9 @@ export interface paths {
         /**
          * Create a webhook endpoint
          * @description Creates an `enabled` endpoint and returns its signing secret once (`whsec_…`). The URL is
-         *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused.
-         *     Needs role admin or super_admin.
+         *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused,
+         *     or when the organization already has 20 endpoints (the most it may have). Needs role admin or
+         *     super_admin.
          */
         post: operations["createWebhookEndpoint"];
         delete?: never;
@@ -10380,7 +10381,8 @@ export interface operations {
             /**
              * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
              *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
-             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address).
+             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
+             *     or, on create, the organization already has 20 endpoints.
              */
             422: {
                 headers: {
@@ -10668,7 +10670,8 @@ export interface operations {
             /**
              * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
              *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
-             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address).
+             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
+             *     or, on create, the organization already has 20 endpoints.
              */
             422: {
                 headers: {

@@ -23,11 +23,19 @@ export async function listEndpointsOf(db: Db, organizationId: number): Promise<W
   ]);
 }
 
-/** One endpoint of the organization (undefined for an id that is not a UUID); locked when asked. */
+/**
+ * One endpoint of the organization (undefined for an id that is not a UUID); locked when asked,
+ * FOR NO KEY UPDATE (the deliveries a status change inserts meanwhile do not wait for it).
+ */
 export async function findEndpointOf(db: Db, organizationId: number, id: string, options: { forUpdate?: boolean } = {}): Promise<WebhookEndpointRow | undefined> {
   if (!isUuid(id)) return undefined;
   const query = WebhookEndpointRow.query(db).where({ organization_id: organizationId, id });
-  return options.forUpdate ? query.forUpdate().first() : query.first();
+  return options.forUpdate ? query.forNoKeyUpdate().first() : query.first();
+}
+
+/** How many endpoints the organization has. */
+export async function countEndpointsOf(db: Db, organizationId: number): Promise<number> {
+  return WebhookEndpointRow.query(db).where({ organization_id: organizationId }).resultSize();
 }
 
 export async function updateEndpoint(

@@ -12,6 +12,7 @@ import { parseTargetUrl, resolveTarget, TargetRefused, type TargetPolicy } from 
 import { DELIVER_WEBHOOK_QUEUE } from './webhook-delivery.ts';
 import { payloadOf, toWebhookDelivery, toWebhookEndpoint, type WebhookEndpoint } from './webhook-payloads.ts';
 import {
+  countEndpointsOf,
   deleteEndpoint,
   findEndpointOf,
   insertEndpoint,
@@ -24,6 +25,8 @@ import {
 type Schemas = components['schemas'];
 type Page<T> = { items: T[]; total: number; limit: number; offset: number };
 
+/** Endpoints an organization may have: each status change writes a delivery per endpoint in its transaction. */
+export const MAX_ENDPOINTS_PER_ORGANIZATION = 20;
 /** How long the previous secret still signs after a rotation, unless the rotation says otherwise. */
 const DEFAULT_PREVIOUS_SECRET_SECONDS = 86_400;
 
@@ -52,6 +55,11 @@ export class WebhooksService {
 
   async create(principal: SessionPrincipal, input: Schemas['CreateWebhookEndpointRequest']): Promise<Schemas['WebhookEndpointWithSecret']> {
     const organization = requireOrganization(principal);
+    if ((await countEndpointsOf(this.#db, organization.id)) >= MAX_ENDPOINTS_PER_ORGANIZATION) {
+      throw new AppError('VALIDATION_FAILED', `An organization has at most ${MAX_ENDPOINTS_PER_ORGANIZATION} webhook endpoints; delete one first.`, {
+        errors: [{ location: 'body', message: `the organization already has ${MAX_ENDPOINTS_PER_ORGANIZATION} webhook endpoints` }],
+      });
+    }
     const url = await this.#checkedUrl(input.url);
     const secret = newSigningSecret();
     const row = await insertEndpoint(this.#db, {

@@ -142,6 +142,15 @@ describe('webhook endpoints', () => {
     expect(app.container.keyring.decrypt(SECRET_SEAL, stored.sealed_secret)).toBe(created.secret);
   });
 
+  it('are at most 20 per organization: the 21st is refused with 422', async () => {
+    const admin = await registeredUser(app);
+    for (let i = 0; i < 20; i++) await admin.api.POST('/v1/organization/webhook-endpoints', { body: { url: `http://127.0.0.1:9/hooks/${i}` } });
+    const { response, error } = await admin.api.POST('/v1/organization/webhook-endpoints', { body: { url: 'http://127.0.0.1:9/hooks/21' } });
+    expect(response.status).toBe(422);
+    expect(error?.detail).toContain('at most 20 webhook endpoints');
+    expect((await admin.api.GET('/v1/organization/webhook-endpoints')).data?.items).toHaveLength(20);
+  });
+
   it('are for admins only: a member gets 403', async () => {
     const admin = await registeredUser(app);
     const organizationId = (await admin.api.GET('/v1/organization')).data?.id ?? 0;

@@ -140,6 +140,21 @@ describe('the deployment event stream', () => {
     }
   });
 
+  it('shows termination waiting for a launch in progress as a model_stopping step', async () => {
+    const created = await deployment(app, owner, 'requested');
+    await untilStatus(owner, created.id, 'starting');
+    const { reader } = await StreamReader.open(owner.browser, created.id);
+    try {
+      await owner.api.DELETE('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: created.id } } });
+      await reader.until((events) => events.some((e) => e.to_status === 'terminated'), 'the deployment terminated');
+      const after = reader.events.map((e) => e.data).slice(reader.events.findIndex((e) => e.data.to_status === 'terminating'));
+      expect(after.map((e) => e.step ?? e.to_status)).toEqual(['terminating', 'model_stopping', 'terminated']);
+      expect(after[1]).toMatchObject({ type: 'deployment.provisioning_step', to_status: 'terminating', progress: null });
+    } finally {
+      reader.close();
+    }
+  });
+
   it('resumes after Last-Event-ID: only later events, none again', async () => {
     const created = await running();
     const log = await logOf(created.id);

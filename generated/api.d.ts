@@ -135,6 +135,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/model-deployments/{deployment_id}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream a deployment's events
+         * @description Follows a deployment: its status changes and provisioning steps (with progress while the model
+         *     loads), as server-sent events. The history comes first, then new events live, whichever API
+         *     process or worker made them. To resume, send the last event id received as `Last-Event-ID`
+         *     (an `EventSource` does so by itself when it reconnects): only later events are sent. Events
+         *     carry `event: deployment.status_changed` or `event: deployment.provisioning_step`, so an
+         *     `EventSource` receives them through `addEventListener` with those names (not `onmessage`).
+         *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
+         *     for `getDeployment`.
+         */
+        get: operations["streamDeploymentEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/docs": {
         parameters: {
             query?: never;
@@ -1293,6 +1320,131 @@ export interface paths {
          *     another organization is not found either). 422 `VALIDATION_FAILED`: the body is invalid.
          */
         patch: operations["updateMemberRole"];
+        trace?: never;
+    };
+    "/v1/organization/webhook-endpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhook endpoints
+         * @description Every webhook endpoint of the organization, oldest first. Needs role admin or super_admin.
+         */
+        get: operations["listWebhookEndpoints"];
+        put?: never;
+        /**
+         * Create a webhook endpoint
+         * @description Creates an `enabled` endpoint and returns its signing secret once (`whsec_…`). The URL is
+         *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused,
+         *     or when the organization already has 20 endpoints (the most it may have). Needs role admin or
+         *     super_admin.
+         */
+        post: operations["createWebhookEndpoint"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/webhook-endpoints/{webhook_endpoint_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a webhook endpoint
+         * @description One webhook endpoint of the organization; 404 when it is not one of the organization's. Needs role admin or super_admin.
+         */
+        get: operations["getWebhookEndpoint"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a webhook endpoint
+         * @description Deletes the endpoint, its pending deliveries and its attempts: nothing more is sent to it.
+         *     Needs role admin or super_admin; 404 when it is not one of the organization's.
+         */
+        delete: operations["deleteWebhookEndpoint"];
+        options?: never;
+        head?: never;
+        /**
+         * Update a webhook endpoint
+         * @description Changes an endpoint's URL (checked as on create), description or event types, or enables or
+         *     disables it: enabling resets `consecutive_failures`; events that happened while it was
+         *     disabled are not delivered. Omitted fields keep their value. Needs role admin or super_admin.
+         */
+        patch: operations["updateWebhookEndpoint"];
+        trace?: never;
+    };
+    "/v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List delivery attempts
+         * @description The endpoint's delivery attempts, newest first: each with its delivery (`webhook-id`), the
+         *     event, the receiver's status code or the error, and how long it took. Needs role admin or
+         *     super_admin; 404 when the endpoint is not one of the organization's.
+         */
+        get: operations["listWebhookDeliveryAttempts"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/webhook-endpoints/{webhook_endpoint_id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate a webhook endpoint's secret
+         * @description Replaces the signing secret and returns the new one once. The previous secret keeps signing
+         *     (a second signature in `webhook-signature`) for `previous_secret_valid_for_seconds` (24 hours
+         *     by default; `0` stops it at once), so receivers can switch without missing an event. Needs
+         *     role admin or super_admin.
+         */
+        post: operations["rotateWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/organization/webhook-endpoints/{webhook_endpoint_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event
+         * @description Queues a `webhook.test` event to this endpoint (delivered, signed and retried like any other,
+         *     even to a disabled endpoint, and never counted toward disabling it) and answers the delivery
+         *     and the exact body it POSTs; follow it in the attempts. Needs role admin or super_admin.
+         */
+        post: operations["sendWebhookTestEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/v1/rerank": {
@@ -2612,6 +2764,20 @@ export interface components {
             /** @description Sampling temperature, 0 to 1. */
             temperature?: components["schemas"]["TranscriptionTemperature"];
         };
+        /** @description A new webhook endpoint. Unknown fields are rejected. */
+        CreateWebhookEndpointRequest: {
+            /**
+             * @description Where events are POSTed. Its host must resolve only to public addresses (no loopback,
+             *     link-local, private, unique-local, CGNAT, multicast or reserved range, IPv4 or IPv6,
+             *     IPv4-mapped included), checked now and again at each delivery; 422 `VALIDATION_FAILED`
+             *     otherwise. The server setting `WEBHOOK_ALLOW_PRIVATE_TARGETS` lifts this and allows `http`.
+             */
+            url: components["schemas"]["WebhookUrl"];
+            /** @description A note for people. */
+            description?: string | null;
+            /** @description Only these event types; omitted or `null`: every type. */
+            event_types?: components["schemas"]["DeploymentEventType"][] | null;
+        };
         /**
          * @description The created key. `key` is the full secret and is shown only in this response.
          * @example {
@@ -2853,6 +3019,79 @@ export interface components {
             thirty_day_amount: components["schemas"]["BillingDecimal"];
             currency: components["schemas"]["CurrencyCode"];
         };
+        /**
+         * @description One event of a deployment's log: every status change and provisioning step, appended in the
+         *     same transaction as the change. `id` increases with each event; within one deployment, events
+         *     are never seen out of order. The same object is the `data` of a webhook delivery.
+         * @example {
+         *       "id": 4182,
+         *       "type": "deployment.provisioning_step",
+         *       "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *       "organization_id": "7",
+         *       "from_status": null,
+         *       "to_status": "starting",
+         *       "step": "model_loading",
+         *       "progress": 0.42,
+         *       "failure_stage": null,
+         *       "message": "The engine is loading the model (42%).",
+         *       "created_at": "2026-11-20T09:31:02Z"
+         *     }
+         */
+        DeploymentEvent: {
+            /**
+             * Format: int64
+             * @description The event's id: increasing, unique across all deployments. It is the SSE `id:` of the event.
+             */
+            id: number;
+            type: components["schemas"]["DeploymentEventType"];
+            /**
+             * Format: uuid
+             * @description The deployment (UUID).
+             */
+            deployment_id: string;
+            /** @description The organization that owns the deployment, as a decimal string. */
+            organization_id: string;
+            /**
+             * @description The status before a status change; `null` at creation and on a provisioning step.
+             * @enum {string|null}
+             */
+            from_status: "requested" | "provisioning" | "starting" | "running" | "failed" | "terminating" | "terminated" | null;
+            /** @description The deployment's status after the event (a provisioning step leaves it unchanged). */
+            to_status: components["schemas"]["DeploymentStatus"];
+            /**
+             * @description The provisioning step, on a `deployment.provisioning_step` event; otherwise `null`.
+             * @enum {string|null}
+             */
+            step: "model_loading" | "model_stopping" | null;
+            /**
+             * Format: double
+             * @description How far the step is, from 0 to 1, when the engine reports it; otherwise `null`.
+             */
+            progress: number | null;
+            /**
+             * @description On a change to `failed`: the step at which provisioning failed; otherwise `null`.
+             * @enum {string|null}
+             */
+            failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
+            /**
+             * @description A sentence for people: why an instance was chosen (to `provisioning`), why it failed (to
+             *     `failed`), how far loading is. `null` when there is nothing to add.
+             */
+            message: string | null;
+            /**
+             * Format: date-time
+             * @description When the event happened (the change's transaction).
+             */
+            created_at: string;
+        };
+        /**
+         * @description What a deployment event records: `deployment.status_changed` (the deployment moved from
+         *     `from_status` to `to_status`; at creation `from_status` is `null`), or
+         *     `deployment.provisioning_step` (a step of provisioning made progress: `step`, `progress`; the
+         *     status, `to_status`, is unchanged).
+         * @enum {string}
+         */
+        DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step";
         /**
          * @description The step at which provisioning failed.
          * @enum {string}
@@ -3527,6 +3766,14 @@ export interface components {
             request_id: string;
         };
         /**
+         * @description A step of provisioning reported between status changes. `model_loading`: the serving engine is
+         *     loading the model (`starting`), `progress` from 0 to 1, reported each time it moves by at least
+         *     0.01. `model_stopping`: termination waits for a launch in progress to finish before stopping
+         *     the model.
+         * @enum {string}
+         */
+        ProvisioningStep: "model_loading" | "model_stopping";
+        /**
          * @description A new account and its organization. Unknown fields are rejected.
          *
          *     The email is trimmed and lower-cased before it is stored and compared. `organization` and `name`
@@ -3651,6 +3898,15 @@ export interface components {
          * @enum {string}
          */
         Role: "viewer" | "member" | "admin" | "super_admin";
+        /** @description How long the previous secret keeps signing after a rotation. Unknown fields are rejected. */
+        RotateWebhookSecretRequest: {
+            /**
+             * Format: int32
+             * @description Seconds the previous secret still signs (a second signature in `webhook-signature`): omitted,
+             *     86400 (24 hours); `0` revokes it at once (a leaked secret).
+             */
+            previous_secret_valid_for_seconds?: number;
+        };
         /** @description The session itself. */
         SessionInfo: {
             /** Format: date-time */
@@ -3979,6 +4235,17 @@ export interface components {
             /** @enum {string} */
             currency: "usd";
         };
+        /** @description Changes to a webhook endpoint; omitted fields keep their value. Unknown fields are rejected. */
+        UpdateWebhookEndpointRequest: {
+            /** @description A new URL, checked as on create. */
+            url?: components["schemas"]["WebhookUrl"];
+            /** @description A new note, or `null` to clear it. */
+            description?: string | null;
+            /** @description Only these event types, or `null` for every type. */
+            event_types?: components["schemas"]["DeploymentEventType"][] | null;
+            /** @description `enabled` turns deliveries back on (and resets `consecutive_failures`); `disabled` stops them. */
+            status?: components["schemas"]["WebhookEndpointStatus"];
+        };
         /**
          * @description What a usage line is priced by. Every listed dimension is present; one that does not apply to the
          *     meter is the empty string (for `hosted_tokens`: `instance_type`, `gpu_type`, `gpu_count`). Other
@@ -4121,11 +4388,251 @@ export interface components {
             /** @description What is wrong, in words. */
             message: string;
         };
+        /**
+         * @description An attempt succeeded when the receiver answered 2xx within the timeout; anything else failed.
+         * @enum {string}
+         */
+        WebhookAttemptOutcome: "succeeded" | "failed";
+        /**
+         * @description A delivery of one event to one endpoint: the message its attempts carry.
+         * @example {
+         *       "id": "0193a7f0-1b2c-7d3e-8f40-5a6b7c8d9e0f",
+         *       "webhook_endpoint_id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+         *       "event_type": "webhook.test",
+         *       "event_id": null,
+         *       "status": "pending",
+         *       "attempts": 0,
+         *       "last_error": null,
+         *       "created_at": "2026-11-25T10:05:00Z",
+         *       "completed_at": null
+         *     }
+         */
+        WebhookDelivery: {
+            /**
+             * Format: uuid
+             * @description The delivery's id (UUID): the `webhook-id` header of each of its attempts.
+             */
+            id: string;
+            /**
+             * Format: uuid
+             * @description The endpoint (UUID).
+             */
+            webhook_endpoint_id: string;
+            event_type: components["schemas"]["WebhookEventType"];
+            /**
+             * Format: int64
+             * @description The deployment event delivered; `null` for a test.
+             */
+            event_id: number | null;
+            status: components["schemas"]["WebhookDeliveryStatus"];
+            /**
+             * Format: int32
+             * @description Attempts made so far.
+             */
+            attempts: number;
+            /** @description What went wrong at the last failed attempt; `null` when none failed. */
+            last_error: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When it succeeded or failed for good; `null` while pending.
+             */
+            completed_at: string | null;
+        };
+        /** @description One attempt of a delivery. */
+        WebhookDeliveryAttempt: {
+            /**
+             * Format: int64
+             * @description The attempt's id.
+             */
+            id: number;
+            /**
+             * Format: uuid
+             * @description The delivery (the `webhook-id` it was sent with).
+             */
+            delivery_id: string;
+            event_type: components["schemas"]["WebhookEventType"];
+            /**
+             * Format: int64
+             * @description The deployment event delivered; `null` for a test.
+             */
+            event_id: number | null;
+            /**
+             * Format: int32
+             * @description 1 for the first attempt of its delivery, then 2, 3…
+             */
+            attempt: number;
+            outcome: components["schemas"]["WebhookAttemptOutcome"];
+            /**
+             * Format: int32
+             * @description The receiver's HTTP status; `null` when none came (refused target, connection error, timeout).
+             */
+            response_status: number | null;
+            /** @description Why it failed, in words; `null` when it succeeded. */
+            error: string | null;
+            /**
+             * Format: int32
+             * @description How long the attempt took, in milliseconds.
+             */
+            duration_ms: number;
+            /** Format: date-time */
+            created_at: string;
+        };
+        /**
+         * @description `pending`: attempts go on (with backoff); `succeeded`: a 2xx answered; `failed`: every attempt failed, or the endpoint was disabled or deleted meanwhile.
+         * @enum {string}
+         */
+        WebhookDeliveryStatus: "pending" | "succeeded" | "failed";
+        /**
+         * @description An organization's webhook endpoint. Its signing secret is shown only when it is created or
+         *     rotated.
+         * @example {
+         *       "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+         *       "organization_id": 7,
+         *       "url": "https://hooks.example.com/model-deployments",
+         *       "description": "Deployment status to our incident channel",
+         *       "event_types": [
+         *         "deployment.status_changed"
+         *       ],
+         *       "status": "enabled",
+         *       "disabled_reason": null,
+         *       "disabled_at": null,
+         *       "consecutive_failures": 0,
+         *       "previous_secret_expires_at": null,
+         *       "created_at": "2026-11-25T10:00:00Z",
+         *       "updated_at": "2026-11-25T10:00:00Z"
+         *     }
+         */
+        WebhookEndpoint: {
+            /**
+             * Format: uuid
+             * @description Endpoint id (UUID).
+             */
+            id: string;
+            /**
+             * Format: int32
+             * @description The organization the endpoint belongs to.
+             */
+            organization_id: number;
+            /** @description Where events are POSTed. */
+            url: components["schemas"]["WebhookUrl"];
+            /** @description A note for people; `null` when none. */
+            description: string | null;
+            /** @description The event types delivered to it; `null`: every type (types added later included). */
+            event_types: components["schemas"]["DeploymentEventType"][] | null;
+            status: components["schemas"]["WebhookEndpointStatus"];
+            /** @description Why it is `disabled` (the server's reason, or that an admin disabled it); otherwise `null`. */
+            disabled_reason: string | null;
+            /**
+             * Format: date-time
+             * @description When it was disabled; `null` while enabled.
+             */
+            disabled_at: string | null;
+            /**
+             * Format: int32
+             * @description Deliveries in a row that failed for good (every attempt failed); a successful attempt resets it.
+             */
+            consecutive_failures: number;
+            /**
+             * Format: date-time
+             * @description After a rotation: until when the previous secret still signs, as a second signature in
+             *     `webhook-signature`, so receivers can switch without missing an event; `null` otherwise.
+             */
+            previous_secret_expires_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /** @description Every webhook endpoint of the organization. */
+        WebhookEndpointList: {
+            /** @description Oldest first. */
+            items: components["schemas"]["WebhookEndpoint"][];
+        };
+        /**
+         * @description `enabled`: events are delivered. `disabled`: by an admin (PATCH), or by the server after
+         *     `WEBHOOK_DISABLE_AFTER_FAILURES` (server setting, default 5) deliveries in a row failed for good;
+         *     no event is delivered to it until it is enabled again.
+         * @enum {string}
+         */
+        WebhookEndpointStatus: "enabled" | "disabled";
+        /**
+         * @description The endpoint with its signing secret, shown only in this response: `whsec_` then the base64 of
+         *     32 random bytes, as the Standard Webhooks libraries take it (`new Webhook(secret)`).
+         * @example {
+         *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw5Tc1YzWkQ8U=",
+         *       "endpoint": {
+         *         "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+         *         "organization_id": 7,
+         *         "url": "https://hooks.example.com/model-deployments",
+         *         "description": "Deployment status to our incident channel",
+         *         "event_types": [
+         *           "deployment.status_changed"
+         *         ],
+         *         "status": "enabled",
+         *         "disabled_reason": null,
+         *         "disabled_at": null,
+         *         "consecutive_failures": 0,
+         *         "previous_secret_expires_at": null,
+         *         "created_at": "2026-11-25T10:00:00Z",
+         *         "updated_at": "2026-11-25T10:00:00Z"
+         *       }
+         *     }
+         */
+        WebhookEndpointWithSecret: {
+            /** @description The signing secret. Only sealed at rest: it cannot be shown again (rotate it to get a new one). */
+            secret: string;
+            endpoint: components["schemas"]["WebhookEndpoint"];
+        };
+        /**
+         * @description The JSON body POSTed to an endpoint, as the Standard Webhooks specification lays it out, with
+         *     the headers `webhook-id` (the delivery's id, the same on every attempt: deduplicate on it),
+         *     `webhook-timestamp` (Unix seconds of the attempt) and `webhook-signature`
+         *     (`v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">` with the secret's
+         *     decoded bytes; two signatures separated by a space while a rotated secret still signs).
+         *     Deliveries are not ordered: order by `data.id` (or `data.created_at`).
+         */
+        WebhookEvent: {
+            type: components["schemas"]["WebhookEventType"];
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            timestamp: string;
+            /** @description A `DeploymentEvent` for `deployment.*` types, `WebhookTestData` for `webhook.test`. */
+            data: components["schemas"]["DeploymentEvent"] | components["schemas"]["WebhookTestData"];
+        };
+        /**
+         * @description The type of a webhook event: a deployment event's type, or `webhook.test` (sent on request, to one endpoint).
+         * @enum {string}
+         */
+        WebhookEventType: "deployment.status_changed" | "deployment.provisioning_step" | "webhook.test";
         /** @description The webhook acknowledgement. */
         WebhookReceived: {
             /** @enum {boolean} */
             received: true;
         };
+        /** @description The `data` of a `webhook.test` event. */
+        WebhookTestData: {
+            /**
+             * Format: uuid
+             * @description The endpoint the test was sent to (UUID).
+             */
+            webhook_endpoint_id: string;
+            /** @description Says that this is a test. */
+            message: string;
+        };
+        /** @description The test delivery, queued, and the exact body its attempts POST. */
+        WebhookTestSent: {
+            delivery: components["schemas"]["WebhookDelivery"];
+            payload: components["schemas"]["WebhookEvent"];
+        };
+        /**
+         * Format: uri
+         * @description The URL of a receiver: `https` (plain `http` only when the server allows private targets), no credentials, no fragment.
+         */
+        WebhookUrl: string;
     };
     responses: never;
     parameters: {
@@ -4928,6 +5435,110 @@ export interface operations {
             };
             /** @description 409 on delete: `DEPLOYMENT_DELETION_PENDING`, cleanup of cloud resources is still running; retry when it ends. */
             409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    streamDeploymentEvents: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The id of the last event received: only later events are sent. Omitted: the whole history.
+                 *     Not a decimal number: 422 `VALIDATION_FAILED`.
+                 */
+                "Last-Event-ID"?: string;
+            };
+            path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /**
+             * @description The deployment's events as server-sent events (`text/event-stream`). Each event is written as
+             *
+             *     ```
+             *     id: <DeploymentEvent.id>
+             *     event: <DeploymentEvent.type>
+             *     data: <DeploymentEvent JSON>
+             *
+             *     ```
+             *
+             *     (the schema below is that of `data`). The stream first sends `retry: 3000`, then the history
+             *     (after `Last-Event-ID` when sent), then each new event as it is committed, and a comment line
+             *     `: keep-alive` every 15 seconds; it stays open until the client closes it or the server shuts
+             *     down (an `EventSource` then reconnects with `Last-Event-ID` and misses nothing).
+             */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example retry: 3000
+                     *
+                     *     id: 4182
+                     *     event: deployment.provisioning_step
+                     *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
+                     */
+                    "text/event-stream": components["schemas"]["DeploymentEvent"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -10319,6 +10930,844 @@ export interface operations {
             };
             /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
             413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhookEndpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *           "organization_id": 7,
+                     *           "url": "https://hooks.example.com/model-deployments",
+                     *           "description": "Deployment status to our incident channel",
+                     *           "event_types": [
+                     *             "deployment.status_changed"
+                     *           ],
+                     *           "status": "enabled",
+                     *           "disabled_reason": null,
+                     *           "disabled_at": null,
+                     *           "consecutive_failures": 0,
+                     *           "previous_secret_expires_at": null,
+                     *           "created_at": "2026-11-25T10:00:00Z",
+                     *           "updated_at": "2026-11-25T10:00:00Z"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookEndpointList"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    createWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "url": "https://hooks.example.com/model-deployments",
+                 *       "description": "Deployment status to our incident channel",
+                 *       "event_types": [
+                 *         "deployment.status_changed"
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["CreateWebhookEndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded and a new resource has been created as a result. */
+            201: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw5Tc1YzWkQ8U=",
+                     *       "endpoint": {
+                     *         "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *         "organization_id": 7,
+                     *         "url": "https://hooks.example.com/model-deployments",
+                     *         "description": "Deployment status to our incident channel",
+                     *         "event_types": [
+                     *           "deployment.status_changed"
+                     *         ],
+                     *         "status": "enabled",
+                     *         "disabled_reason": null,
+                     *         "disabled_at": null,
+                     *         "consecutive_failures": 0,
+                     *         "previous_secret_expires_at": null,
+                     *         "created_at": "2026-11-25T10:00:00Z",
+                     *         "updated_at": "2026-11-25T10:00:00Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
+             *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
+             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
+             *     or, on create, the organization already has 20 endpoints.
+             */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *       "organization_id": 7,
+                     *       "url": "https://hooks.example.com/model-deployments",
+                     *       "description": "Deployment status to our incident channel",
+                     *       "event_types": [
+                     *         "deployment.status_changed"
+                     *       ],
+                     *       "status": "disabled",
+                     *       "disabled_reason": "5 deliveries in a row failed for good; the last: the receiver answered 503.",
+                     *       "disabled_at": "2026-11-26T03:12:40Z",
+                     *       "consecutive_failures": 5,
+                     *       "previous_secret_expires_at": null,
+                     *       "created_at": "2026-11-25T10:00:00Z",
+                     *       "updated_at": "2026-11-26T03:12:40Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description There is no content to send for this request, but the headers may be useful. */
+            204: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateWebhookEndpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "status": "enabled"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UpdateWebhookEndpointRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *       "organization_id": 7,
+                     *       "url": "https://hooks.example.com/model-deployments",
+                     *       "description": "Deployment status to our incident channel",
+                     *       "event_types": [
+                     *         "deployment.status_changed"
+                     *       ],
+                     *       "status": "enabled",
+                     *       "disabled_reason": null,
+                     *       "disabled_at": null,
+                     *       "consecutive_failures": 0,
+                     *       "previous_secret_expires_at": null,
+                     *       "created_at": "2026-11-25T10:00:00Z",
+                     *       "updated_at": "2026-11-26T09:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookEndpoint"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
+             *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
+             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
+             *     or, on create, the organization already has 20 endpoints.
+             */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWebhookDeliveryAttempts: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["PageQuery.limit"];
+                /** @description Number of items to skip. */
+                offset?: components["parameters"]["PageQuery.offset"];
+            };
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "items": [
+                     *         {
+                     *           "id": 912,
+                     *           "delivery_id": "0193a7f0-1b2c-7d3e-8f40-5a6b7c8d9e0f",
+                     *           "event_type": "deployment.status_changed",
+                     *           "event_id": 4183,
+                     *           "attempt": 2,
+                     *           "outcome": "succeeded",
+                     *           "response_status": 204,
+                     *           "error": null,
+                     *           "duration_ms": 87,
+                     *           "created_at": "2026-11-25T10:05:21Z"
+                     *         },
+                     *         {
+                     *           "id": 907,
+                     *           "delivery_id": "0193a7f0-1b2c-7d3e-8f40-5a6b7c8d9e0f",
+                     *           "event_type": "deployment.status_changed",
+                     *           "event_id": 4183,
+                     *           "attempt": 1,
+                     *           "outcome": "failed",
+                     *           "response_status": 503,
+                     *           "error": "The receiver answered 503.",
+                     *           "duration_ms": 142,
+                     *           "created_at": "2026-11-25T10:05:01Z"
+                     *         }
+                     *       ],
+                     *       "total": 2,
+                     *       "limit": 100,
+                     *       "offset": 0
+                     *     }
+                     */
+                    "application/json": {
+                        /** @description The items of this page, newest first unless the route says otherwise. */
+                        items: components["schemas"]["WebhookDeliveryAttempt"][];
+                        /**
+                         * Format: int32
+                         * @description How many items exist in all.
+                         */
+                        total: number;
+                        /**
+                         * Format: int32
+                         * @description The page size that was applied.
+                         */
+                        limit: number;
+                        /**
+                         * Format: int32
+                         * @description How many items were skipped before this page.
+                         */
+                        offset: number;
+                    };
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                /**
+                 * @example {
+                 *       "previous_secret_valid_for_seconds": 86400
+                 *     }
+                 */
+                "application/json": components["schemas"]["RotateWebhookSecretRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "secret": "whsec_q2B8c7TqvYw3JbP0kF5nH1sZ9xLmR4eU6aD2gC8iV0o=",
+                     *       "endpoint": {
+                     *         "id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *         "organization_id": 7,
+                     *         "url": "https://hooks.example.com/model-deployments",
+                     *         "description": "Deployment status to our incident channel",
+                     *         "event_types": [
+                     *           "deployment.status_changed"
+                     *         ],
+                     *         "status": "enabled",
+                     *         "disabled_reason": null,
+                     *         "disabled_at": null,
+                     *         "consecutive_failures": 0,
+                     *         "previous_secret_expires_at": "2026-11-27T10:00:00Z",
+                     *         "created_at": "2026-11-25T10:00:00Z",
+                     *         "updated_at": "2026-11-26T10:00:00Z"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookEndpointWithSecret"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    sendWebhookTestEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The endpoint's id (UUID). */
+                webhook_endpoint_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has been accepted for processing, but processing has not yet completed. */
+            202: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "delivery": {
+                     *         "id": "0193a7f0-1b2c-7d3e-8f40-5a6b7c8d9e0f",
+                     *         "webhook_endpoint_id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *         "event_type": "webhook.test",
+                     *         "event_id": null,
+                     *         "status": "pending",
+                     *         "attempts": 0,
+                     *         "last_error": null,
+                     *         "created_at": "2026-11-25T10:05:00Z",
+                     *         "completed_at": null
+                     *       },
+                     *       "payload": {
+                     *         "type": "webhook.test",
+                     *         "timestamp": "2026-11-25T10:05:00Z",
+                     *         "data": {
+                     *           "webhook_endpoint_id": "0193a7e2-4c1d-7b8e-9f20-3a4b5c6d7e8f",
+                     *           "message": "A test event sent from the Model Deployment Service."
+                     *         }
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookTestSent"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

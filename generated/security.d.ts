@@ -18,7 +18,9 @@ export interface OperationSecurity {
   "createInvitation": "CsrfToken" | "SessionCookie";
   "createRerank": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createTranscription": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
+  "createWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "deleteDeployment": "CsrfToken" | "SessionCookie";
+  "deleteWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
   "getApiKeyLimitDefaults": "SessionCookie";
   "getBillingAccount": "SessionCookie";
@@ -34,6 +36,7 @@ export interface OperationSecurity {
   "getSpendingLimit": "SessionCookie";
   "getSubscription": "SessionCookie";
   "getUsageSummary": "SessionCookie";
+  "getWebhookEndpoint": "SessionCookie";
   "handleBillingWebhook": "none";
   "listApiKeyDeploymentOptions": "SessionCookie";
   "listApiKeys": "SessionCookie";
@@ -47,6 +50,8 @@ export interface OperationSecurity {
   "listPaymentMethods": "SessionCookie";
   "listSessions": "SessionCookie";
   "listSsoProviders": "none";
+  "listWebhookDeliveryAttempts": "SessionCookie";
+  "listWebhookEndpoints": "SessionCookie";
   "logOut": "CsrfToken" | "SessionCookie";
   "planDeployment": "CsrfToken" | "SessionCookie";
   "previewInvitation": "none";
@@ -62,10 +67,13 @@ export interface OperationSecurity {
   "revokeInvitation": "CsrfToken" | "SessionCookie";
   "revokeOtherSessions": "CsrfToken" | "SessionCookie";
   "revokeSession": "CsrfToken" | "SessionCookie";
+  "rotateWebhookSecret": "CsrfToken" | "SessionCookie";
+  "sendWebhookTestEvent": "CsrfToken" | "SessionCookie";
   "setDefaultPaymentMethod": "CsrfToken" | "SessionCookie";
   "signIn": "none";
   "startInvitationSso": "none";
   "startSsoLogin": "none";
+  "streamDeploymentEvents": "SessionCookie";
   "updateApiKey": "CsrfToken" | "SessionCookie";
   "updateApiKeyLimitDefaults": "CsrfToken" | "SessionCookie";
   "updateCollectionMethod": "CsrfToken" | "SessionCookie";
@@ -73,4 +81,5 @@ export interface OperationSecurity {
   "updateOrganization": "CsrfToken" | "SessionCookie";
   "updateProfile": "CsrfToken" | "SessionCookie";
   "updateSpendingLimit": "CsrfToken" | "SessionCookie";
+  "updateWebhookEndpoint": "CsrfToken" | "SessionCookie";
 }

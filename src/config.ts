@@ -65,6 +65,13 @@ const schema = z.object({
   DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).default(600),
   ENGINE_TIMEOUT_SECONDS: z.coerce.number().min(1).default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
+  EVENT_STREAM_HEARTBEAT_SECONDS: z.coerce.number().min(0.05).max(300).default(15),
+  WEBHOOK_ALLOW_PRIVATE_TARGETS: booleanFlag.optional(),
+  WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().min(0.1).max(60).default(10),
+  WEBHOOK_RETRY_LIMIT: z.coerce.number().int().min(0).max(50).default(12),
+  WEBHOOK_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(10),
+  WEBHOOK_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(3600),
+  WEBHOOK_DISABLE_AFTER_FAILURES: z.coerce.number().int().min(1).max(1000).default(5),
 });
 
 export interface Config {
@@ -141,6 +148,19 @@ export interface Config {
   /** Timeout of one management call to an engine; a DELETE may take 5 to 36 s on Xinference. */
   engineTimeoutSeconds: number;
   shutdownTimeoutMs: number;
+  /** How often an open deployment event stream sends a `: keep-alive` comment. */
+  eventStreamHeartbeatMs: number;
+  /** Organization webhooks (src/webhooks/). */
+  webhooks: {
+    /** Targets on loopback, link-local, private and other non-public addresses, and plain http, are allowed (tests, closed networks). */
+    allowPrivateTargets: boolean;
+    /** Timeout of one delivery attempt. */
+    timeoutMs: number;
+    /** Retries of a delivery after its first attempt, with exponential backoff from the delay up to the longest. */
+    retry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
+    /** Deliveries in a row that failed for good before the endpoint is disabled. */
+    disableAfterFailures: number;
+  };
 }
 
 export class ConfigError extends Error {}
@@ -249,6 +269,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     engineTimeoutSeconds: e.ENGINE_TIMEOUT_SECONDS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    eventStreamHeartbeatMs: e.EVENT_STREAM_HEARTBEAT_SECONDS * 1000,
+    webhooks: {
+      allowPrivateTargets: e.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? false,
+      timeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
+      retry: { limit: e.WEBHOOK_RETRY_LIMIT, delaySeconds: e.WEBHOOK_RETRY_DELAY_SECONDS, maxDelaySeconds: e.WEBHOOK_RETRY_MAX_DELAY_SECONDS },
+      disableAfterFailures: e.WEBHOOK_DISABLE_AFTER_FAILURES,
+    },
   };
 }
 

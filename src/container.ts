@@ -33,6 +33,9 @@ import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts'
 import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 import { SpendingAlerts, spendingAlertsJob } from './billing/spending-alerts.ts';
+import { DeploymentEventStreams } from './events/event-streams.ts';
+import { WebhooksService } from './webhooks/webhooks.service.ts';
+import { deliverWebhookJob, pruneWebhookDeliveriesJob, WebhookDeliverer, WebhookDispatcher } from './webhooks/webhook-delivery.ts';
 
 export interface ContainerDeps {
   config: Config;
@@ -85,6 +88,10 @@ export function createContainer(deps: ContainerDeps) {
   const spendingAlerts = new SpendingAlerts({ db, outbox, billingPageUrl: `${config.webAppUrl}/settings/billing` });
   // Without a processor (none configured), usage waits in Postgres unreported.
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
+  const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs });
+  const webhooks = new WebhooksService({ db, boss, keyring, settings: config.webhooks });
+  const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl });
+  const webhookDispatcher = new WebhookDispatcher({ db, boss, log: deps.log });
   return {
     ...deps,
     keyring,
@@ -113,6 +120,10 @@ export function createContainer(deps: ContainerDeps) {
     billingWebhooks,
     spendingAlerts,
     usageReporter,
+    eventStreams,
+    webhooks,
+    webhookDeliverer,
+    webhookDispatcher,
   };
 }
 
@@ -140,6 +151,8 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     billingEventJob(c.billingWebhooks),
     spendingAlertsJob(c.spendingAlerts),
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
+    deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
+    pruneWebhookDeliveriesJob(c.db),
   ] as JobDefinition[];
 }
 

@@ -63,8 +63,29 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   );
   if (work) await startReconciler(boss);
 
+  // One LISTEN connection per process: changes made by other processes (a key revoked there, a
+  // deployment event) reach this one's caches, event streams and webhook dispatcher at once.
+  const api = config.role !== 'worker';
+  const changes = new ChangeListener(options.databaseUrl, log);
+  if (api) {
+    changes.subscribe(CHANGE_CHANNELS.apiKey, {
+      changed: (keyId) => (keyId === ALL_KEYS ? container.apiKeys.forgetAll() : container.apiKeys.forget(Number(keyId))),
+      resync: () => container.apiKeys.forgetAll(),
+    });
+    changes.subscribe(CHANGE_CHANNELS.deploymentEvent, { changed: (deploymentId) => container.eventStreams.notify(deploymentId), resync: () => container.eventStreams.resync() });
+  }
+  if (work) {
+    const dispatcher = container.webhookDispatcher;
+    changes.subscribe(CHANGE_CHANNELS.deploymentEvent, { changed: () => dispatcher.wake(), resync: () => dispatcher.wake() });
+  }
+  await lifecycle.start('change listener', () => changes.start(), () => changes.stop());
+  if (work) {
+    container.webhookDispatcher.start();
+    await lifecycle.started('webhook dispatcher', () => container.webhookDispatcher.stop());
+  }
+
   let server: Server | undefined;
-  if (config.role !== 'worker') {
+  if (api) {
     const app = await createApp({
       logger: log,
       document,
@@ -75,17 +96,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       validateResponses: config.responseValidation,
       hsts: config.env === 'production',
     });
-    // Changes made by other processes (a key revoked there) reach this one's caches at once.
-    const changes = new ChangeListener(options.databaseUrl, log);
-    changes.subscribe(CHANGE_CHANNELS.apiKey, {
-      changed: (keyId) => (keyId === ALL_KEYS ? container.apiKeys.forgetAll() : container.apiKeys.forget(Number(keyId))),
-      resync: () => container.apiKeys.forgetAll(),
-    });
-    await lifecycle.start('change listener', () => changes.start(), () => changes.stop());
     container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
     await lifecycle.started('key limit shares', () => container.keyLimiter.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
+    // Stopped before the server closes: open event streams would hold it until its timeout.
+    await lifecycle.started('deployment event streams', () => container.eventStreams.closeAll());
   }
   const address = server?.address();
 

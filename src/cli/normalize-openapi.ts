@@ -155,11 +155,21 @@ export function withRequestIdHeader(document: Schema): Schema {
 /**
  * The schema of a `text/event-stream` response is that of each event's data (TypeSpec cannot say
  * "a stream of"); its example is written as sent: that event, then `data: [DONE]`, so a mock
- * streams what the service streams.
+ * streams what the service streams. An operation with `x-event-stream` (`{id, event}`: the fields
+ * of the data that are the event's `id:` and `event:` lines) streams events so framed and no
+ * `[DONE]` (a stream that stays open: the deployment events).
  */
 export function eventStreamExamplesAsSent(document: Schema): Schema {
-  const asSent = (data: unknown) => (typeof data === 'string' ? data : `data: ${JSON.stringify(data)}\n\ndata: [DONE]\n\n`);
   for (const operation of operationsOf(document)) {
+    const framing = (operation as Schema)['x-event-stream'] as { id?: string; event?: string } | undefined;
+    const asSent = (data: unknown) => {
+      if (typeof data === 'string') return data;
+      if (!framing) return `data: ${JSON.stringify(data)}\n\ndata: [DONE]\n\n`;
+      const fields = data as Record<string, unknown>;
+      const id = framing.id ? `id: ${String(fields[framing.id])}\n` : '';
+      const event = framing.event ? `event: ${String(fields[framing.event])}\n` : '';
+      return `retry: 3000\n\n${id}${event}data: ${JSON.stringify(data)}\n\n`;
+    };
     for (const response of Object.values(operation.responses ?? {})) {
       const media = response.content?.['text/event-stream'] as { example?: unknown; examples?: Record<string, { value?: unknown }> } | undefined;
       const first = media?.example ?? Object.values(media?.examples ?? {})[0]?.value;

@@ -9,6 +9,8 @@ import type { Logger } from 'pino';
 export const CHANGE_CHANNELS = {
   /** An API key was revoked, disabled, re-enabled or re-scoped; payload: its id. */
   apiKey: 'api_key_changed',
+  /** A deployment event was appended (src/events/); payload: the deployment's id. */
+  deploymentEvent: 'deployment_event',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 

@@ -28,11 +28,13 @@ import {
   lockPlacementCandidates,
   moveDeployment,
   recordEngineHealth,
+  recordProvisioningStep,
   releaseAllocation,
   toCandidate,
   type PlacedDeployment,
 } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
+import { loadingMessage } from '../events/event-messages.ts';
 
 export const PROVISION_QUEUE = 'provision-deployment';
 export const AWAIT_READY_QUEUE = 'await-deployment-ready';
@@ -136,6 +138,7 @@ export class Provisioner {
     const deployment = await findDeployment(this.#db, deploymentId);
     if (!deployment || !allows(deployment.status, 'ready') || !deployment.cluster_id || !deployment.engine_model_uid) return;
     let state: ModelState;
+    let reported = true;
     try {
       const client = await this.#clusters.clientOf(deployment.cluster_id);
       state = await client.state(deployment.engine_model_uid);
@@ -144,6 +147,7 @@ export class Provisioner {
       // The cluster's calls are stopped until an operator fixes its credentials: look again later.
       log.warn({ deployment_id: deploymentId, err: error.message }, 'cannot check a loading model: the cluster credentials were refused');
       state = { state: 'loading', progress: 0 };
+      reported = false;
     }
     if (state.state === 'ready') {
       if (await this.#move(deploymentId, deployment.status, 'ready')) log.info({ deployment_id: deploymentId }, 'deployment running');
@@ -151,6 +155,11 @@ export class Provisioner {
     }
     if (state.state === 'error') return this.fail(deploymentId, state.capacity ? 'capacity' : 'model_launch', state.message, log);
     if (state.state === 'missing') return this.fail(deploymentId, 'model_launch', 'The engine no longer knows the model it was loading.', log);
+    if (reported && state.state === 'loading') {
+      // Progress for the deployment's event stream, appended when it moved by a percent or more.
+      const progress = Math.min(1, Math.max(0, Math.floor(state.progress * 100) / 100));
+      await recordProvisioningStep(this.#db, deploymentId, { status: deployment.status, step: 'model_loading', progress, message: loadingMessage(progress) });
+    }
     const loadingFor = (Date.now() - deployment.status_changed_at.getTime()) / 1000;
     if (loadingFor > this.#settings.startTimeoutSeconds) {
       return this.fail(deploymentId, 'health_check', `The model was not ready after ${Math.round(loadingFor)} seconds.`, log);
@@ -177,6 +186,12 @@ export class Provisioner {
     if (!terminating && !cleanup) return;
     if ((await this.#stopOnEngine(deployment)) === 'pending') {
       log.info({ deployment_id: deploymentId }, 'waiting for the engine to finish launching the model before deleting it');
+      await recordProvisioningStep(this.#db, deploymentId, {
+        status: deployment.status,
+        step: 'model_stopping',
+        progress: null,
+        message: 'Waiting for the engine to finish launching the model before stopping it.',
+      });
       await this.#soon(TERMINATE_QUEUE, deploymentId, this.#settings.readinessPollSeconds);
       return;
     }

@@ -11,6 +11,8 @@ import { deploymentHandlers } from '../deployments/deployments.handlers.ts';
 import { invitationHandlers } from '../invitations/invitations.handlers.ts';
 import { organizationHandlers } from '../organizations/organizations.handlers.ts';
 import { platformHandlers } from '../platform/platform.handlers.ts';
+import { eventHandlers } from '../events/events.handlers.ts';
+import { webhookHandlers } from '../webhooks/webhooks.handlers.ts';
 import type { Handlers } from './types.ts';
 
 /**
@@ -31,5 +33,7 @@ export function buildHandlers(c: Container): Handlers {
     ...inferenceHandlers(c),
     ...billingHandlers(c),
     ...spendingLimitHandlers(c),
+    ...eventHandlers(c),
+    ...webhookHandlers(c),
   };
 }

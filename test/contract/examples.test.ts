@@ -71,7 +71,7 @@ describe('OpenAPI examples', () => {
   it.each(cases.map((c) => [c.name, c] as const))('%s is valid against its schema', (name, { schemaRef, value }) => {
     const validate = ajv.getSchema(schemaRef) ?? ajv.compile({ $ref: schemaRef });
     // An event stream's schema is each event's data; its example is the stream as sent, ending with [DONE].
-    const values = name.includes('text/event-stream') ? eventsOf(value) : [value];
+    const values = name.includes('text/event-stream') ? eventsOf(value, openStreams.has(name.split(' ')[0] ?? '')) : [value];
     expect(values.length).toBeGreaterThan(0);
     for (const one of values) {
       const valid = validate(one);
@@ -81,10 +81,17 @@ describe('OpenAPI examples', () => {
   });
 });
 
-/** The data of each event of a `text/event-stream` example, which must end with `data: [DONE]`. */
-function eventsOf(stream: unknown): unknown[] {
+/** Operations whose event stream stays open (`x-event-stream`): framed with `id:` and `event:`, no `[DONE]`. */
+const openStreams = new Set(operations.filter(({ operation }) => (operation as { 'x-event-stream'?: unknown })['x-event-stream']).map(({ operation }) => operation.operationId));
+
+/** The data of each event of a `text/event-stream` example, which must end with `data: [DONE]` (unless the stream stays open). */
+function eventsOf(stream: unknown, open: boolean): unknown[] {
   expect(typeof stream).toBe('string');
   const data = [...String(stream).matchAll(/^data: (.*)$/gm)].map((match) => match[1] as string);
+  if (open) {
+    expect(data).not.toContain('[DONE]');
+    return data.map((event) => JSON.parse(event) as unknown);
+  }
   expect(data.at(-1)).toBe('[DONE]');
   return data.slice(0, -1).map((event) => JSON.parse(event) as unknown);
 }

@@ -65,7 +65,7 @@ const INTERFACE_ROUTES = [
   'POST /v1/billing/portal/session', 'POST /v1/billing/checkout/setup-session', 'GET /v1/billing/invoices', 'POST /v1/billing/webhook',
 ];
 
-/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits, the deployment plan). */
+/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits, the deployment plan, events, webhooks). */
 const ADDED_ROUTES = [
   'POST /api/v1/model-deployments/plan',
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
@@ -73,6 +73,12 @@ const ADDED_ROUTES = [
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',
   'DELETE /v1/organization/invitations/{invitation_id}',
   'GET /v1/organization/api-key-limits', 'PUT /v1/organization/api-key-limits',
+  // Issue 13: deployment events and organization webhooks.
+  'GET /api/v1/model-deployments/{deployment_id}/events',
+  'GET /v1/organization/webhook-endpoints', 'POST /v1/organization/webhook-endpoints',
+  'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'PATCH /v1/organization/webhook-endpoints/{webhook_endpoint_id}',
+  'DELETE /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/rotate-secret',
+  'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', 'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts',
 ];
 
 describe('the OpenAPI document', () => {

@@ -64,18 +64,20 @@ let tableDigest: () => Promise<string>;
 const seen = new Map<string, Map<number, number>>();
 
 beforeAll(async () => {
-  app = await startTestApp({ MAX_ACTIVE_RESOURCES: '50', BILLING_ENFORCEMENT: 'false' }, { stripe: true });
+  app = await startTestApp({ MAX_ACTIVE_RESOURCES: '50', BILLING_ENFORCEMENT: 'false', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, { stripe: true });
   members = await team(app);
   organizationId = (await members.super_admin.api.GET('/v1/organization')).data?.id ?? 0;
   const requested = await deployment(app, members.super_admin, 'requested');
   const created = await apiKey(members.super_admin, [requested.id], { allow_hosted_models: true });
   key = created.key;
   const { data: invitation } = await members.super_admin.api.POST('/v1/organization/invitations', { body: { email: `fuzz-${Date.now()}@example.com` } });
+  const { data: webhook } = await members.super_admin.api.POST('/v1/organization/webhook-endpoints', { body: { url: 'http://127.0.0.1:9/hooks' } });
   Object.assign(known, {
     deployment_id: [requested.id],
     id: [requested.id],
     api_key_id: [String(created.id)],
     invitation_id: [String(invitation?.id)],
+    webhook_endpoint_id: [webhook?.endpoint.id ?? ''],
   });
   tableDigest = await tableDigester(app.db, WRITTEN_ANYWAY);
 }, 120_000);

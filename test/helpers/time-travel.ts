@@ -43,3 +43,9 @@ export async function runningSince(app: Db, deploymentId: string, since: Date): 
   const updated = await app.db('deployments').where({ id: deploymentId, status: 'running' }).whereNull('accrued_until').update({ running_since: since, status_changed_at: since });
   if (updated !== 1) throw new Error(`deployment ${deploymentId} is not running, or its GPU seconds were already closed`);
 }
+
+/** The webhook delivery completed this many days ago. */
+export async function ageWebhookDelivery(app: Db, deliveryId: string, days: number): Promise<void> {
+  const updated = await app.db('webhook_deliveries').where({ id: deliveryId }).whereNotNull('completed_at').update({ completed_at: new Date(Date.now() - days * 86_400_000) });
+  if (updated !== 1) throw new Error(`no completed webhook delivery ${deliveryId}`);
+}

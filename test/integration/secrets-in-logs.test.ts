@@ -11,7 +11,7 @@ import { inferenceClient } from '../helpers/inference-client.ts';
  * Secrets never reach the logs (ASVS 5.0 16.2.5): the service logs at debug, into memory, while a
  * test makes every kind of secret it has and uses each once: a password, a session token and its
  * CSRF token, an email verification token, a password reset token, an invitation token, an API key,
- * and a cluster's credentials (admin password and inference API key). Then every line is searched
+ * a cluster's credentials (admin password and inference API key), and a webhook signing secret. Then every line is searched
  * for every secret.
  */
 const lines: string[] = [];
@@ -19,7 +19,7 @@ let app: TestApp;
 const secrets = new Map<string, string>();
 
 beforeAll(async () => {
-  app = await startTestApp({ ...FAST_PROVISIONING }, { workers: true, cluster: { modelLoadMs: 20 }, logLines: lines });
+  app = await startTestApp({ ...FAST_PROVISIONING, WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, { workers: true, cluster: { modelLoadMs: 20 }, logLines: lines });
 }, 120_000);
 afterAll(() => app?.close());
 
@@ -41,6 +41,9 @@ describe('secrets in the logs', () => {
     await new Browser(app.url).api.GET('/v1/invitations/by-token/{token}', { params: { path: { token: invitation } } });
 
     const owner2 = await signedInAgain(owner.email);
+    // A webhook signing secret, used to sign every event of the deployment below (nothing listens there).
+    const { data: webhook } = await owner2.api.POST('/v1/organization/webhook-endpoints', { body: { url: 'http://127.0.0.1:9/hooks' } });
+    secrets.set('webhook signing secret', webhook?.secret.slice('whsec_'.length) ?? '');
     const running = await deployment(app, owner2, 'running');
     const key = await apiKey(owner2, [running.id]);
     secrets.set('API key', key.key);

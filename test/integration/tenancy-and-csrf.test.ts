@@ -64,7 +64,7 @@ const victims: Record<string, string> = {};
 let digest: () => Promise<string>;
 
 beforeAll(async () => {
-  app = await startTestApp({ BILLING_ENFORCEMENT: 'false' }, { workers: true, stripe: true, cluster: { modelLoadMs: 20 } });
+  app = await startTestApp({ BILLING_ENFORCEMENT: 'false', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }, { workers: true, stripe: true, cluster: { modelLoadMs: 20 } });
   [victim, intruder] = await Promise.all([verifiedUser(app), verifiedUser(app)]);
   const member = await invitedMember(app, victim, 'member');
   roles.member = member;
@@ -76,6 +76,8 @@ beforeAll(async () => {
   await waitUntil(async () => ((await victim.api.GET('/v1/billing/payment-methods')).data ?? []).length > 0, 'the victim’s card');
   const [card] = (await victim.api.GET('/v1/billing/payment-methods')).data ?? [];
   const [session] = (await victim.api.GET('/v1/user/sessions')).data ?? [];
+  // The victim's webhook endpoint (no deployment event follows, so nothing is delivered to it).
+  const { data: webhook } = await victim.api.POST('/v1/organization/webhook-endpoints', { body: { url: 'http://127.0.0.1:9/hooks' } });
   // The processor's webhooks for the card are processed before any digest is taken.
   await webhooksSettled(app);
   Object.assign(victims, {
@@ -85,6 +87,7 @@ beforeAll(async () => {
     user_id: String(member.user.id),
     session_id: session?.id ?? '',
     payment_method_id: card?.id ?? '',
+    webhook_endpoint_id: webhook?.endpoint.id ?? '',
   });
   digest = await tableDigester(app.db, WRITTEN_ANYWAY);
 }, 120_000);

@@ -1,0 +1,20 @@
+import type { components } from '../../../generated/api.d.ts';
+import { BaseModel } from '../base-model.ts';
+
+/** `deployment_events`: the log of a deployment's status changes and provisioning steps (src/events/). */
+export class DeploymentEventRow extends BaseModel {
+  static override tableName = 'deployment_events';
+  /** bigint: read as a string. */
+  declare id: string;
+  declare deployment_id: string;
+  declare organization_id: number;
+  declare type: components['schemas']['DeploymentEventType'];
+  declare from_status: components['schemas']['DeploymentStatus'] | null;
+  declare to_status: components['schemas']['DeploymentStatus'];
+  declare step: components['schemas']['ProvisioningStep'] | null;
+  /** 0 to 1. */
+  declare progress: number | null;
+  declare failure_stage: components['schemas']['DeploymentFailureStage'] | null;
+  declare message: string | null;
+  declare created_at: Date;
+}

@@ -1,0 +1,58 @@
+import type { Knex } from 'knex';
+import type { components } from '../../generated/api.d.ts';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
+import { DeploymentEventRow } from '../db/models/deployment-events.ts';
+import { addDeliveriesOf } from '../webhooks/webhooks.repository.ts';
+
+export type DeploymentEvent = components['schemas']['DeploymentEvent'];
+type Db = Knex | Knex.Transaction;
+
+/** What an appended event says; its id and time come from Postgres. */
+export type NewDeploymentEvent = Pick<DeploymentEventRow, 'deployment_id' | 'organization_id' | 'type' | 'from_status' | 'to_status'> &
+  Partial<Pick<DeploymentEventRow, 'step' | 'progress' | 'failure_stage' | 'message'>>;
+
+/**
+ * Appends an event to the log in the caller's transaction, which holds the deployment's row lock
+ * (a status change's update, or the lock of a provisioning step): the id is taken under that lock,
+ * so one deployment's events commit in the order of their ids and a reader that resumes after an
+ * id (SSE `Last-Event-ID`) never skips one committed later. In the same transaction: a delivery to
+ * each of the organization's enabled webhook endpoints that takes the type, and a notification
+ * (`deployment_event`, the deployment's id) that every process receives once it commits.
+ */
+export async function appendDeploymentEvent(trx: Knex.Transaction, event: NewDeploymentEvent): Promise<DeploymentEventRow> {
+  const row = await DeploymentEventRow.query(trx).insert(event).returning('*');
+  await addDeliveriesOf(trx, row);
+  await announceChange(trx, CHANGE_CHANNELS.deploymentEvent, row.deployment_id);
+  return row;
+}
+
+/** The deployment's events after `afterId` (all of them without one), oldest first, at most `limit`. */
+export async function eventsAfter(db: Db, deploymentId: string, afterId: string | undefined, limit: number): Promise<DeploymentEventRow[]> {
+  const query = DeploymentEventRow.query(db).where({ deployment_id: deploymentId }).orderBy('id').limit(limit);
+  return afterId === undefined ? query : query.where('id', '>', afterId);
+}
+
+/** The deployment's latest event (the last progress reported, say). */
+export async function latestEvent(db: Db, deploymentId: string): Promise<DeploymentEventRow | undefined> {
+  return DeploymentEventRow.query(db).where({ deployment_id: deploymentId }).orderBy('id', 'desc').first();
+}
+
+export async function findEvent(db: Db, id: string): Promise<DeploymentEventRow | undefined> {
+  return DeploymentEventRow.query(db).findById(id);
+}
+
+export function toDeploymentEvent(row: DeploymentEventRow): DeploymentEvent {
+  return {
+    id: Number(row.id),
+    type: row.type,
+    deployment_id: row.deployment_id,
+    organization_id: String(row.organization_id),
+    from_status: row.from_status,
+    to_status: row.to_status,
+    step: row.step,
+    progress: row.progress === null ? null : Number(row.progress),
+    failure_stage: row.failure_stage,
+    message: row.message,
+    created_at: row.created_at.toISOString(),
+  };
+}

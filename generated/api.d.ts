@@ -5696,17 +5696,35 @@ export interface operations {
              */
             200: {
                 headers: {
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -5820,23 +5838,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -5875,7 +5920,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -5993,7 +6041,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -6083,7 +6134,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -7625,17 +7679,35 @@ export interface operations {
              */
             200: {
                 headers: {
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -7749,23 +7821,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -7804,7 +7903,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -7864,17 +7966,35 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8004,23 +8124,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8059,7 +8206,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8122,17 +8272,35 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8250,23 +8418,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8305,7 +8500,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -8823,7 +9021,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -9278,23 +9479,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -9314,7 +9542,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -11826,17 +12057,35 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -11971,23 +12220,50 @@ export interface operations {
              */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
-                    /** @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`). */
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
                     "retry-after-ms"?: number;
-                    /** @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it). */
+                    /**
+                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @example false
+                     */
                     "x-should-retry"?: "true" | "false";
-                    /** @description Requests per minute the key may make. */
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
                     "x-ratelimit-limit-requests"?: number;
-                    /** @description Requests left before the limit is reached. */
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
                     "x-ratelimit-remaining-requests"?: number;
-                    /** @description When the request limit is whole again (`1s`, `6m0s`, `20ms`). */
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @example 100ms
+                     */
                     "x-ratelimit-reset-requests"?: string;
-                    /** @description Tokens per minute the key may use. */
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
                     "x-ratelimit-limit-tokens"?: number;
-                    /** @description Tokens left before the limit is reached. */
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
                     "x-ratelimit-remaining-tokens"?: number;
-                    /** @description When the token limit is whole again. */
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @example 12ms
+                     */
                     "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -12026,7 +12302,10 @@ export interface operations {
              */
             503: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -12423,7 +12702,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -12720,7 +13002,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -13054,7 +13339,10 @@ export interface operations {
             /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
             429: {
                 headers: {
-                    /** @description Seconds to wait before trying again. */
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
                     "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

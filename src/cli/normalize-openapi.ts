@@ -20,6 +20,7 @@
  * - An event stream's example is written as sent (`eventStreamExamplesAsSent`).
  * - An operation with `x-deprecation` is `deprecated: true` and declares `Deprecation` and `Sunset`.
  * - Every response declares the `X-Request-Id` header the service sends on every answer.
+ * - The limit headers of inference answers get examples (TypeSpec writes none for a header).
  * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
  *
  * Usage: node src/cli/normalize-openapi.ts generated/openapi.json
@@ -197,6 +198,30 @@ const DEPRECATION_HEADERS = {
   },
 };
 
+/** Examples of the headers an API key's limits add to inference answers (spec/inference/operations.tsp). */
+const LIMIT_HEADER_EXAMPLES: Record<string, string | number> = {
+  'Retry-After': 1,
+  'retry-after-ms': 850,
+  'x-should-retry': 'false',
+  'x-ratelimit-limit-requests': 600,
+  'x-ratelimit-remaining-requests': 599,
+  'x-ratelimit-reset-requests': '100ms',
+  'x-ratelimit-limit-tokens': 200000,
+  'x-ratelimit-remaining-tokens': 199958,
+  'x-ratelimit-reset-tokens': '12ms',
+};
+
+export function withLimitHeaderExamples(document: Schema): Schema {
+  for (const operation of operationsOf(document)) {
+    for (const response of Object.values(operation.responses ?? {})) {
+      for (const [name, header] of Object.entries(response.headers ?? {}) as Array<[string, Schema]>) {
+        if (name in LIMIT_HEADER_EXAMPLES && !header.$ref && header.example === undefined) header.example = LIMIT_HEADER_EXAMPLES[name];
+      }
+    }
+  }
+  return document;
+}
+
 /** An operation with `x-deprecation` is `deprecated`, and each of its answers declares `Deprecation` and `Sunset`. */
 export function withDeprecationHeaders(document: Schema): Schema {
   const deprecated = operationsOf(document).filter((operation) => (operation as Schema)['x-deprecation'] !== undefined);
@@ -215,7 +240,7 @@ export function withDeprecationHeaders(document: Schema): Schema {
 export function normalize(document: Schema): Schema {
   const normalized = nullableAsGeneratorsRead(closedWhereStrict(document));
   normalized.openapi = '3.0.3';
-  return withErrorExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized))))));
+  return withErrorExamples(withLimitHeaderExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized)))))));
 }
 
 const [file] = process.argv.slice(2);

@@ -222,6 +222,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/readyz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Check readiness
+         * @description Readiness, for load balancers and Kubernetes' readiness probe: 200 when this process should get
+         *     traffic; 503 `SERVICE_UNAVAILABLE` while it drains after SIGTERM (for `SHUTDOWN_DRAIN_SECONDS`,
+         *     during which requests are still answered), while its database does not answer, and while
+         *     migrations of this version are pending. `/healthz` stays the liveness answer: a draining or
+         *     waiting process is alive and must not be restarted. Needs no authentication.
+         */
+        get: operations["getReadiness"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/redoc": {
         parameters: {
             query?: never;
@@ -3773,6 +3797,14 @@ export interface components {
          * @enum {string}
          */
         ProvisioningStep: "model_loading" | "model_stopping";
+        /** @description Readiness of this process to take traffic. */
+        ReadinessStatus: {
+            /**
+             * @description `ready`: not draining, the database answers and every migration of this version is applied.
+             * @enum {string}
+             */
+            status: "ready";
+        };
         /**
          * @description A new account and its organization. Unknown fields are rejected.
          *
@@ -5651,6 +5683,52 @@ export interface operations {
                     "application/json": {
                         [key: string]: unknown;
                     };
+                };
+            };
+        };
+    };
+    getReadiness: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "status": "ready"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ReadinessStatus"];
+                };
+            };
+            /**
+             * @description 503 `SERVICE_UNAVAILABLE` with `Retry-After`: this process should get no traffic now; `detail`
+             *     says why: it is draining (SIGTERM received; in-flight and new requests are still answered until
+             *     the server closes), its database does not answer, or migrations of this version are not applied
+             *     yet (the migration Job has not finished).
+             */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds before asking again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
                 };
             };
         };

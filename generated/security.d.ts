@@ -31,6 +31,7 @@ export interface OperationSecurity {
   "getHealth": "none";
   "getOpenApiDocument": "none";
   "getOrganization": "SessionCookie";
+  "getReadiness": "none";
   "getRedoc": "none";
   "getSession": "SessionCookie";
   "getSpendingLimit": "SessionCookie";

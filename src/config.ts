@@ -65,6 +65,7 @@ const schema = z.object({
   DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).default(600),
   ENGINE_TIMEOUT_SECONDS: z.coerce.number().min(1).default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
+  SHUTDOWN_DRAIN_SECONDS: z.coerce.number().min(0).max(300).default(0),
   EVENT_STREAM_HEARTBEAT_SECONDS: z.coerce.number().min(0.05).max(300).default(15),
   WEBHOOK_ALLOW_PRIVATE_TARGETS: booleanFlag.optional(),
   WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().min(0.1).max(60).default(10),
@@ -148,6 +149,8 @@ export interface Config {
   /** Timeout of one management call to an engine; a DELETE may take 5 to 36 s on Xinference. */
   engineTimeoutSeconds: number;
   shutdownTimeoutMs: number;
+  /** On SIGTERM, how long `/readyz` answers 503 while requests are still served, before the server closes. */
+  shutdownDrainMs: number;
   /** How often an open deployment event stream sends a `: keep-alive` comment. */
   eventStreamHeartbeatMs: number;
   /** Organization webhooks (src/webhooks/). */
@@ -269,6 +272,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     engineTimeoutSeconds: e.ENGINE_TIMEOUT_SECONDS,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    shutdownDrainMs: e.SHUTDOWN_DRAIN_SECONDS * 1000,
     eventStreamHeartbeatMs: e.EVENT_STREAM_HEARTBEAT_SECONDS * 1000,
     webhooks: {
       allowPrivateTargets: e.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? false,

@@ -17,6 +17,7 @@ import { apiKeyAuthentication, sessionSecurity } from './http/security.ts';
 import type { JobDefinition } from './jobs/queue.ts';
 import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
 import { OrganizationsService } from './organizations/organizations.service.ts';
+import { Readiness } from './platform/readiness.ts';
 import { RateLimiter } from './rate-limit/rate-limiter.ts';
 import { CatalogService } from './catalog/catalog.service.ts';
 import { ClustersService } from './clusters/clusters.service.ts';
@@ -53,6 +54,7 @@ export interface ContainerDeps {
 export function createContainer(deps: ContainerDeps) {
   const { config, db, boss } = deps;
   const keyring = new Keyring(config.appSecret);
+  const readiness = new Readiness(db);
   const sessions = new SessionStore(db);
   const cookies = new SessionCookies(config.session, keyring);
   const limiter = new RateLimiter(db);
@@ -95,6 +97,7 @@ export function createContainer(deps: ContainerDeps) {
   return {
     ...deps,
     keyring,
+    readiness,
     sessions,
     cookies,
     limiter,

@@ -102,6 +102,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
     // Stopped before the server closes: open event streams would hold it until its timeout.
     await lifecycle.started('deployment event streams', () => container.eventStreams.closeAll());
+    // Stopped first: /readyz answers 503 for the drain time while requests are still served, so a
+    // load balancer takes the process out of rotation before its server closes.
+    await lifecycle.started('readiness', async () => {
+      container.readiness.drain();
+      if (config.shutdownDrainMs > 0) await new Promise((resolve) => setTimeout(resolve, config.shutdownDrainMs));
+    });
   }
   const address = server?.address();
 

@@ -67,6 +67,8 @@ const INTERFACE_ROUTES = [
 
 /** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits, the deployment plan, events, webhooks). */
 const ADDED_ROUTES = [
+  // Issue 14: readiness apart from liveness.
+  'GET /readyz',
   'POST /api/v1/model-deployments/plan',
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
   'GET /v1/user/sessions', 'DELETE /v1/user/sessions/{session_id}', 'POST /v1/user/sessions/revoke-others',

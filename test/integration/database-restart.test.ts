@@ -47,6 +47,10 @@ afterAll(async () => {
 });
 
 const health = async () => (await fetch(`${app.url}/healthz`)).status;
+const readiness = async () => {
+  const response = await fetch(`${app.url}/readyz`);
+  return { status: response.status, detail: ((await response.json()) as { detail?: string }).detail };
+};
 
 describe('Postgres restarted under load', () => {
   it('answers 503 on /healthz while it is down, recovers by itself, and loses or doubles no usage and no job', async () => {
@@ -80,10 +84,13 @@ describe('Postgres restarted under load', () => {
     let up = false;
     const duringOutage = loop(() => up);
     await waitUntil(async () => (await health()) === 503, '/healthz to answer 503 while Postgres is down');
+    // Not ready either: a load balancer sends its traffic elsewhere meanwhile.
+    expect(await readiness()).toEqual({ status: 503, detail: 'The database does not answer.' });
     // A write of the buffer fails while it is down: the records must wait for the next one, not be dropped.
     await app.container.usage.flush();
     await startPostgres();
     await waitUntil(async () => (await health()) === 200, '/healthz to answer 200 once Postgres is back', 60_000);
+    expect((await readiness()).status).toBe(200);
     up = true;
     await duringOutage;
     const afterRestart = completed.length;

@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKey } from '../factories/api-keys.ts';
@@ -10,6 +9,7 @@ import { contractFetch } from '../helpers/contract.ts';
 import { unchecked } from '../helpers/http.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { operatorCli } from '../helpers/operator-cli.ts';
+import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
  * Per-key limits on the inference proxy (src/inference/key-limiter.ts): set through the API-key
@@ -20,9 +20,8 @@ import { operatorCli } from '../helpers/operator-cli.ts';
 let app: TestApp;
 let owner: SignedInUser;
 let deploymentId: string;
-let other: ChildProcess;
+let other: ServiceProcess;
 let otherUrl: string;
-let otherOutput = '';
 /** A hosted model none of the test's deployments serves (a scoped deployment of the same name would take precedence). */
 const HOSTED = 'llama-3.1-instruct';
 
@@ -33,17 +32,11 @@ beforeAll(async () => {
   // A dear hosted model, so that a spend budget is used up by one answer.
   await operatorCli(app, 'hosted', 'launch', HOSTED);
   await operatorCli(app, 'prices', 'set', `platform::hosted_model:${HOSTED}::`, '0.001');
-  other = spawn(process.execPath, ['src/main.ts'], {
-    env: { ...process.env, ...app.env, ROLE: 'api', PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  other.stdout?.on('data', (chunk: Buffer) => (otherOutput += chunk.toString()));
-  other.stderr?.on('data', (chunk: Buffer) => (otherOutput += chunk.toString()));
-  await waitUntil(async () => /"msg":"started"/.test(otherOutput), () => `process B to start\n${otherOutput}`);
-  otherUrl = `http://127.0.0.1:${/"port":(\d+)[^\n]*"msg":"started"/.exec(otherOutput)?.[1]}`;
+  other = await startServiceProcess(app, { ROLE: 'api' });
+  otherUrl = other.url as string;
 });
 afterAll(async () => {
-  other?.kill('SIGKILL');
+  other?.kill();
   await app?.close();
 });
 

@@ -1,7 +1,8 @@
-import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Readiness } from '../../src/platform/readiness.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { startServiceProcess } from '../helpers/service-process.ts';
 
 /**
  * Readiness (`/readyz`) apart from liveness (`/healthz`): not ready while draining after SIGTERM
@@ -27,7 +28,6 @@ describe('readiness', () => {
 
   it('answers 503 while migrations of this version are pending, and 200 once they are applied', async () => {
     // A new process's view: nothing read yet. The last migration is undone, as if the migration Job had not run it.
-    const { Readiness } = await import('../../src/platform/readiness.ts');
     const readiness = new Readiness(app.db);
     const [, undone] = (await app.db.migrate.down()) as [number, string[]];
     try {
@@ -40,26 +40,18 @@ describe('readiness', () => {
   });
 
   it('answers 503 while draining after SIGTERM, still answering requests, then exits', async () => {
-    const child = spawn(process.execPath, ['src/main.ts'], {
-      env: { ...process.env, ...app.env, ROLE: 'api', PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info', SHUTDOWN_DRAIN_SECONDS: '3' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    const child = await startServiceProcess(app, { ROLE: 'api', SHUTDOWN_DRAIN_SECONDS: '3' });
     try {
-      await waitUntil(async () => /"msg":"started"/.test(output), () => `the process to start\n${output}`);
-      const base = `http://127.0.0.1:${/"port":(\d+)[^\n]*"msg":"started"/.exec(output)?.[1]}`;
+      const base = child.url as string;
       expect((await probe(base, '/readyz')).status).toBe(200);
       child.kill('SIGTERM');
       await waitUntil(async () => (await probe(base, '/readyz')).status === 503, 'readiness to answer 503 after SIGTERM', 2_000);
       expect(await probe(base, '/readyz')).toMatchObject({ status: 503, retryAfter: '5', body: { code: 'SERVICE_UNAVAILABLE', detail: expect.stringContaining('shutting down') } });
       // Draining is not dead: liveness and the routes still answer until the server closes.
       expect(await probe(base, '/healthz')).toMatchObject({ status: 200, body: { status: 'ok' } });
-      expect(await exited).toBe(0);
+      expect(await child.exited).toBe(0);
     } finally {
-      child.kill('SIGKILL');
+      child.kill();
     }
   });
 });

@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ApiKeysService } from '../../src/api-keys/api-keys.service.ts';
 import { CHANGE_CHANNELS, ChangeListener } from '../../src/db/change-listener.ts';
@@ -9,6 +8,7 @@ import { deployment } from '../factories/deployments.ts';
 import { invitedMember } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
  * Revocation everywhere at once: a change made through one API process is refused by another
@@ -22,26 +22,18 @@ const DEADLINE_MS = 1_000;
 let app: TestApp;
 let owner: SignedInUser;
 let deploymentId: string;
-let other: ChildProcess;
+let other: ServiceProcess;
 let otherUrl: string;
-let otherOutput = '';
 
 beforeAll(async () => {
   app = await startTestApp({ ...FAST_PROVISIONING }, { workers: true, cluster: { modelLoadMs: 20 } });
   owner = await registeredUser(app);
   deploymentId = (await deployment(app, owner, 'running')).id;
-  other = spawn(process.execPath, ['src/main.ts'], {
-    env: { ...process.env, ...app.env, ROLE: 'api', PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  other.stdout?.on('data', (chunk: Buffer) => (otherOutput += chunk.toString()));
-  other.stderr?.on('data', (chunk: Buffer) => (otherOutput += chunk.toString()));
-  await waitUntil(async () => /"msg":"started"/.test(otherOutput), () => `process B to start\n${otherOutput}`);
-  const port = /"port":(\d+)[^\n]*"msg":"started"/.exec(otherOutput)?.[1];
-  otherUrl = `http://127.0.0.1:${port}`;
+  other = await startServiceProcess(app, { ROLE: 'api' });
+  otherUrl = other.url as string;
 });
 afterAll(async () => {
-  other?.kill('SIGKILL');
+  other?.kill();
   await app?.close();
 });
 

@@ -256,6 +256,21 @@ describe('background work', () => {
   });
 });
 
+describe('a worker process (ROLE=worker)', () => {
+  it('serves its own /metrics with the queues and deployments, and no HTTP API', async () => {
+    const worker = await startTestApp({ METRICS_PORT: '0', ROLE: 'worker' });
+    try {
+      const text = await (await fetch(`${worker.metricsUrl}/metrics`)).text();
+      const samples = new Scrape(text, parseExposition(text));
+      expect(samples.all('mds_job_queue_jobs', { queue: 'send-email', state: 'ready' })).toHaveLength(1);
+      expect(samples.all('mds_deployments')).toHaveLength(ACTIVE_STATUSES.length);
+      expect(samples.all(HTTP)).toEqual([]);
+    } finally {
+      await worker.close();
+    }
+  });
+});
+
 describe('without METRICS_PORT', () => {
   it('starts no metrics listener and records nothing; /metrics on the API port is 404', async () => {
     const plain = await startTestApp();

@@ -34,7 +34,9 @@
  * targets in front of the engine, default `raw,express-got,proxy`; `raw-undici` is the undici
  * client in the raw pass-through), BENCH_CPU_PROF_DIR (when set, the service runs with --cpu-prof
  * and writes its profile there on exit; summarise it with bench/cpu-profile-summary.ts),
- * BENCH_KEEP_LOGS (keep the processes' logs even on success), DATABASE_URL.
+ * BENCH_KEEP_LOGS (keep the processes' logs even on success), BENCH_METRICS (`on` by default: the
+ * service runs with its Prometheus metrics listener, METRICS_PORT, scraped every
+ * BENCH_SCRAPE_SECONDS (15) as Prometheus would; `off`: no listener, nothing recorded), DATABASE_URL.
  */
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -64,6 +66,13 @@ function setting(name: string, fallback: number, min = 0): number {
 
 const FRONTS: readonly TargetName[] = ['raw', 'raw-undici', 'express-got', 'proxy'];
 
+function onOff(name: string, fallback: boolean): boolean {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (raw !== 'on' && raw !== 'off') throw new Error(`${name} must be on or off, got ${JSON.stringify(raw)}`);
+  return raw === 'on';
+}
+
 function targetsSetting(): TargetName[] {
   const raw = process.env.BENCH_TARGETS || 'raw,express-got,proxy';
   const names = raw.split(',').map((name) => name.trim()).filter(Boolean);
@@ -84,6 +93,9 @@ const settings = {
   targets: targetsSetting(),
   /** `BENCH_KEY_LIMITS=off`: the proxy's API key without limits (by default it has every kind, too high to refuse). */
   keyLimits: process.env.BENCH_KEY_LIMITS !== 'off',
+  /** `BENCH_METRICS=off`: the service without its metrics listener (README: Metrics); on by default, so the figures include them. */
+  metrics: onOff('BENCH_METRICS', true),
+  scrapeSeconds: setting('BENCH_SCRAPE_SECONDS', 15, 1),
   streamConcurrency: 32,
   concurrency: [1, 64] as const,
 };
@@ -278,6 +290,69 @@ async function idleCost(servicePid: number): Promise<Idle> {
   };
 }
 
+/**
+ * Prometheus's part: the service's /metrics scraped every `seconds` from its start to the report,
+ * so its cost (the exposition, the queue and deployment counts read from Postgres) is in the figures.
+ */
+class Scraper {
+  readonly #url: string;
+  readonly #timer: NodeJS.Timeout;
+  #scrapes = 0;
+  #failed = 0;
+  #last = '';
+  #lastMs = 0;
+  #running: Promise<void> = Promise.resolve();
+  #finished: Promise<ScrapeSummary> | undefined;
+
+  constructor(url: string, seconds: number) {
+    this.#url = url;
+    this.#timer = setInterval(() => {
+      this.#running = this.#running.then(() => this.#scrape());
+    }, seconds * 1000);
+  }
+
+  async #scrape(): Promise<void> {
+    const started = performance.now();
+    try {
+      const response = await fetch(this.#url, { signal: AbortSignal.timeout(10_000) });
+      const text = await response.text();
+      if (!response.ok) throw new Error(`answered ${response.status}`);
+      this.#scrapes += 1;
+      this.#last = text;
+      this.#lastMs = performance.now() - started;
+    } catch {
+      this.#failed += 1;
+    }
+  }
+
+  /** Stops scraping after one last scrape; what the scrapes saw. */
+  finish(): Promise<ScrapeSummary> {
+    this.#finished ??= (async () => {
+      clearInterval(this.#timer);
+      await this.#running;
+      await this.#scrape();
+      const lines = this.#last.split('\n').filter((line) => line && !line.startsWith('#'));
+      const relays = lines
+        .filter((line) => line.startsWith('mds_inference_upstream_latency_seconds_count'))
+        .reduce((sum, line) => sum + Number(line.split(' ').at(-1)), 0);
+      return { scrapes: this.#scrapes, failed: this.#failed, bytes: this.#last.length, lastMs: this.#lastMs, series: lines.length, relays };
+    })();
+    return this.#finished;
+  }
+}
+
+interface ScrapeSummary {
+  scrapes: number;
+  failed: number;
+  bytes: number;
+  lastMs: number;
+  series: number;
+  /** Relays the service measured (upstream latency counts): the proxy requests of the whole run. */
+  relays: number;
+}
+
+let scraper: Scraper | undefined;
+
 /** One request, to check a target answers a completion before loading it. */
 async function probe(target: Target, stream = false): Promise<{ status: number; body: string }> {
   const response = await fetch(target.url, {
@@ -305,6 +380,7 @@ async function main(): Promise<number> {
     void cleanup().finally(() => process.exit(130));
   };
   const cleanup = async () => {
+    await scraper?.finish().catch(() => undefined);
     await databaseCpu?.close().catch(() => undefined);
     databaseCpu = undefined;
     await stopAll();
@@ -378,6 +454,11 @@ async function main(): Promise<number> {
       READINESS_POLL_SECONDS: '0.2',
       SHUTDOWN_TIMEOUT_MS: '5000',
     };
+    const metricsUrl = settings.metrics ? `http://127.0.0.1:${await freePort()}/metrics` : undefined;
+    if (metricsUrl) {
+      serviceEnv.METRICS_PORT = new URL(metricsUrl).port;
+      serviceEnv.METRICS_HOST = '127.0.0.1';
+    }
     const profileDir = process.env.BENCH_CPU_PROF_DIR;
     if (profileDir) {
       mkdirSync(profileDir, { recursive: true });
@@ -388,7 +469,8 @@ async function main(): Promise<number> {
     if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error('dist/main.js is missing: run `make build` (make bench does)');
     const service = start('service', [...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
     await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
-    step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}`);
+    step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}${metricsUrl ? `, metrics at ${metricsUrl}` : ', metrics off'}`);
+    if (metricsUrl) scraper = new Scraper(metricsUrl, settings.scrapeSeconds);
 
     const operator = (args: string[], name: string) =>
       run(name, ['src/cli/operator.ts', ...args], {
@@ -489,6 +571,8 @@ async function main(): Promise<number> {
     }
 
     // 8. Report.
+    const scrapes = await scraper?.finish();
+    if (scrapes) step(`metrics: ${scrapes.scrapes} scrapes (${scrapes.failed} failed), the last ${(scrapes.bytes / 1024).toFixed(0)} KB in ${scrapes.lastMs.toFixed(1)} ms, ${scrapes.series} series; ${scrapes.relays} relays measured`);
     const figures: RunFigures = { targets: targets.map((target) => target.name), repetitions, idle, pickupMs };
     const list = budgets(figures);
     const table = rows(figures);
@@ -498,6 +582,9 @@ async function main(): Promise<number> {
       `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
       `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node --max-semi-space-size=16 dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
       `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
+      settings.metrics
+        ? `Metrics: on (the service's Prometheus listener, METRICS_PORT), scraped every ${settings.scrapeSeconds} s during the run${scrapes ? ` (${scrapes.scrapes} scrapes of ${(scrapes.bytes / 1024).toFixed(0)} KB, ${scrapes.series} series)` : ''}.`
+        : 'Metrics: off (BENCH_METRICS=off: no listener, nothing recorded).',
       ...(idle ? [`Idle: ${idle.seconds.toFixed(0)} s without requests after 3 s of settling: the service process and the Postgres backends of its database (pg_stat_activity), ROLE=all.`] : []),
       ...(pickupMs !== undefined ? ["Pick-up: from the API's answer to POST /api/v1/model-deployments to the first GET that no longer reads `requested` (polled every 20 ms)."] : []),
     ];
@@ -519,6 +606,7 @@ async function main(): Promise<number> {
       load_average_at_start: loadAtStart,
       database: database.description,
       settings: { ...settings, chat_body: CHAT_BODY, stream_body: STREAM_BODY },
+      ...(scrapes ? { metrics_scrapes: scrapes } : {}),
       service_rss_mb_before_load: idleMemory.rssMb,
       ...(profileDir ? { cpu_profile: { dir: profileDir, proxy_windows_s_since_service_start: proxyWindows } } : {}),
       figures,

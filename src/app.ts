@@ -10,6 +10,7 @@ import { authenticateBeforeBody, bytesInWords, jsonBodies } from './http/request
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
+import type { Metrics } from './metrics/metrics.ts';
 import { docsAssets } from './platform/docs.ts';
 
 export interface AppOptions {
@@ -22,6 +23,8 @@ export interface AppOptions {
   validateResponses: boolean;
   /** Send Strict-Transport-Security (production, behind HTTPS). */
   hsts?: boolean;
+  /** Where each answer is measured (README: Metrics); none when metrics are off. */
+  metrics?: Metrics | undefined;
 }
 
 /** Builds the Express application. No side effects: no listening, no connections opened. */
@@ -38,7 +41,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.set('query parser', 'simple');
   app.set('trust proxy', options.trustProxy);
 
-  installRequestLog(app, options.logger);
+  installRequestLog(app, options.logger, options.metrics);
   app.use(securityHeaders({ hsts: options.hsts ?? false }));
   app.use((req, res, next) => {
     if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');

@@ -15,6 +15,8 @@ const schema = z.object({
   ROLE: z.enum(['api', 'worker', 'all']).default('all'),
   HOST: z.string().min(1).default('127.0.0.1'),
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  METRICS_HOST: z.string().min(1).optional(),
   PUBLIC_URL: z.url().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.url().optional(),
@@ -153,6 +155,11 @@ export interface Config {
   shutdownDrainMs: number;
   /** How often an open deployment event stream sends a `: keep-alive` comment. */
   eventStreamHeartbeatMs: number;
+  /**
+   * The Prometheus metrics listener (src/metrics/): `/metrics` on a port of its own, never on the
+   * public API port; undefined (METRICS_PORT unset) means no listener and nothing recorded.
+   */
+  metrics: { port: number; host: string } | undefined;
   /** Organization webhooks (src/webhooks/). */
   webhooks: {
     /** Targets on loopback, link-local, private and other non-public addresses, and plain http, are allowed (tests, closed networks). */
@@ -200,6 +207,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   if (e.STRIPE_SECRET_KEY && e.STRIPE_EMULATOR) {
     throw new ConfigError('Invalid configuration:\n  STRIPE_EMULATOR: the Stripe emulator stands in only when STRIPE_SECRET_KEY is unset');
+  }
+  if (e.METRICS_HOST !== undefined && e.METRICS_PORT === undefined) {
+    throw new ConfigError('Invalid configuration:\n  METRICS_HOST: set METRICS_PORT too (without it no metrics listener starts)');
+  }
+  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && e.METRICS_PORT === e.PORT && e.ROLE !== 'worker') {
+    throw new ConfigError('Invalid configuration:\n  METRICS_PORT: must differ from PORT (the public API port never serves /metrics)');
   }
   const secure = e.SESSION_COOKIE_SECURE ?? e.NODE_ENV === 'production';
   if (e.NODE_ENV === 'production' && !secure) {
@@ -274,6 +287,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     shutdownDrainMs: e.SHUTDOWN_DRAIN_SECONDS * 1000,
     eventStreamHeartbeatMs: e.EVENT_STREAM_HEARTBEAT_SECONDS * 1000,
+    metrics: e.METRICS_PORT === undefined ? undefined : { port: e.METRICS_PORT, host: e.METRICS_HOST ?? '127.0.0.1' },
     webhooks: {
       allowPrivateTargets: e.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? false,
       timeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,

@@ -15,6 +15,7 @@ import { EmailOutbox, sendEmailJob } from './email/email.outbox.ts';
 import type { SecurityHandlers } from './http/openapi.ts';
 import { apiKeyAuthentication, sessionSecurity } from './http/security.ts';
 import type { JobDefinition } from './jobs/queue.ts';
+import { Metrics } from './metrics/metrics.ts';
 import { expireInvitationsJob, InvitationsService } from './invitations/invitations.service.ts';
 import { OrganizationsService } from './organizations/organizations.service.ts';
 import { Readiness } from './platform/readiness.ts';
@@ -53,6 +54,8 @@ export interface ContainerDeps {
 /** Every long-lived object of the service, built with plain constructors (no DI framework). */
 export function createContainer(deps: ContainerDeps) {
   const { config, db, boss } = deps;
+  // Only with METRICS_PORT: without it nothing is recorded.
+  const metrics = config.metrics ? new Metrics(deps.log) : undefined;
   const keyring = new Keyring(config.appSecret);
   const readiness = new Readiness(db);
   const sessions = new SessionStore(db);
@@ -72,7 +75,7 @@ export function createContainer(deps: ContainerDeps) {
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
-  const usage = new UsageRecorder(deps.usageDb ?? db, deps.log);
+  const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, metrics);
   const keyLimiter = new KeyLimiter(db, deps.log);
   const gpuMeter = new GpuMeter(db);
   const processor = paymentProcessor(config);
@@ -92,10 +95,11 @@ export function createContainer(deps: ContainerDeps) {
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
   const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs });
   const webhooks = new WebhooksService({ db, boss, keyring, settings: config.webhooks });
-  const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl });
+  const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl, metrics });
   const webhookDispatcher = new WebhookDispatcher({ db, boss, log: deps.log });
   return {
     ...deps,
+    metrics,
     keyring,
     readiness,
     sessions,
@@ -146,7 +150,7 @@ export type Container = ReturnType<typeof createContainer>;
 /** Every background job kind of the service. */
 export function jobDefinitions(c: Container): JobDefinition[] {
   return [
-    sendEmailJob({ db: c.db, keyring: c.keyring, mailer: c.mailer, retry: c.config.emailRetry }),
+    sendEmailJob({ db: c.db, keyring: c.keyring, mailer: c.mailer, retry: c.config.emailRetry, metrics: c.metrics }),
     passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
     expireInvitationsJob(c.invitations),
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),

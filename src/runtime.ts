@@ -12,6 +12,7 @@ import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
 import { startReconciler } from './deployments/provisioning.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { loadOpenApiDocument } from './openapi-document.ts';
+import { portOf, startMetricsServer } from './metrics/metrics-server.ts';
 
 export interface RuntimeOptions {
   config: Config;
@@ -30,6 +31,8 @@ export interface Runtime {
   server: Server | undefined;
   /** The port the API listens on (the real one when PORT is 0). */
   port: number | undefined;
+  /** The port of the metrics listener (the real one when METRICS_PORT is 0); undefined when METRICS_PORT is unset. */
+  metricsPort: number | undefined;
   /** Stops HTTP (finishing in-flight requests), then usage records, jobs (finishing running ones), the mailer, the pool. */
   stop(): Promise<void>;
 }
@@ -58,10 +61,12 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   await lifecycle.started('mailer', () => container.mailer.close());
   await lifecycle.start(
     'job queue',
-    () => startJobQueue(boss, { work, jobs: jobDefinitions(container), log }),
+    () => startJobQueue(boss, { work, jobs: jobDefinitions(container), log, metrics: container.metrics }),
     () => stopJobQueue(boss, config.shutdownTimeoutMs),
   );
   if (work) await startReconciler(boss);
+  // Deployments by status are the same from every process: the workers report them.
+  if (work) container.metrics?.watchDeployments(db);
 
   // One LISTEN connection per process: changes made by other processes (a key revoked there, a
   // deployment event) reach this one's caches, event streams and webhook dispatcher at once.
@@ -95,6 +100,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       trustProxy: config.trustProxy,
       validateResponses: config.responseValidation,
       hsts: config.env === 'production',
+      metrics: container.metrics,
     });
     container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
@@ -111,10 +117,24 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   }
   const address = server?.address();
 
+  // Last to start, first to stop: a scrape never finds the parts it reads stopped.
+  const { metrics } = container;
+  const listener = config.metrics;
+  const metricsServer =
+    metrics && listener
+      ? await lifecycle.start(
+          'metrics listener',
+          () => startMetricsServer(metrics, { ...listener, log }),
+          (listening) => closeServer(listening, config.shutdownTimeoutMs),
+        )
+      : undefined;
+  if (metricsServer) log.info({ host: listener?.host, port: portOf(metricsServer) }, 'metrics listening');
+
   return {
     container,
     server,
     port: typeof address === 'object' && address ? address.port : server ? config.port : undefined,
+    metricsPort: metricsServer ? portOf(metricsServer) : undefined,
     stop: () => lifecycle.stop(),
   };
 }

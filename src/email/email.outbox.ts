@@ -3,6 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import type { Mailer, OutgoingEmail } from '../adapters/mailer.ts';
 import type { Keyring } from '../crypto.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { findQueuedEmail, insertEmail, recordSendFailure, recordSent } from './email.repository.ts';
 
 export const SEND_EMAIL_QUEUE = 'send-email';
@@ -56,6 +57,7 @@ export function sendEmailJob(deps: {
   keyring: Keyring;
   mailer: Mailer;
   retry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
+  metrics?: Metrics | undefined;
 }): JobDefinition<{ emailId: number }> {
   return {
     queue: SEND_EMAIL_QUEUE,
@@ -71,10 +73,12 @@ export function sendEmailJob(deps: {
         await deps.mailer.send({ to: email.to_address, subject: email.subject, ...body });
       } catch (error) {
         const message = error instanceof Error ? error.message : String(error);
+        deps.metrics?.email(email.template, lastAttempt ? 'failed' : 'retrying');
         await recordSendFailure(deps.db, emailId, message.slice(0, 500), lastAttempt);
         log.warn({ email_id: emailId, template: email.template, err: message, last_attempt: lastAttempt }, 'email not sent');
         throw error;
       }
+      deps.metrics?.email(email.template, 'sent');
       await recordSent(deps.db, emailId);
       log.info({ email_id: emailId, template: email.template }, 'email sent');
     },

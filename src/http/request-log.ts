@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { Express, NextFunction, Request, Response } from 'express';
 import type { Logger } from 'pino';
+import { CLIENT_CLOSED, type Metrics } from '../metrics/metrics.ts';
 
 export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
@@ -13,8 +14,10 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
  * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for
  * every request (a 5xx at level error), from a finish listener; at `warn` and `error` only the 5xx
  * answers, written by the code that sends them (`logFailedAnswer`), so there is no listener.
+ * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
+ * `close` listener (one function for every request: nothing is allocated for it per request).
  */
-export function installRequestLog(app: Express, logger: Logger): void {
+export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): void {
   Object.defineProperty(app.request, 'log', {
     configurable: true,
     get(this: Request): Logger {
@@ -27,14 +30,28 @@ export function installRequestLog(app: Express, logger: Logger): void {
     },
   });
   const everyAnswer = logger.isLevelEnabled('info');
+  const measured = metrics ? measureAnswer(metrics) : undefined;
   app.use(function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
     const inbound = req.get('x-request-id');
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
     res.setHeader('X-Request-Id', req.id);
     res.locals.startedAt = performance.now();
     if (everyAnswer) res.once('finish', () => accessLine(req, res));
+    if (measured) res.on('close', measured);
     next();
   });
+}
+
+/**
+ * The listener of an answer's `close` (which follows its end, or the client leaving): the
+ * request's operation (the route template's, never the URL: bounded labels), the status sent, or
+ * 499 when the client left before any, and the time since the request arrived.
+ */
+function measureAnswer(metrics: Metrics): (this: Response) => void {
+  return function observeAnswer(this: Response) {
+    const status = this.headersSent ? this.statusCode : CLIENT_CLOSED;
+    metrics.httpRequest(this.req.operation?.operationId, status, (performance.now() - (this.locals.startedAt as number)) / 1000);
+  };
 }
 
 /** The access line of a 5xx answer, where no finish listener writes one (`warn` and `error`); call it once the status is set. */

@@ -4,6 +4,7 @@ import type { Principal } from '../accounts/principal.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, type RewritePolicy } from './json-rewrite.ts';
 import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
 import type { AnswerWatch } from './answer-watch.ts';
@@ -76,9 +77,15 @@ function transcriptRewrite(format: TextFormat): AnswerRewrite {
 }
 
 /** The inference proxy: each route resolves `model` to a deployment and streams to its engine. */
-export function inferenceHandlers(deps: { router: InferenceRouter; usage: UsageRecorder; keyLimiter: KeyLimiter; config: Pick<Config, 'inference'> }): InferenceHandlers {
+export function inferenceHandlers(deps: {
+  router: InferenceRouter;
+  usage: UsageRecorder;
+  keyLimiter: KeyLimiter;
+  config: Pick<Config, 'inference'>;
+  metrics?: Metrics | undefined;
+}): InferenceHandlers {
   const { router, usage, keyLimiter: limiter } = deps;
-  const relay = new Relay(deps.config.inference, (target, reason) => router.credentialsRefused(target, reason));
+  const relay = new Relay(deps.config.inference, (target, reason) => router.credentialsRefused(target, reason), deps.metrics);
 
   /**
    * Relays the request and meters what was delivered: one record per request the engine answered,

@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import { AppError } from '../errors.ts';
 import { toInferenceError } from '../http/problem.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { AnswerWatch } from './answer-watch.ts';
 import { EngineConnections } from './engine-connection.ts';
 import { ENGINE_ERROR_READ, engineError, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
@@ -63,10 +64,12 @@ export class Relay {
   readonly #engines: EngineConnections;
   readonly #limits: RelayLimits;
   readonly #credentialsRefused: CredentialsRefused;
+  readonly #metrics: Metrics | undefined;
 
-  constructor(limits: RelayLimits, credentialsRefused: CredentialsRefused) {
+  constructor(limits: RelayLimits, credentialsRefused: CredentialsRefused, metrics?: Metrics) {
     this.#limits = limits;
     this.#credentialsRefused = credentialsRefused;
+    this.#metrics = metrics;
     this.#engines = new EngineConnections(limits.connectTimeoutMs);
   }
 
@@ -94,6 +97,9 @@ export class Relay {
     beforeEnd?: (answer: AnswerWatch) => Promise<void>;
   }): Promise<Delivery | undefined> {
     const { req, res, body } = input;
+    // Upstream latency, time to first chunk and active streams of this route (README: Metrics).
+    const measures = this.#metrics?.relay(input.path);
+    const sentAt = measures ? performance.now() : 0;
     let stalled = false;
     let timer: NodeJS.Timeout | undefined;
     const watch = (ms: number) => {
@@ -133,6 +139,7 @@ export class Relay {
     res.once('close', onClientClose);
 
     let answerStream: IncomingMessage | undefined;
+    measures?.opened();
     try {
       const response = await new Promise<IncomingMessage>((resolve, reject) => {
         upstream.once('response', resolve);
@@ -140,6 +147,7 @@ export class Relay {
         upstream.once('close', () => reject(new Error('the engine closed the connection before answering')));
       });
       answerStream = response;
+      measures?.upstreamLatency((performance.now() - sentAt) / 1000);
       // A failure of the answer's body shows on the request too (it is destroyed with it).
       response.on('error', () => undefined);
       const statusCode = response.statusCode ?? 0;
@@ -172,8 +180,15 @@ export class Relay {
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
+      let firstChunk = measures !== undefined;
       const { ended, held } = await pump(response, res, answer, rewrite, streaming, input.beforeEnd !== undefined, {
-        onChunk: () => watch(this.#limits.idleTimeoutMs),
+        onChunk: () => {
+          if (firstChunk) {
+            firstChunk = false;
+            measures?.firstChunk((performance.now() - sentAt) / 1000);
+          }
+          watch(this.#limits.idleTimeoutMs);
+        },
         onPause: () => clearTimeout(timer),
       });
       let rest: string | undefined = '';
@@ -213,6 +228,7 @@ export class Relay {
       req.log.warn({ err: String(error) }, 'the engine could not be reached');
       throw upstreamFailure('The model could not be reached.');
     } finally {
+      measures?.closed();
       clearTimeout(timer);
       res.off('close', onClientClose);
       // An answer not read to its end (an error page, a refused media type) frees its socket.

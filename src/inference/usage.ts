@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { isDatabaseUnreachable } from '../db/errors.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { insertUsageRecords, type NewUsageRecord } from './inference.repository.ts';
 
 /** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
@@ -44,13 +45,16 @@ const MAX_UNWRITTEN = 100_000;
 export class UsageRecorder {
   readonly #db: Knex;
   readonly #log: Logger;
+  readonly #metrics: Metrics | undefined;
   #buffer: UsageRecord[] = [];
   #timer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> = Promise.resolve();
 
-  constructor(db: Knex, log: Logger) {
+  constructor(db: Knex, log: Logger, metrics?: Metrics) {
     this.#db = db;
     this.#log = log;
+    this.#metrics = metrics;
+    metrics?.watchUsage(() => this.#buffer.length);
   }
 
   start(intervalMs = 1_000): void {
@@ -87,9 +91,12 @@ export class UsageRecorder {
   async #write(): Promise<void> {
     const batch = this.#buffer.splice(0);
     if (!batch.length) return;
+    const started = performance.now();
     try {
       await insertUsageRecords(this.#db, batch.map(toRow));
+      this.#metrics?.usageFlush('written', batch.length, (performance.now() - started) / 1000);
     } catch (error) {
+      this.#metrics?.usageFlush(isDatabaseUnreachable(error) ? 'deferred' : 'refused', batch.length, (performance.now() - started) / 1000);
       if (isDatabaseUnreachable(error)) {
         // Kept for the next flush (the database may be restarting): each record is stored once by
         // its usage id, so a batch written after all is not doubled. Beyond the cap, the oldest go.
@@ -99,9 +106,14 @@ export class UsageRecorder {
       }
       // The database refused the data: one by one, so that one bad record does not hold back the rest.
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');
+      let refusedRecords = 0;
       for (const record of batch) {
-        await insertUsageRecords(this.#db, [toRow(record)]).catch((refused: unknown) => this.#log.error({ err: refused, usage_id: record.usageId }, 'a usage record was refused'));
+        await insertUsageRecords(this.#db, [toRow(record)]).catch((refused: unknown) => {
+          refusedRecords += 1;
+          this.#log.error({ err: refused, usage_id: record.usageId }, 'a usage record was refused');
+        });
       }
+      this.#metrics?.usageRecordsOneByOne(batch.length - refusedRecords, refusedRecords);
     }
   }
 }

@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { fromKnex, PgBoss, type JobResult, type SendOptions } from 'pg-boss';
 import type { Logger } from 'pino';
+import type { Metrics } from '../metrics/metrics.ts';
 
 const DEFAULT_RETRY_DELAY_SECONDS = 2;
 /**
@@ -83,7 +84,7 @@ export function createJobQueue(options: JobQueueOptions): PgBoss {
 }
 
 /** Starts the queue, creates every job's queue idempotently, and in workers starts consuming. */
-export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger }): Promise<void> {
+export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger; metrics?: Metrics | undefined }): Promise<void> {
   await boss.start();
   for (const job of options.jobs) {
     const retries = {
@@ -99,8 +100,10 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
   if (!options.work) return;
   for (const job of options.jobs) {
     if (job.schedule) await boss.schedule(job.queue, job.schedule);
-    await workOn(boss, job, options.log);
+    await workOn(boss, job, options.log, options.metrics);
   }
+  // The depth of the queues this process works, read at each scrape (README: Metrics).
+  options.metrics?.watchQueues(boss, options.jobs.map((job) => job.queue));
 }
 
 /**
@@ -113,7 +116,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
  * otherwise it polls every 5 s. The price of batches: a job queued while a batch runs waits for
  * that batch's slowest job.
  */
-export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Promise<void> {
+export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger, metrics?: Metrics): Promise<void> {
   const interval = job.pollingIntervalSeconds ?? BACKSTOP_POLLING_SECONDS;
   const retryDelayMs = (job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS) * 1000;
   const retryDelayMaxMs = job.retryDelayMaxSeconds ? job.retryDelayMaxSeconds * 1000 : Number.POSITIVE_INFINITY;
@@ -133,10 +136,14 @@ export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger): Pro
       Promise.all(
         items.map(async (item): Promise<JobResult> => {
           const jobLog = log.child({ queue: job.queue, job_id: item.id });
+          const started = performance.now();
+          const lastAttempt = item.retryCount >= item.retryLimit;
           try {
-            await job.handle(item.data as object, { log: jobLog, retryCount: item.retryCount, lastAttempt: item.retryCount >= item.retryLimit });
+            await job.handle(item.data as object, { log: jobLog, retryCount: item.retryCount, lastAttempt });
+            metrics?.jobRun(job.queue, 'completed', (performance.now() - started) / 1000);
             return { id: item.id, status: 'completed' };
           } catch (error) {
+            metrics?.jobRun(job.queue, lastAttempt ? 'failed' : 'retrying', (performance.now() - started) / 1000);
             // pg-boss retries it after a backoff of at most delay x 2^(n+1) (its plans.js: half of that plus a random half).
             if (item.retryCount < item.retryLimit) wakeWhenDue(boss, job.queue, Date.now() + Math.min(retryDelayMs * 2 ** (item.retryCount + 1), retryDelayMaxMs));
             return { id: item.id, status: 'failed', output: error };

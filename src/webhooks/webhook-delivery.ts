@@ -8,6 +8,7 @@ import type { WebhookEndpointRow } from '../db/models/webhooks.ts';
 import type { EmailOutbox } from '../email/email.outbox.ts';
 import { findEvent } from '../events/events.repository.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
+import type { Metrics } from '../metrics/metrics.ts';
 import { SECRET_SEAL, webhookHeaders } from './signature.ts';
 import { postWebhook, type AttemptResult } from './webhook-sender.ts';
 import { payloadOf } from './webhook-payloads.ts';
@@ -42,8 +43,10 @@ export class WebhookDeliverer {
   readonly #outbox: EmailOutbox;
   readonly #settings: Config['webhooks'];
   readonly #webAppUrl: string;
+  readonly #metrics: Metrics | undefined;
 
-  constructor(deps: { db: Knex; keyring: Keyring; outbox: EmailOutbox; settings: Config['webhooks']; webAppUrl: string }) {
+  constructor(deps: { db: Knex; keyring: Keyring; outbox: EmailOutbox; settings: Config['webhooks']; webAppUrl: string; metrics?: Metrics | undefined }) {
+    this.#metrics = deps.metrics;
     this.#db = deps.db;
     this.#keyring = deps.keyring;
     this.#outbox = deps.outbox;
@@ -59,6 +62,7 @@ export class WebhookDeliverer {
     const test = delivery.event_type === 'webhook.test';
     if (endpoint.status !== 'enabled' && !test) {
       await abandonDelivery(this.#db, deliveryId, 'The endpoint was disabled before this delivery went out.');
+      this.#metrics?.webhookAttempt('abandoned');
       return;
     }
     const event = delivery.event_id === null ? undefined : await findEvent(this.#db, delivery.event_id);
@@ -79,6 +83,7 @@ export class WebhookDeliverer {
       if (!test) await this.#count(trx, locked, result, lastAttempt, log);
     });
     const fields = { delivery_id: delivery.id, endpoint_id: endpoint.id, status: result.status, duration_ms: result.durationMs };
+    this.#metrics?.webhookAttempt(result.ok ? 'succeeded' : lastAttempt ? 'failed' : 'retrying', result.durationMs / 1000);
     if (result.ok) {
       log.info(fields, 'webhook delivered');
       return;

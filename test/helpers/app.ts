@@ -25,6 +25,8 @@ export const APP_ORIGIN = 'http://app.test';
 export interface TestApp {
   /** Base URL, e.g. http://127.0.0.1:43567 */
   url: string;
+  /** The metrics listener's base URL (METRICS_PORT set, `0` for any free port); undefined without one. */
+  metricsUrl: string | undefined;
   db: Knex;
   container: Container;
   /** The SMTP listener the service sends email to. */
@@ -97,6 +99,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   const simulator = options.cluster ? await startLocalCluster({ clusters: service.container.clusters, log, ...options.cluster }) : undefined;
   return {
     url: `http://127.0.0.1:${service.port}`,
+    metricsUrl: service.metricsPort === undefined ? undefined : `http://127.0.0.1:${service.metricsPort}`,
     db: service.container.db,
     container: service.container,
     inbox,

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build migrate run test fuzz test-engine test-billing bench clean
+.PHONY: install generate check-generated api-gate lint typecheck build image-check k8s-check migrate run test fuzz test-engine test-billing bench clean
 
 ## install: install dependencies when the content of package.json or the lockfile changed (a checkout
 ## that only touches them does not wipe node_modules under a running service: the stamp holds their hash)
@@ -52,6 +52,11 @@ build: $(INSTALLED)
 	rm -rf dist
 	tsc -p tsconfig.build.json
 	cd src && find . -name '*.json' -exec cp --parents {} ../dist/ \;
+
+## image-check: lint the Dockerfile and .dockerignore (dockerfile-utils, then hadolint-style rules: scripts/check-dockerfile.ts);
+## no image is built here: no container engine runs on this machine and the base image's registry is not reachable
+image-check: $(INSTALLED)
+	node scripts/check-dockerfile.ts Dockerfile .dockerignore
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)

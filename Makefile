@@ -58,6 +58,11 @@ build: $(INSTALLED)
 image-check: $(INSTALLED)
 	node scripts/check-dockerfile.ts Dockerfile .dockerignore
 
+## k8s-check: render deploy/kubernetes/ (base and overlays) and check it against the Kubernetes schemas, with no unknown
+## field, and the service's rules (scripts/check-kubernetes.ts); compared with `kubectl kustomize` where kubectl is on PATH
+k8s-check: $(INSTALLED)
+	node scripts/check-kubernetes.ts deploy/kubernetes README.md
+
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)
 	NODE_ENV=$${NODE_ENV:-development} node src/cli/migrate.ts

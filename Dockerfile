@@ -16,19 +16,21 @@
 # `make image-check` lints this file (scripts/check-dockerfile.ts).
 ARG NODE_IMAGE=node:24.21.0-bookworm-slim
 
-# 1. Production dependencies, exactly as the lockfile has them.
+# 1. Production dependencies, exactly as the lockfile has them. npm's cache is a BuildKit cache
+#    mount: shared by builds, never in a layer.
 FROM ${NODE_IMAGE} AS dependencies
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund \
- && npm cache clean --force
+RUN --mount=type=cache,target=/root/.npm \
+    npm ci --omit=dev --no-audit --no-fund
 
 # 2. The compiled service, as `make build` compiles it (tsc needs the dev dependencies' types; no
 #    install script runs: nothing of this stage but dist/ reaches the image).
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --no-audit --no-fund --ignore-scripts
+RUN --mount=type=cache,target=/root/.npm \
+    npm ci --no-audit --no-fund --ignore-scripts
 COPY tsconfig.json tsconfig.build.json ./
 COPY generated/ ./generated/
 COPY src/ ./src/

@@ -38,7 +38,7 @@ export interface Problem {
   message: string;
 }
 
-interface Stage {
+export interface Stage {
   from: From;
   name: string | undefined;
   instructions: Instruction[];
@@ -168,7 +168,8 @@ export function checkDockerfile(dockerfile: string, dockerignore: string | undef
 const SECRET_NAME = /(SECRET|PASSWORD|PASSWD|TOKEN|API_KEY|PRIVATE_KEY|CREDENTIAL|DATABASE_URL|SMTP_URL)/i;
 const SECRET_VALUE = /(sk_(live|test)_|rk_(live|test)_|whsec_|-----BEGIN|:\/\/[^/\s:@]+:[^/\s@]+@)/;
 
-function splitStages(instructions: Instruction[]): Stage[] {
+/** The stages of a parsed Dockerfile, each with its FROM and its instructions. */
+export function splitStages(instructions: Instruction[]): Stage[] {
   const stages: Stage[] = [];
   for (const instruction of instructions) {
     if (instruction.getKeyword() === 'FROM') {

@@ -60,7 +60,7 @@ export const RULES = [
   'a Deployment\'s selector matches its pod template; a Service, PodDisruptionBudget and HorizontalPodAutoscaler each reach a Deployment',
   'every container: a pinned image in an overlay, requests of CPU and memory and a memory limit, non-root, no privilege escalation, a read-only root filesystem',
   'every ConfigMap and Secret a container reads exists, or is the Secret made apart',
-  'the api Deployment: ROLE=api, readiness on /readyz and liveness on /healthz at the `http` port (PORT), a `metrics` port (METRICS_PORT), no replicas field (the HPA\'s), a preStop pause',
+  'the api Deployment: ROLE=api, readiness on /readyz and liveness on /healthz at the `http` port (PORT), a `metrics` port and scrape annotation at METRICS_PORT, no replicas field (the HPA\'s), a preStop pause',
   'the worker Deployment: ROLE=worker, liveness on the `metrics` port',
   'both Deployments: terminationGracePeriodSeconds above the preStop pause plus twice SHUTDOWN_TIMEOUT_MS',
   'a migration Job (node dist/cli/migrate.js, restartPolicy Never) labeled for the first apply, with everything it reads',
@@ -380,6 +380,8 @@ export function serviceProblems(rendering: Rendering, context: { readmeSettings:
       report(deployment, `terminationGracePeriodSeconds ${grace} is not above the preStop pause (${preStop} s) plus twice SHUTDOWN_TIMEOUT_MS (${shutdownSeconds} s)`);
     }
     if (data.METRICS_PORT && portNumber(container, 'metrics') !== Number(data.METRICS_PORT)) report(deployment, `the metrics port is not METRICS_PORT (${data.METRICS_PORT})`);
+    const scrapePort = deployment.spec?.template?.metadata?.annotations?.['prometheus.io/port'];
+    if (scrapePort !== undefined && scrapePort !== data.METRICS_PORT) report(deployment, `the prometheus.io/port annotation (${scrapePort}) is not METRICS_PORT (${data.METRICS_PORT ?? 'unset'})`);
     if (role === 'api') {
       if (portNumber(container, 'http') !== Number(data.PORT || 8080)) report(deployment, `the http port is not PORT (${data.PORT || 8080})`);
       if (container.readinessProbe?.httpGet?.path !== '/readyz' || container.readinessProbe?.httpGet?.port !== 'http') report(deployment, 'readiness is not GET /readyz on port http');

@@ -102,6 +102,15 @@ describe('the Kubernetes manifests check (make k8s-check)', () => {
     ]);
   });
 
+  it('refuses a metrics port or scrape annotation other than METRICS_PORT', () => {
+    expect(problemsOf(production((_, find) => (find('ConfigMap', 'model-deployment-config').data.METRICS_PORT = '9100')))).toEqual([
+      'Deployment/model-deployment-api: the metrics port is not METRICS_PORT (9100)',
+      'Deployment/model-deployment-api: the prometheus.io/port annotation (9464) is not METRICS_PORT (9100)',
+      'Deployment/model-deployment-worker: the metrics port is not METRICS_PORT (9100)',
+      'Deployment/model-deployment-worker: the prometheus.io/port annotation (9464) is not METRICS_PORT (9100)',
+    ]);
+  });
+
   it('refuses a worker that is no worker, a root or unpinned container, and a migration Job the first apply would not start', () => {
     expect(problemsOf(production((_, find) => (find('Deployment', 'model-deployment-worker').spec.template.spec.containers[0].env[0].value = 'all')))).toEqual([
       'Deployment/model-deployment-worker: ROLE is not worker',

@@ -22,7 +22,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -43,6 +43,12 @@ interface StageState {
 }
 
 const say = (line: string) => process.stdout.write(`image-rehearsal: ${line}\n`);
+
+/**
+ * The base image's /usr/local/bin: this machine's Node 24, copied into the rehearsal's folder, so
+ * that the image's user (uid 1000) can run it whatever the checkout's folder lets it reach.
+ */
+let baseBin = '';
 
 function inside(state: StageState, target: string): string {
   return path.join(state.root, path.posix.isAbsolute(target) ? target : path.posix.join(state.workdir, target));
@@ -99,7 +105,7 @@ function build(dockerfilePath: string, context: string, workspace: string): Stag
           say(`  RUN ${command}`);
           // The base image's PATH: its node and npm (this machine's), nothing of the checkout's
           // node_modules; this machine's network settings (its CA, proxies), as a builder has them.
-          const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`, ...state.env };
+          const env: NodeJS.ProcessEnv = { ...process.env, PATH: `${baseBin}:/usr/local/bin:/usr/bin:/bin`, ...state.env };
           for (const key of Object.keys(env)) if (/^(npm_|MAKE|MFLAGS)/i.test(key) || key === 'NODE_OPTIONS') Reflect.deleteProperty(env, key);
           for (const mount of (instruction as unknown as { getFlags(): { getName(): string; getValue(): string | null }[] }).getFlags()) {
             if (mount.getName() !== 'mount') continue;
@@ -155,9 +161,9 @@ async function freePort(): Promise<number> {
 function run(image: StageState, command: string[], env: Record<string, string>): ChildProcess & { output: () => string } {
   const [uid, gid] = (image.user ?? '0').split(':').map(Number);
   const [program = 'node', ...args] = command;
-  const child = spawn(program === 'node' ? process.execPath : program, args, {
+  const child = spawn(program === 'node' ? path.join(baseBin, 'node') : program, args, {
     cwd: inside(image, '.'),
-    env: { PATH: `${path.dirname(process.execPath)}:/usr/bin:/bin`, ...image.env, ...env },
+    env: { PATH: `${baseBin}:/usr/bin:/bin`, ...image.env, ...env },
     uid,
     gid: gid ?? uid,
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -196,6 +202,10 @@ async function main(): Promise<void> {
   const serverUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
   const workspace = mkdtempSync(path.join(tmpdir(), 'image-rehearsal-'));
   chmodSync(workspace, 0o755);
+  baseBin = path.join(workspace, 'base-bin');
+  mkdirSync(baseBin);
+  copyFileSync(process.execPath, path.join(baseBin, 'node'));
+  chmodSync(path.join(baseBin, 'node'), 0o755);
   const database = `image_rehearsal_${process.pid}`;
   const admin = new pg.Client({ connectionString: serverUrl });
   await admin.connect();

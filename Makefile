@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build migrate run test fuzz test-engine test-billing bench clean
+.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test fuzz test-engine test-billing bench clean
 
 ## install: install dependencies when the content of package.json or the lockfile changed (a checkout
 ## that only touches them does not wipe node_modules under a running service: the stamp holds their hash)
@@ -52,6 +52,21 @@ build: $(INSTALLED)
 	rm -rf dist
 	tsc -p tsconfig.build.json
 	cd src && find . -name '*.json' -exec cp --parents {} ../dist/ \;
+
+## image-check: lint the Dockerfile and .dockerignore (dockerfile-utils, then hadolint-style rules: scripts/check-dockerfile.ts);
+## no image is built here: no container engine runs on this machine and the base image's registry is not reachable
+image-check: $(INSTALLED)
+	node scripts/check-dockerfile.ts Dockerfile .dockerignore
+
+## image-rehearsal: replay the Dockerfile's stages in folders on this machine, then run the image's migrations, ROLE=api
+## (with its HEALTHCHECK) and ROLE=worker from the result, as its USER, against a fresh database on DATABASE_URL's server
+image-rehearsal: $(INSTALLED)
+	node scripts/image-rehearsal.ts Dockerfile
+
+## k8s-check: render deploy/kubernetes/ (base and overlays) and check it against the Kubernetes schemas, with no unknown
+## field, and the service's rules (scripts/check-kubernetes.ts); compared with `kubectl kustomize` where kubectl is on PATH
+k8s-check: $(INSTALLED)
+	node scripts/check-kubernetes.ts deploy/kubernetes README.md
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)

@@ -21,6 +21,7 @@ const schema = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.url().optional(),
   DATABASE_POOL_MAX: z.coerce.number().int().min(1).max(200).default(10),
+  MIGRATE_ON_START: booleanFlag.optional(),
   DATA_DIR: z.string().min(1).default('.data'),
   EMBEDDED_PG_PORT: z.coerce.number().int().min(1).max(65535).default(54329),
   SESSION_COOKIE_NAME: z
@@ -87,6 +88,11 @@ export interface Config {
   /** The Postgres to use; undefined means "start the embedded one". */
   databaseUrl: string | undefined;
   databasePoolMax: number;
+  /**
+   * Apply pending migrations at start-up (`MIGRATE_ON_START`, default on). Off where a migration
+   * Job runs them once before a rollout, so replicas never race each other for the migration lock.
+   */
+  migrateOnStart: boolean;
   dataDir: string;
   embeddedPgPort: number;
   /** The session cookies: with `secure`, both names carry the `__Host-` prefix. */
@@ -233,6 +239,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: e.LOG_LEVEL,
     databaseUrl: e.DATABASE_URL,
     databasePoolMax: e.DATABASE_POOL_MAX,
+    migrateOnStart: e.MIGRATE_ON_START ?? true,
     dataDir: e.DATA_DIR,
     embeddedPgPort: e.EMBEDDED_PG_PORT,
     session: {

@@ -47,8 +47,14 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
 
   const db = createDatabase({ url: options.databaseUrl, poolMax: config.databasePoolMax, log });
   await lifecycle.started('database pool', () => db.destroy());
-  const applied = await migrateToLatest(db);
-  if (applied.length) log.info({ migrations: applied }, 'migrations applied');
+  if (config.migrateOnStart) {
+    const applied = await migrateToLatest(db);
+    if (applied.length) log.info({ migrations: applied }, 'migrations applied');
+  } else {
+    // Run once per rollout by the migrations (`node dist/cli/migrate.js`, the Kubernetes Job).
+    const [, pending] = (await db.migrate.list()) as [unknown, { file: string }[]];
+    if (pending.length) log.warn({ migrations: pending.map((migration) => migration.file) }, 'migrations pending, not applied (MIGRATE_ON_START is off)');
+  }
 
   const work = config.role !== 'api';
   const boss = createJobQueue({ url: options.databaseUrl, work, log });

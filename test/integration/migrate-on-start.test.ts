@@ -1,0 +1,59 @@
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { createDatabase } from '../../src/db/database.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
+import { createTestDatabase } from '../helpers/database.ts';
+
+/**
+ * `MIGRATE_ON_START` (issue #14): on by default, so `make run` and a single process migrate as
+ * before; off in the Kubernetes manifests, where a Job migrates once before a rollout and replicas
+ * never race for knex's migration lock.
+ */
+
+/** A copy of the migrated template with its latest migration rolled back, so one migration is pending. */
+async function databaseWithOnePending(): Promise<{ url: string; drop(): Promise<void>; pending: string }> {
+  const database = await createTestDatabase();
+  const db = createDatabase({ url: database.url, poolMax: 1 });
+  try {
+    const [, rolledBack] = (await db.migrate.down()) as [number, string[]];
+    expect(rolledBack).toHaveLength(1);
+    return { ...database, pending: path.basename(rolledBack[0] ?? '') };
+  } finally {
+    await db.destroy();
+  }
+}
+
+async function appliedMigrations(app: TestApp): Promise<string[]> {
+  const rows = await app.db('knex_migrations').select<{ name: string }[]>('name');
+  return rows.map((row) => row.name);
+}
+
+let app: TestApp | undefined;
+afterEach(async () => {
+  await app?.close();
+  app = undefined;
+});
+
+describe('MIGRATE_ON_START', () => {
+  it('is on unless set, and off with false', () => {
+    expect(loadConfig({ NODE_ENV: 'test' }).migrateOnStart).toBe(true);
+    expect(loadConfig({ NODE_ENV: 'test', MIGRATE_ON_START: 'false' }).migrateOnStart).toBe(false);
+    expect(() => loadConfig({ NODE_ENV: 'test', MIGRATE_ON_START: 'sometimes' })).toThrow(/MIGRATE_ON_START/);
+  });
+
+  it('applies a pending migration at start-up by default', async () => {
+    const database = await databaseWithOnePending();
+    app = await startTestApp({}, { database });
+    expect(await appliedMigrations(app)).toContain(database.pending);
+  });
+
+  it('off, starts without applying a pending migration and logs it as pending', async () => {
+    const database = await databaseWithOnePending();
+    const logLines: string[] = [];
+    app = await startTestApp({ MIGRATE_ON_START: 'false' }, { database, logLines });
+    expect(await appliedMigrations(app)).not.toContain(database.pending);
+    const warning = logLines.map((line) => JSON.parse(line) as { msg: string; migrations?: string[] }).find((line) => line.msg.startsWith('migrations pending'));
+    expect(warning?.migrations).toEqual([database.pending]);
+  });
+});

@@ -162,11 +162,18 @@ describe('email delivery failures', () => {
       for (const email of emails) expect(await statusOf(requestReset(app, email))).toBe(200);
       const resets = () => app.db('emails').whereIn('to_address', emails).where({ template: 'password_reset' });
       // Down: every reset email fails at least twice and stays queued, its body kept for the retry.
-      await waitUntil(async () => (await resets()).every((row) => row.attempts >= 2), 'two refused attempts of each email', 60_000);
+      // The reset emails are written by a job after the 200: all three rows first, then their attempts.
+      await waitUntil(async () => {
+        const rows = await resets();
+        return rows.length === emails.length && rows.every((row) => row.attempts >= 2);
+      }, 'two refused attempts of each email', 60_000);
       expect((await resets()).map((row) => [row.status, row.sealed_body !== null])).toEqual(emails.map(() => ['queued', true]));
 
       app.inbox.refuse = false;
-      await waitUntil(async () => (await resets()).every((row) => row.status === 'sent'), 'every email to go out once the server is back', 60_000);
+      await waitUntil(async () => {
+        const rows = await resets();
+        return rows.length === emails.length && rows.every((row) => row.status === 'sent');
+      }, 'every email to go out once the server is back', 60_000);
       for (const email of emails) {
         expect(app.inbox.all(email).filter((message) => message.subject === SUBJECTS.reset)).toHaveLength(1);
       }

@@ -56,4 +56,18 @@ describe('MIGRATE_ON_START', () => {
     const warning = logLines.map((line) => JSON.parse(line) as { msg: string; migrations?: string[] }).find((line) => line.msg.startsWith('migrations pending'));
     expect(warning?.migrations).toEqual([database.pending]);
   });
+
+  it('off, answers /readyz 503 until the migration job has applied the pending migration, then 200', async () => {
+    const database = await databaseWithOnePending();
+    app = await startTestApp({ MIGRATE_ON_START: 'false' }, { database });
+    const ready = async () => {
+      const response = await fetch(`${(app as TestApp).url}/readyz`);
+      return { status: response.status, detail: ((await response.json()) as { detail?: string }).detail };
+    };
+    expect(await ready()).toEqual({ status: 503, detail: expect.stringContaining('Migrations of this version are not applied yet') });
+    // Alive meanwhile: liveness does not restart a replica that waits for the Job.
+    expect((await fetch(`${app.url}/healthz`)).status).toBe(200);
+    await app.db.migrate.latest();
+    expect(await ready()).toEqual({ status: 200, detail: undefined });
+  });
 });

@@ -30,7 +30,7 @@
  *
  * Settings (environment): BENCH_SECONDS (10, per measured phase), BENCH_WARMUP_SECONDS (2),
  * BENCH_STREAM_SECONDS (5), BENCH_STREAM_MAX (4000 streams per phase), BENCH_UPSTREAM_MS (20),
- * BENCH_STREAM_TOKENS (8), BENCH_REPETITIONS (2), BENCH_IDLE_SECONDS (10), BENCH_TARGETS (the
+ * BENCH_STREAM_TOKENS (8), BENCH_REPETITIONS (2), BENCH_IDLE_SECONDS (60: one run of each per-minute schedule), BENCH_TARGETS (the
  * targets in front of the engine, default `raw,express-got,proxy`; `raw-undici` is the undici
  * client in the raw pass-through), BENCH_CPU_PROF_DIR (when set, the service runs with --cpu-prof
  * and writes its profile there on exit; summarise it with bench/cpu-profile-summary.ts),
@@ -89,7 +89,8 @@ const settings = {
   upstreamMs: setting('BENCH_UPSTREAM_MS', 20, 0),
   streamTokens: setting('BENCH_STREAM_TOKENS', 8, 1),
   repetitions: setting('BENCH_REPETITIONS', 2, 1),
-  idleSeconds: setting('BENCH_IDLE_SECONDS', 10, 1),
+  /** A whole minute by default: the per-minute schedules (metering, usage reporting, spending alerts) each run once in it, not zero or two times by chance. */
+  idleSeconds: setting('BENCH_IDLE_SECONDS', 60, 1),
   targets: targetsSetting(),
   /** `BENCH_KEY_LIMITS=off`: the proxy's API key without limits (by default it has every kind, too high to refuse). */
   keyLimits: process.env.BENCH_KEY_LIMITS !== 'off',

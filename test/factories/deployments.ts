@@ -113,3 +113,18 @@ export async function untilStatus(owner: { api: Api }, id: string, status: Deplo
   if (last?.status !== status) throw new Error(`deployment ${id} failed at ${last?.failure_stage}: ${last?.failure_reason}`);
   return last;
 }
+
+/**
+ * Adds to the catalog a launch combination no instance type can hold (Llama 3.1 at 405B, unquantized),
+ * to see instance selection fail. The catalog has no write path for combinations: added here.
+ */
+export async function unplaceableCombination(app: Pick<TestApp, 'db'>): Promise<CreateDeploymentRequest> {
+  await app.db('model_specs').insert({
+    deployable_model_id: app.db('deployable_models').where({ model_name: 'llama-3.1-instruct' }).select('id'),
+    model_format: 'pytorch',
+    model_size_in_billions: 405,
+    quantizations: ['none'],
+    model_engine: 'vLLM',
+  });
+  return { model_name: 'llama-3.1-instruct', model_size_in_billions: 405 };
+}

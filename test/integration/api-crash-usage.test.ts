@@ -1,11 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
-import { waitUntil } from '../helpers/net.ts';
+import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
  * SIGKILL of an API process (issue #12): the usage of every answer the client received in full is
@@ -14,7 +12,7 @@ import { waitUntil } from '../helpers/net.ts';
  * separate `node src/main.ts` (ROLE=api) on this test's database and cluster.
  */
 let app: TestApp;
-let api: ChildProcess;
+let api: ServiceProcess;
 let apiUrl: string;
 let key: { key: string; id: number };
 let model: string;
@@ -24,18 +22,11 @@ beforeAll(async () => {
   const owner = await registeredUser(app);
   model = (await deployment(app, owner, 'running')).id;
   key = await apiKey(owner, [model]);
-  let output = '';
-  api = spawn(process.execPath, ['src/main.ts'], {
-    env: { ...process.env, ...app.env, ROLE: 'api', PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  api.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  api.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  await waitUntil(async () => /"msg":"started"/.test(output), () => `the API process to start\n${output}`);
-  apiUrl = `http://127.0.0.1:${/"port":(\d+)[^\n]*"msg":"started"/.exec(output)?.[1]}`;
+  api = await startServiceProcess(app, { ROLE: 'api' });
+  apiUrl = api.url as string;
 });
 afterAll(async () => {
-  api?.kill('SIGKILL');
+  api?.kill();
   await app?.close();
 });
 
@@ -58,7 +49,7 @@ describe('an API process killed with SIGKILL', () => {
     expect(received).toHaveLength(40);
     // Killed at once: nothing buffered survives, only what was written.
     api.kill('SIGKILL');
-    await once(api, 'exit');
+    await api.exited;
     const recorded = await app.db('usage_records').where({ api_key_id: key.id }).pluck('request_id');
     expect([...recorded].sort()).toEqual([...received].sort());
   });

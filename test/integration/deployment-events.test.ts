@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import { EventSource } from 'eventsource';
 import { createParser } from 'eventsource-parser';
 import type { Knex } from 'knex';
@@ -16,6 +15,7 @@ import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts
 import type { Browser } from '../helpers/browser.ts';
 import { checkResponse } from '../helpers/contract.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
  * The deployment event log and its stream (issue #13): every status change and provisioning step
@@ -32,25 +32,18 @@ const EVENTS_PATH = '/api/v1/model-deployments/{deployment_id}/events';
 
 let app: TestApp;
 let owner: SignedInUser;
-let worker: ChildProcess;
-let workerOutput = '';
+let worker: ServiceProcess;
 /** A connection of the test's own: a change made on it reaches the service only through Postgres. */
 let otherConnection: Knex;
 
 beforeAll(async () => {
   app = await startTestApp({ ...FAST_PROVISIONING, EVENT_STREAM_HEARTBEAT_SECONDS: '0.2', MAX_ACTIVE_RESOURCES: '50' }, { cluster: { modelLoadMs: 1_500 } });
   owner = await registeredUser(app);
-  worker = spawn(process.execPath, ['src/main.ts'], {
-    env: { ...process.env, ...app.env, ROLE: 'worker', PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  worker.stdout?.on('data', (chunk: Buffer) => (workerOutput += chunk.toString()));
-  worker.stderr?.on('data', (chunk: Buffer) => (workerOutput += chunk.toString()));
-  await waitUntil(async () => /"msg":"started"/.test(workerOutput), () => `the worker process to start\n${workerOutput}`);
+  worker = await startServiceProcess(app, { ROLE: 'worker' });
   otherConnection = createDatabase({ url: app.databaseUrl, poolMax: 1 });
 }, 60_000);
 afterAll(async () => {
-  worker?.kill('SIGKILL');
+  worker?.kill();
   await otherConnection?.destroy();
   await app?.close();
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
-import { untilStatus, type Deployment } from '../factories/deployments.ts';
+import { unplaceableCombination, untilStatus, type Deployment } from '../factories/deployments.ts';
 import { team } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
@@ -196,16 +196,8 @@ describe('planning a deployment against what provisioning then does', () => {
   });
 
   it('says provisioning would fail at instance selection when no instance type holds the model, as it then does', async () => {
-    // A launch combination the catalog does not offer (the catalog has no write path for them): added here.
-    await app.db('model_specs').insert({
-      deployable_model_id: app.db('deployable_models').where({ model_name: 'llama-3.1-instruct' }).select('id'),
-      model_format: 'pytorch',
-      model_size_in_billions: 405,
-      quantizations: ['none'],
-      model_engine: 'vLLM',
-    });
+    const huge = await unplaceableCombination(app);
     const owner = await payingOwner();
-    const huge = { model_name: 'llama-3.1-instruct', model_size_in_billions: 405 };
     const planned = await plan(owner.api, huge);
     expect(planned.placement).toMatchObject({ chosen: null, alternatives: [], failure_stage: 'instance_selection' });
     expect(planned.capacity.length).toBeGreaterThan(0);

@@ -5,7 +5,7 @@ import { TERMINATE_QUEUE } from '../../src/deployments/provisioning.ts';
 import { workOn } from '../../src/jobs/queue.ts';
 import type { components } from '../../generated/api.d.ts';
 import { registeredUser } from '../factories/accounts.ts';
-import { untilStatus, type Deployment } from '../factories/deployments.ts';
+import { unplaceableCombination, untilStatus, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';
@@ -105,15 +105,7 @@ describe('provisioning on the cluster', () => {
   });
 
   it('fails at instance selection when no instance type can hold the model', async () => {
-    // A launch combination the catalog does not offer (the catalog has no write path for them): added here.
-    await app.db('model_specs').insert({
-      deployable_model_id: app.db('deployable_models').where({ model_name: 'llama-3.1-instruct' }).select('id'),
-      model_format: 'pytorch',
-      model_size_in_billions: 405,
-      quantizations: ['none'],
-      model_engine: 'vLLM',
-    });
-    const failed = await until((await deploy({ model_name: 'llama-3.1-instruct', model_size_in_billions: 405 })).id, 'failed');
+    const failed = await until((await deploy(await unplaceableCombination(app))).id, 'failed');
     expect(failed.failure_stage).toBe('instance_selection');
   });
 

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { countActiveDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
 import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
-import { usageSummary } from './usage-summary.ts';
+import { usageSummary, type UsageSummary } from './usage-summary.ts';
 
 /** Subscription states in which the processor charges the organization. */
 const CHARGEABLE_SUBSCRIPTION = new Set(['active', 'trialing']);
@@ -79,7 +79,7 @@ export async function deploymentGuardVerdicts(
     verdicts.push(passed('spending_limit', 'Your organization has no monthly spending limit.'));
   } else {
     const summary = await usageSummary(trx, organizationId);
-    const spentCents = summary.usage_totals.reduce((sum, total) => sum + toCents(total.estimated_amount), 0n);
+    const spentCents = periodSpentCents(summary);
     const spent = `${formatCents(spentCents)} ${summary.currency.toUpperCase()}`;
     verdicts.push(
       spentCents >= toCents(account.monthly_spending_limit)
@@ -105,14 +105,19 @@ export async function assertMayCreateDeployment(trx: Knex.Transaction, organizat
   if (refusal) throw new AppError(refusal.code, refusal.detail);
 }
 
+/** The period's estimated spending (the sum of the usage summary's amounts) in cents, exactly. */
+export function periodSpentCents(summary: UsageSummary): bigint {
+  return summary.usage_totals.reduce((sum, total) => sum + toCents(total.estimated_amount), 0n);
+}
+
 /** A decimal amount with at most 2 decimals (numeric(…, 2), or the summary's rounded amounts) in cents, exactly. */
-function toCents(amount: string): bigint {
+export function toCents(amount: string): bigint {
   const [whole = '0', fraction = ''] = amount.split('.');
   const negative = whole.startsWith('-');
   const cents = BigInt(whole.replace('-', '')) * 100n + BigInt((fraction + '00').slice(0, 2));
   return negative ? -cents : cents;
 }
 
-function formatCents(cents: bigint): string {
+export function formatCents(cents: bigint): string {
   return `${cents / 100n}.${String(cents % 100n).padStart(2, '0')}`;
 }

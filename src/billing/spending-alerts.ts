@@ -3,6 +3,8 @@ import type { Logger } from 'pino';
 import type { EmailOutbox } from '../email/email.outbox.ts';
 import { spendingAlertEmail } from '../email/templates.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
+import { adminsOf } from '../organizations/organizations.repository.ts';
+import { formatCents, periodSpentCents, toCents } from './deployment-guard.ts';
 import { usageSummary } from './usage-summary.ts';
 
 export const SPENDING_ALERTS_QUEUE = 'check-spending-alerts';
@@ -46,26 +48,21 @@ export class SpendingAlerts {
     return this.#db.transaction(async (trx) => {
       const account = await trx('billing_accounts').where({ organization_id: organizationId }).first('monthly_spending_limit');
       if (!account?.monthly_spending_limit) return 0;
-      const limitCents = Math.round(Number(account.monthly_spending_limit) * 100);
-      if (limitCents <= 0) return 0;
+      const limitCents = toCents(account.monthly_spending_limit);
+      if (limitCents <= 0n) return 0;
       const summary = await usageSummary(trx, organizationId);
-      const spentCents = summary.usage_totals.reduce((sum, total) => sum + Math.round(Number(total.estimated_amount) * 100), 0);
-      const reached = ALERT_THRESHOLDS.filter((percent) => spentCents * 100 >= limitCents * percent);
+      const spentCents = periodSpentCents(summary);
+      const reached = ALERT_THRESHOLDS.filter((percent) => spentCents * 100n >= limitCents * BigInt(percent));
       if (!reached.length) return 0;
       const recorded: Array<{ threshold_percent: number }> = await trx('spending_alerts')
-        .insert(reached.map((percent) => ({ organization_id: organizationId, period_start: summary.period_start, threshold_percent: percent, spent: spentCents / 100, spending_limit: account.monthly_spending_limit })))
+        .insert(reached.map((percent) => ({ organization_id: organizationId, period_start: summary.period_start, threshold_percent: percent, spent: formatCents(spentCents), spending_limit: account.monthly_spending_limit })))
         .onConflict(['organization_id', 'period_start', 'threshold_percent'])
         .ignore()
         .returning('threshold_percent');
       if (!recorded.length) return 0;
       const percent = Math.max(...recorded.map((row) => row.threshold_percent));
       const organization = await trx('organizations').where({ id: organizationId }).first('name');
-      const admins: Array<{ email: string; name: string }> = await trx('memberships as m')
-        .join('users as u', 'u.id', 'm.user_id')
-        .where('m.organization_id', organizationId)
-        .whereIn('m.role', ['admin', 'super_admin'])
-        .select('u.email', 'u.name');
-      for (const admin of admins) {
+      for (const admin of await adminsOf(trx, organizationId)) {
         await this.#outbox.enqueue(trx, {
           to: admin.email,
           template: 'spending_alert',
@@ -73,8 +70,8 @@ export class SpendingAlerts {
             name: admin.name,
             organization: organization?.name ?? 'Your organization',
             percent,
-            spent: (spentCents / 100).toFixed(2),
-            limit: (limitCents / 100).toFixed(2),
+            spent: formatCents(spentCents),
+            limit: formatCents(limitCents),
             periodEnd: new Date(summary.period_end),
             link: this.#billingPageUrl,
           }),

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Role } from '../accounts/principal.ts';
+import { roleAtLeast, ROLES, type Role } from '../accounts/principal.ts';
 import { MembershipRow } from '../db/models/memberships.ts';
 import { OrganizationRow } from '../db/models/organizations.ts';
 
@@ -101,4 +101,16 @@ export async function setMembershipRole(db: Db, membershipId: number, role: Role
 
 export async function deleteMembership(db: Db, membershipId: number): Promise<void> {
   await MembershipRow.query(db).deleteById(membershipId);
+}
+
+/** The organization's admins and super admins (who are told of billing and webhook trouble), oldest membership first. */
+export async function adminsOf(db: Db, organizationId: number): Promise<Array<{ email: string; name: string }>> {
+  return MembershipRow.query(db)
+    .alias('m')
+    .join('users as u', 'u.id', 'm.user_id')
+    .where('m.organization_id', organizationId)
+    .whereIn('m.role', ROLES.filter((role) => roleAtLeast(role, 'admin')))
+    .orderBy('m.id')
+    .select('u.email', 'u.name')
+    .castTo<Array<{ email: string; name: string }>>();
 }

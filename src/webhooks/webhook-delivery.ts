@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { adminsOf } from '../organizations/organizations.repository.ts';
 import type { PgBoss } from 'pg-boss';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
@@ -14,7 +15,6 @@ import { postWebhook, type AttemptResult } from './webhook-sender.ts';
 import { payloadOf } from './webhook-payloads.ts';
 import {
   abandonDelivery,
-  adminEmailsOf,
   claimUnqueuedDeliveries,
   findDelivery,
   findEndpoint,
@@ -117,7 +117,7 @@ export class WebhookDeliverer {
     const reason = `${failures} deliveries in a row failed for good; the last: ${result.error ?? 'unknown error'}`;
     await updateEndpoint(trx, endpointId, { consecutive_failures: failures, status: 'disabled', disabled_reason: reason.slice(0, 1000), disabled_at: trx.fn.now() as unknown as Date });
     const organization = await OrganizationRow.query(trx).findById(endpoint.organization_id).select('name');
-    for (const to of await adminEmailsOf(trx, endpoint.organization_id)) {
+    for (const { email: to } of await adminsOf(trx, endpoint.organization_id)) {
       await this.#outbox.enqueue(trx, { to, template: 'webhook_endpoint_disabled', ...disabledEmail({ url: endpoint.url, organization: organization?.name ?? 'your organization', reason, link: `${this.#webAppUrl}/settings/webhooks` }) });
     }
     log.warn({ endpoint_id: endpointId, failures }, 'webhook endpoint disabled after repeated failures');

@@ -1,6 +1,5 @@
 import type { Knex } from 'knex';
 import type { DeploymentEventRow } from '../db/models/deployment-events.ts';
-import { MembershipRow } from '../db/models/memberships.ts';
 import { WebhookAttemptRow, WebhookDeliveryRow, WebhookEndpointRow } from '../db/models/webhooks.ts';
 import { isUuid } from '../validation.ts';
 
@@ -139,19 +138,6 @@ export async function recordAttempt(
 /** A delivery that will not be attempted (its endpoint was disabled meanwhile). */
 export async function abandonDelivery(db: Db, id: string, reason: string): Promise<void> {
   await WebhookDeliveryRow.query(db).findById(id).where({ status: 'pending' }).patch({ status: 'failed', last_error: reason, completed_at: db.fn.now() as unknown as Date });
-}
-
-/** The email addresses of the organization's admins and super_admins. */
-export async function adminEmailsOf(db: Db, organizationId: number): Promise<string[]> {
-  const rows = await MembershipRow.query(db)
-    .alias('m')
-    .join('users as u', 'u.id', 'm.user_id')
-    .where('m.organization_id', organizationId)
-    .whereIn('m.role', ['admin', 'super_admin'])
-    .orderBy('m.id')
-    .select('u.email')
-    .castTo<Array<{ email: string }>>();
-  return rows.map((row) => row.email);
 }
 
 /** Deletes up to `limit` deliveries (their attempts with them) completed before `before`; how many. */

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';
-import { invitedMember } from '../factories/organizations.ts';
+import { invitedMember, team } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { contractFetch } from '../helpers/contract.ts';
 import { unchecked } from '../helpers/http.ts';
@@ -86,7 +86,6 @@ describe('setting limits', () => {
   });
 
   it('lets admins read and replace the organization’s defaults, and refuses members', async () => {
-    const { team } = await import('../factories/organizations.ts');
     const { admin } = await team(app);
     expect((await admin.api.GET('/v1/organization/api-key-limits')).data).toEqual({ requests_per_minute: null, tokens_per_minute: null, monthly_token_budget: null, monthly_spend_budget: null });
     const defaults = { requests_per_minute: 100, tokens_per_minute: null, monthly_token_budget: 1_000_000, monthly_spend_budget: '250.00' };
@@ -147,7 +146,6 @@ describe('enforcing limits on the inference routes', () => {
   });
 
   it('applies the organization’s default to a key without its own, in every process within a second', async () => {
-    const { team } = await import('../factories/organizations.ts');
     const { admin } = await team(app);
     const mine = await deployment(app, admin, 'running', { model_name: 'qwen2.5-instruct' });
     const { key } = await apiKey(admin, [mine.id]);

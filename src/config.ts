@@ -76,6 +76,7 @@ const schema = z.object({
   WEBHOOK_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(10),
   WEBHOOK_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(3600),
   WEBHOOK_DISABLE_AFTER_FAILURES: z.coerce.number().int().min(1).max(1000).default(5),
+  USAGE_RETENTION_MONTHS: z.coerce.number().int().min(2).max(1200).default(13),
 });
 
 export interface Config {
@@ -177,6 +178,8 @@ export interface Config {
     /** Deliveries in a row that failed for good before the endpoint is disabled. */
     disableAfterFailures: number;
   };
+  /** Whole months of raw usage records kept after the month in progress (src/billing/usage-partitions.ts). */
+  usageRetentionMonths: number;
 }
 
 export class ConfigError extends Error {}
@@ -301,6 +304,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       retry: { limit: e.WEBHOOK_RETRY_LIMIT, delaySeconds: e.WEBHOOK_RETRY_DELAY_SECONDS, maxDelaySeconds: e.WEBHOOK_RETRY_MAX_DELAY_SECONDS },
       disableAfterFailures: e.WEBHOOK_DISABLE_AFTER_FAILURES,
     },
+    usageRetentionMonths: e.USAGE_RETENTION_MONTHS,
   };
 }
 

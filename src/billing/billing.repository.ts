@@ -123,18 +123,47 @@ export type UsageTotalRow = Pick<
   'service_key' | 'meter' | 'unit' | 'display_name' | 'provider' | 'region' | 'resource_kind' | 'instance_type' | 'gpu_type' | 'gpu_count' | 'currency'
 > & { total_quantity: string; unit_amount_decimal: string; estimated_amount: string };
 
+const HOUR_MS = 3_600_000;
+
 /**
  * The organization's usage in `period`, per priced service, in exact decimal arithmetic (numeric):
  * GPU seconds of closed intervals and of the seconds not closed yet up to `now` (each clipped to
  * the period), and tokens of hosted models (usage records without a deployment, for a model with a
  * `hosted_model` price). The estimated amount is rounded to the cent.
+ *
+ * Whole hours of the period are read from `usage_rollups` (kept by triggers as usage is inserted),
+ * and only the partial hours at its edges from the raw rows (at most an hour at each end, through
+ * `usage_records_hosted` and `gpu_usage_intervals_span`): the cost of a call does not grow with the
+ * organization's usage.
  */
 export async function usageTotals(db: Db, organizationId: number, period: Period, now: Date): Promise<UsageTotalRow[]> {
+  const { hours, edges } = splitByHours(period);
   const { rows } = await db.raw<{ rows: UsageTotalRow[] }>(
-    `with used (service_key, quantity) as (
-       select service_key, extract(epoch from least(ended_at, :end) - greatest(started_at, :start))::bigint
-       from gpu_usage_intervals
-       where organization_id = :organization and started_at < :end and ended_at > :start
+    `with edges (lower_bound, upper_bound) as (
+       select lower_bound, upper_bound from (values (:firstEdgeStart::timestamptz, :firstEdgeEnd::timestamptz),
+                                                    (:lastEdgeStart::timestamptz, :lastEdgeEnd::timestamptz)) e (lower_bound, upper_bound)
+       where lower_bound < upper_bound
+     ), rolled_up as (
+       select meter, item, sum(quantity) as quantity
+       from usage_rollups
+       where organization_id = :organization and hour >= :hoursStart and hour < :hoursEnd
+       group by meter, item
+     ), used (service_key, quantity) as (
+       select item, quantity from rolled_up where meter = 'gpu_instance_seconds'
+       union all
+       select p.service_key, r.quantity
+       from rolled_up r join prices p on p.resource_kind = 'hosted_model' and p.instance_type = r.item
+       where r.meter = 'hosted_tokens'
+       union all
+       select i.service_key, extract(epoch from least(i.ended_at, e.upper_bound) - greatest(i.started_at, e.lower_bound))::bigint
+       from edges e join gpu_usage_intervals i
+         on i.organization_id = :organization and tstzrange(i.started_at, i.ended_at) && tstzrange(e.lower_bound, e.upper_bound)
+       union all
+       select p.service_key, u.quantity
+       from edges e join usage_records u
+         on u.organization_id = :organization and u.deployment_id is null and u.unit = 'token'
+         and u.created_at >= e.lower_bound and u.created_at < e.upper_bound
+       join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model
        union all
        select s.service_key,
               extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
@@ -143,12 +172,6 @@ export async function usageTotals(db: Db, organizationId: number, period: Period
        where d.organization_id = :organization and s.service_key is not null and d.running_since is not null
          and (d.running_until is null or d.accrued_until is distinct from d.running_until)
          and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)
-       union all
-       select p.service_key, u.quantity
-       from usage_records u
-       join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model
-       where u.organization_id = :organization and u.deployment_id is null and u.unit = 'token'
-         and u.created_at >= :start and u.created_at < :end
      )
      select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
             p.gpu_type, p.gpu_count, p.currency, sum(used.quantity)::text as total_quantity,
@@ -157,9 +180,37 @@ export async function usageTotals(db: Db, organizationId: number, period: Period
      from used join prices p using (service_key)
      group by p.id
      order by p.meter, p.service_key`,
-    { organization: organizationId, start: period.start, end: period.end, now },
+    {
+      organization: organizationId,
+      start: period.start,
+      end: period.end,
+      now,
+      hoursStart: hours.start,
+      hoursEnd: hours.end,
+      firstEdgeStart: edges[0].start,
+      firstEdgeEnd: edges[0].end,
+      lastEdgeStart: edges[1].start,
+      lastEdgeEnd: edges[1].end,
+    },
   );
   return rows;
+}
+
+/**
+ * A period as the whole hours (UTC) it contains and the partial hours before and after them; a
+ * period within one hour is all edge. Empty ranges have `start >= end`.
+ */
+function splitByHours(period: Period): { hours: Period; edges: [Period, Period] } {
+  const firstWholeHour = new Date(Math.ceil(period.start.getTime() / HOUR_MS) * HOUR_MS);
+  const lastWholeHourEnd = new Date(Math.floor(period.end.getTime() / HOUR_MS) * HOUR_MS);
+  if (firstWholeHour >= lastWholeHourEnd) return { hours: { start: period.start, end: period.start }, edges: [period, { start: period.end, end: period.end }] };
+  return {
+    hours: { start: firstWholeHour, end: lastWholeHourEnd },
+    edges: [
+      { start: period.start, end: firstWholeHour },
+      { start: lastWholeHourEnd, end: period.end },
+    ],
+  };
 }
 
 /** Flagged usage of the organization in the period, not resolved yet. */

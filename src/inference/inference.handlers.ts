@@ -118,6 +118,7 @@ export function inferenceHandlers(deps: {
       model: target.modelName,
       outcome,
       ...meter(answer),
+      recordedAt: new Date(),
     });
     let committed = false;
     const delivery = await relay.forward({

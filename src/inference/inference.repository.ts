@@ -67,6 +67,7 @@ export type NewUsageRecord = Pick<
   | 'unit'
   | 'outcome'
   | 'estimated'
+  | 'created_at'
 > & { quantity: number };
 
 /**
@@ -107,8 +108,9 @@ const USAGE_COLUMNS = [
   'quantity',
   'outcome',
   'estimated',
+  'created_at',
 ] as const satisfies ReadonlyArray<keyof NewUsageRecord>;
-const USAGE_TYPES = ['uuid', 'text', 'int', 'uuid', 'int', 'int', 'text', 'text', 'int', 'int', 'int', 'text', 'bigint', 'text', 'bool'];
+const USAGE_TYPES = ['uuid', 'text', 'int', 'uuid', 'int', 'int', 'text', 'text', 'int', 'int', 'int', 'text', 'bigint', 'text', 'bool', 'timestamptz'];
 const INSERT_USAGE = `insert into usage_records (${USAGE_COLUMNS.join(', ')})
   select * from unnest(${USAGE_TYPES.map((type, i) => `$${i + 1}::${type}[]`).join(', ')})
-  on conflict (usage_id) do nothing`;
+  on conflict (usage_id, created_at) do nothing`;

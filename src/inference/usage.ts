@@ -28,6 +28,11 @@ export interface UsageRecord {
   outcome: 'completed' | 'aborted';
   /** True when the token counts are the proxy's estimate rather than the engine's report. */
   estimated: boolean;
+  /**
+   * When the answer ended (or was cut short): the record's `created_at`, which decides its month's
+   * partition and the hour it is rolled up in. Stamped once, so a batch written again stores nothing twice.
+   */
+  recordedAt: Date;
 }
 
 /** Records kept in memory while the database cannot be written (about a minute at 1,000 requests a second). */
@@ -136,5 +141,6 @@ function toRow(u: UsageRecord): NewUsageRecord {
     quantity: u.quantity,
     outcome: u.outcome,
     estimated: u.estimated,
+    created_at: u.recordedAt,
   };
 }

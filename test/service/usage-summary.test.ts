@@ -100,6 +100,7 @@ describe('the usage summary', () => {
       quantity: 0,
       outcome: 'completed',
       estimated: false,
+      recordedAt: new Date(),
       ...overrides,
     });
     usages.record(usage({ quantity: 600_000 }));

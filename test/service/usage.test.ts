@@ -37,6 +37,7 @@ function usage(overrides: Partial<UsageRecord> = {}): UsageRecord {
     quantity: 7,
     outcome: 'completed',
     estimated: false,
+    recordedAt: new Date(),
     ...overrides,
   };
 }

@@ -35,6 +35,7 @@ import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts'
 import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
 import { maintainUsagePartitionsJob } from './billing/usage-partitions.ts';
+import { compactUsageRollupsJob } from './billing/usage-rollups.ts';
 import { SpendingAlerts, spendingAlertsJob } from './billing/spending-alerts.ts';
 import { DeploymentEventStreams } from './events/event-streams.ts';
 import { WebhooksService } from './webhooks/webhooks.service.ts';
@@ -161,6 +162,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
     deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
     pruneWebhookDeliveriesJob(c.db),
+    compactUsageRollupsJob(c.db),
     maintainUsagePartitionsJob(c.db, { retentionMonths: c.config.usageRetentionMonths, reportsUsage: c.usageReporter !== undefined }),
   ] as JobDefinition[];
 }

@@ -131,8 +131,8 @@ const HOUR_MS = 3_600_000;
  * the period), and tokens of hosted models (usage records without a deployment, for a model with a
  * `hosted_model` price). The estimated amount is rounded to the cent.
  *
- * Whole hours of the period are read from `usage_rollups` (kept by triggers as usage is inserted),
- * and only the partial hours at its edges from the raw rows (at most an hour at each end, through
+ * Whole hours of the period are read from `usage_rollups` and the deltas not folded into it yet
+ * (appended by triggers as usage is inserted, src/billing/usage-rollups.ts), and only the partial hours at its edges from the raw rows (at most an hour at each end, through
  * `usage_records_hosted` and `gpu_usage_intervals_span`): the cost of a call does not grow with the
  * organization's usage.
  */
@@ -145,8 +145,11 @@ export async function usageTotals(db: Db, organizationId: number, period: Period
        where lower_bound < upper_bound
      ), rolled_up as (
        select meter, item, sum(quantity) as quantity
-       from usage_rollups
-       where organization_id = :organization and hour >= :hoursStart and hour < :hoursEnd
+       from (select meter, item, quantity from usage_rollups
+             where organization_id = :organization and hour >= :hoursStart and hour < :hoursEnd
+             union all
+             select meter, item, quantity from usage_rollup_deltas
+             where organization_id = :organization and hour >= :hoursStart and hour < :hoursEnd) hours
        group by meter, item
      ), used (service_key, quantity) as (
        select item, quantity from rolled_up where meter = 'gpu_instance_seconds'

@@ -19,18 +19,21 @@ const ORGANIZATIONS_PER_ROUND = 500;
 const ROWS_PER_REPORT = 50_000;
 
 /**
- * Where each meter's usage lives: its rows joined with their price (`p`), the condition of an
- * unclaimed row, and when the usage happened.
+ * Where each meter's usage lives: its table and the columns of its key, its rows joined with their
+ * price (`p`), the condition of an unclaimed row, and when the usage happened.
  */
-const SOURCES: Record<MeterName, { table: string; from: string; unclaimed: string; at: string }> = {
+const SOURCES: Record<MeterName, { table: string; key: readonly string[]; from: string; unclaimed: string; at: string }> = {
   gpu_instance_seconds: {
     table: 'gpu_usage_intervals',
+    key: ['id'],
     from: 'gpu_usage_intervals u join prices p using (service_key)',
     unclaimed: 'u.usage_report_id is null',
     at: 'u.ended_at',
   },
   hosted_tokens: {
     table: 'usage_records',
+    // Its primary key (the table is partitioned by month of created_at; id is not indexed alone).
+    key: ['usage_id', 'created_at'],
     // The usage the summary prices as hosted tokens (src/billing/billing.repository.ts, usageTotals).
     from: "usage_records u join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model",
     unclaimed: "u.usage_report_id is null and u.deployment_id is null and u.unit = 'token' and u.quantity > 0",
@@ -117,7 +120,7 @@ export class UsageReporter {
       if (await UsageReportRow.query(trx).where({ organization_id, meter }).whereNull('reported_at').first()) return;
       await trx.raw(
         `with claimed as (
-           select u.id, u.quantity, u.quantity * p.unit_amount_decimal as amount, ${source.at} as usage_at
+           select ${source.key.map((column) => `u.${column}`).join(', ')}, u.quantity, u.quantity * p.unit_amount_decimal as amount, ${source.at} as usage_at
            from ${source.from}
            where u.organization_id = :organization and ${source.unclaimed}
            order by u.id limit :limit
@@ -134,7 +137,7 @@ export class UsageReporter {
            cross join lateral (select p.amount + t.amount as amount, floor((p.amount + t.amount) * 1000000)::bigint as micros) running
            returning id
          )
-         update ${source.table} set usage_report_id = (select id from report) where id in (select id from claimed)`,
+         update ${source.table} set usage_report_id = (select id from report) where (${source.key.join(', ')}) in (select ${source.key.join(', ')} from claimed)`,
         { organization: organization_id, meter, customer: customer_id, limit: ROWS_PER_REPORT },
       );
     });

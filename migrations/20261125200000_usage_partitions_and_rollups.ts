@@ -13,7 +13,11 @@ import type { Knex } from 'knex';
  *   it makes it, so a retried batch is still written once. The index on `request_id` (a label nothing looks up) and the plain
  *   (organization_id, created_at) index go, and so does the index on `id` (still the order reports
  *   claim records in, through `usage_records_unclaimed`): each index costs every insert. The
- *   summary's index is partial and covering.
+ *   summary's index is partial and covering. The foreign keys to the deployment, the API key and the
+ *   user go too: nothing deletes those rows (keys are revoked, deployments terminated), the proxy
+ *   writes ids it has just read, and each checked key cost every record a lookup and a share lock
+ *   on the proxy's hottest rows (the key's, the deployment's); the organization's stays (its
+ *   deletion cascades).
  * - `usage_rollups`: per organization, meter, hour (UTC) and item (the model of hosted tokens, the
  *   service key of GPU seconds), the quantity used. Statement triggers on both usage tables append
  *   each insert's sums to `usage_rollup_deltas` in the insert's transaction (a record skipped by
@@ -56,9 +60,9 @@ export async function up(knex: Knex): Promise<void> {
       usage_id uuid not null default gen_random_uuid(),
       request_id text not null,
       organization_id integer not null references organizations (id) on delete cascade,
-      deployment_id uuid references deployments (id) on delete set null,
-      api_key_id integer references api_keys (id) on delete set null,
-      user_id integer references users (id) on delete set null,
+      deployment_id uuid,
+      api_key_id integer,
+      user_id integer,
       route text not null,
       model text not null,
       prompt_tokens integer not null default 0,

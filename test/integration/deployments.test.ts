@@ -288,6 +288,13 @@ describe('walking the deployments with the cursor', () => {
     expect(await statusOf(list(owner.api, { after: 'a'.repeat(201) }))).toBe(422);
   });
 
+  it('keeps total exact under concurrent creates', async () => {
+    const owner = await ownerOfMany();
+    const created = await Promise.all(Array.from({ length: 8 }, () => create(owner.api, { model_name: 'qwen2.5-instruct' })));
+    expect(created.map((c) => c.response.status)).toEqual(Array(8).fill(201));
+    expect((await list(owner.api, { limit: 1 })).data?.total).toBe(8);
+  });
+
   it('keeps total exact when a removed member’s deployments pass to the admin who removed them', async () => {
     const members = await team(app);
     await deployment(app, members.admin, 'requested');

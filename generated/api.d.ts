@@ -59,7 +59,21 @@ export interface paths {
         };
         /**
          * List deployments
-         * @description The caller's deployments, newest first. Any role may list.
+         * @description The caller's deployments, newest first (by creation time, then id). Any role may list.
+         *
+         *     Two ways through a long list. `offset` skips that many deployments, as in 1.0.0; a page deep in
+         *     the list costs more, and a deployment created between two requests shifts the pages (one item
+         *     shows twice). The keyset cursor costs the same at any depth and shifts nothing: start without
+         *     `after`, then send each page's `next_cursor` as `after` until it is `null`; every deployment
+         *     that existed when the walk began comes exactly once, and deployments created meanwhile (newer
+         *     than the walk's first page) do not come. Every page carries `next_cursor`, so a walk may also
+         *     start from an `offset` page.
+         *
+         *     `after` with a non-zero `offset` answers 422 `VALIDATION_FAILED` (at `query/offset`); with
+         *     `after`, the page's `offset` is 0. A cursor that is malformed, altered, or from another user's
+         *     or organization's list answers 422 `VALIDATION_FAILED` (at `query/after`): a cursor only ever
+         *     selects among the caller's own deployments. `total` is exact: how many deployments the caller
+         *     has in the organization now, whatever the page.
          */
         get: operations["listDeployments"];
         put?: never;
@@ -4668,6 +4682,12 @@ export interface components {
     };
     responses: never;
     parameters: {
+        /**
+         * @description Start after the item a previous page's `next_cursor` points to, instead of at `offset`: the
+         *     page costs the same at any depth, and items created or removed meanwhile neither repeat nor
+         *     skip others. Opaque: send `next_cursor` unchanged. Not together with a non-zero `offset`.
+         */
+        CursorQuery: string;
         /** @description Page size. */
         "PageQuery.limit": number;
         /** @description Number of items to skip. */
@@ -4980,6 +5000,12 @@ export interface operations {
                 limit?: components["parameters"]["PageQuery.limit"];
                 /** @description Number of items to skip. */
                 offset?: components["parameters"]["PageQuery.offset"];
+                /**
+                 * @description Start after the item a previous page's `next_cursor` points to, instead of at `offset`: the
+                 *     page costs the same at any depth, and items created or removed meanwhile neither repeat nor
+                 *     skip others. Opaque: send `next_cursor` unchanged. Not together with a non-zero `offset`.
+                 */
+                after?: components["parameters"]["CursorQuery"];
             };
             header?: never;
             path?: never;
@@ -4994,36 +5020,6 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "items": [
-                     *         {
-                     *           "id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
-                     *           "user_id": "42",
-                     *           "organization_id": "7",
-                     *           "cluster_id": null,
-                     *           "instance_id": null,
-                     *           "gpu_allocation_id": null,
-                     *           "model_name": "qwen2.5-instruct",
-                     *           "model_format": "pytorch",
-                     *           "model_size_in_billions": 7,
-                     *           "quantization": "none",
-                     *           "engine_model_uid": null,
-                     *           "status": "requested",
-                     *           "selected_instance_type": null,
-                     *           "selection_reason": null,
-                     *           "failure_stage": null,
-                     *           "failure_reason": null,
-                     *           "created_at": "2026-11-20T09:30:00Z",
-                     *           "updated_at": "2026-11-20T09:30:00Z",
-                     *           "terminated_at": null
-                     *         }
-                     *       ],
-                     *       "total": 1,
-                     *       "limit": 100,
-                     *       "offset": 0
-                     *     }
-                     */
                     "application/json": {
                         /** @description The items of this page, newest first unless the route says otherwise. */
                         items: components["schemas"]["Deployment"][];
@@ -5042,6 +5038,12 @@ export interface operations {
                          * @description How many items were skipped before this page.
                          */
                         offset: number;
+                        /**
+                         * @description An opaque cursor to the next page: send it as `after` (with the same `limit` or another) to
+                         *     get the items that follow this page's last one. `null` on the last page. It is bound to the
+                         *     list it came from (the same user in the same organization) and does not expire.
+                         */
+                        next_cursor: string | null;
                     };
                 };
             };

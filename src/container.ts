@@ -73,7 +73,7 @@ export function createContainer(deps: ContainerDeps) {
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl });
   const catalog = new CatalogService(db);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
-  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement } });
+  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });

@@ -17,7 +17,9 @@ import {
   listKeysOf,
   revokeKey,
   scopableDeployments,
+  scopesInOrganization,
   scopesOf,
+  type ScopedDeployment,
   scopeSize,
   setScope,
   touchKey,
@@ -78,8 +80,11 @@ export class ApiKeysService {
     this.#db = db;
   }
 
+  /** The organization's keys, newest first, each with its scope: two indexed reads, whatever the number of keys. */
   async list(principal: SessionPrincipal): Promise<{ items: ApiKey[] }> {
-    return { items: await this.#withDeployments(await listKeysOf(this.#db, requireOrganization(principal).id)) };
+    const organizationId = requireOrganization(principal).id;
+    const [rows, scopes] = await Promise.all([listKeysOf(this.#db, organizationId), scopesInOrganization(this.#db, organizationId)]);
+    return { items: toApiKeys(rows, scopes) };
   }
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
@@ -274,22 +279,27 @@ export class ApiKeysService {
   }
 
   async #withDeployments(rows: ApiKeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
-    const scopes = await scopesOf(db, rows.map((row) => row.id));
-    return rows.map((row) => ({
-      id: row.id,
-      organization_id: row.organization_id,
-      name: row.name,
-      key_prefix: row.key_prefix,
-      status: row.status,
-      expires_at: row.expires_at?.toISOString() ?? null,
-      last_used_at: row.last_used_at?.toISOString() ?? null,
-      revoked_at: row.revoked_at?.toISOString() ?? null,
-      deployments: scopes.filter((scope) => scope.api_key_id === row.id).map(({ id, model_name, status }) => ({ id, model_name, status })),
-      allow_hosted_models: row.allow_hosted_models,
-      limits: toApiLimits(row),
-      created_at: row.created_at.toISOString(),
-    }));
+    return toApiKeys(rows, await scopesOf(db, rows.map((row) => row.id)));
   }
+}
+
+/** Keys as the API shows them, each with the deployments of `scopes` that are its own (in their order). */
+function toApiKeys(rows: readonly ApiKeyRow[], scopes: ReadonlyArray<ScopedDeployment & { api_key_id: number }>): ApiKey[] {
+  const scopeOf = Map.groupBy(scopes, (scope) => scope.api_key_id);
+  return rows.map((row) => ({
+    id: row.id,
+    organization_id: row.organization_id,
+    name: row.name,
+    key_prefix: row.key_prefix,
+    status: row.status,
+    expires_at: row.expires_at?.toISOString() ?? null,
+    last_used_at: row.last_used_at?.toISOString() ?? null,
+    revoked_at: row.revoked_at?.toISOString() ?? null,
+    deployments: (scopeOf.get(row.id) ?? []).map(({ id, model_name, status }) => ({ id, model_name, status })),
+    allow_hosted_models: row.allow_hosted_models,
+    limits: toApiLimits(row),
+    created_at: row.created_at.toISOString(),
+  }));
 }
 
 /** A key scoped to no deployment must be allowed the hosted models: otherwise it could call nothing. */

@@ -28,19 +28,62 @@ function deploymentsOf(db: Db, scope: Scope) {
 
 // ---- the API's side
 
-/** A page of the scope's deployments, newest first, and how many there are. */
-export async function listDeploymentsOf(db: Db, scope: Scope, page: { limit: number; offset: number }): Promise<{ rows: DeploymentRow[]; total: number }> {
-  const [rows, total] = await Promise.all([
-    deploymentsOf(db, scope)
+/**
+ * Where a keyset page starts: after the deployment with this creation time and id, in the list's
+ * order (created_at desc, id desc). `createdAt` is ISO 8601 in UTC to the microsecond, as Postgres
+ * stores it (a JavaScript Date would round it to the millisecond and skip or repeat rows).
+ */
+export interface ListPosition {
+  createdAt: string;
+  id: string;
+}
+
+/** A deployment's creation time as `ListPosition.createdAt` spells it. */
+const POSITION_AT = `to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/**
+ * A page of the scope's deployments, newest first (created_at desc, id desc); how many the scope
+ * has; and the position after the page's last row when more rows follow (else null).
+ *
+ * The page is a deferred join: the ids of the page come from an index-only scan of
+ * `deployments_by_owner` (after `after`, when given, as an index condition; else skipping `offset`
+ * index entries, not rows), then only the page's rows are read by primary key, in the same order
+ * (a nested loop keeps it, so nothing is sorted). One row more than `limit` says whether another
+ * page follows. `total` is the owner's counter in `deployment_counts` (kept by triggers, migration
+ * 20261125100000_deployment_counts), not a count of the rows.
+ */
+export async function listDeploymentsOf(
+  db: Db,
+  scope: Scope,
+  page: { limit: number; offset: number; after?: ListPosition },
+): Promise<{ rows: DeploymentRow[]; total: number; next: ListPosition | null }> {
+  const ids = db('deployments')
+    .where({ user_id: scope.userId, organization_id: scope.organizationId })
+    .select('id', 'created_at')
+    .orderBy([
+      { column: 'created_at', order: 'desc' },
+      { column: 'id', order: 'desc' },
+    ])
+    .limit(page.limit + 1)
+    .offset(page.offset);
+  if (page.after) ids.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [page.after.createdAt, page.after.id]);
+  const [found, counted] = await Promise.all([
+    DeploymentRow.query(db)
+      .alias('d')
+      .join(ids.as('page'), 'page.id', 'd.id')
+      .select('d.*', db.raw(`${POSITION_AT} as position_at`))
       .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
+        { column: 'page.created_at', order: 'desc' },
+        { column: 'page.id', order: 'desc' },
       ])
-      .limit(page.limit)
-      .offset(page.offset),
-    deploymentsOf(db, scope).resultSize(),
+      .castTo<Array<DeploymentRow & { position_at: string }>>(),
+    db('deployment_counts').where({ user_id: scope.userId, organization_id: scope.organizationId }).first<{ deployments: string } | undefined>('deployments'),
   ]);
-  return { rows, total };
+  const rows = found.slice(0, page.limit);
+  const last = rows.at(-1);
+  const next = found.length > page.limit && last ? { createdAt: last.position_at, id: last.id } : null;
+  for (const row of rows) delete (row as Partial<typeof row>).position_at;
+  return { rows, total: Number(counted?.deployments ?? 0), next };
 }
 
 /** One deployment of the scope (undefined for an id that is not a UUID); locked when asked. */

@@ -4,6 +4,7 @@ import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
 import { assertMayCreateDeployment, deploymentGuardVerdicts, firstRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import type { CatalogModel, CatalogService } from '../catalog/catalog.service.ts';
+import type { Keyring } from '../crypto.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
@@ -23,6 +24,7 @@ import {
 } from './deployments.repository.ts';
 import { capacityOf, planPlacement, requiredGpuMemoryGb } from './instance-selection.ts';
 import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
+import { ListCursors } from './list-cursor.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
 
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
@@ -32,6 +34,11 @@ export interface Page<T> {
   total: number;
   limit: number;
   offset: number;
+}
+
+/** A page that also says where the next one starts (null on the last page). */
+export interface CursorPage<T> extends Page<T> {
+  next_cursor: string | null;
 }
 
 /**
@@ -45,19 +52,33 @@ export class DeploymentsService {
   readonly #boss: PgBoss;
   readonly #catalog: CatalogService;
   readonly #billing: DeploymentGuardSettings;
+  readonly #cursors: ListCursors;
 
-  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService; billing: DeploymentGuardSettings }) {
+  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService; billing: DeploymentGuardSettings; keyring: Keyring }) {
     this.#db = deps.db;
+    this.#cursors = new ListCursors(deps.keyring);
     this.#boss = deps.boss;
     this.#catalog = deps.catalog;
     this.#billing = deps.billing;
   }
 
-  async list(principal: SessionPrincipal, page: { limit?: number; offset?: number }): Promise<Page<Deployment>> {
+  /**
+   * A page of the caller's deployments, newest first: `offset` items in, or after the position an
+   * opaque cursor (`after`, a previous page's `next_cursor`) carries; never both. `next_cursor`
+   * points after this page's last item, null on the last page. `total` is exact whatever the page.
+   */
+  async list(principal: SessionPrincipal, page: { limit?: number; offset?: number; after?: string }): Promise<CursorPage<Deployment>> {
     const limit = page.limit ?? 100;
     const offset = page.offset ?? 0;
-    const { rows, total } = await listDeploymentsOf(this.#db, this.#scope(principal), { limit, offset });
-    return { items: rows.map(toDeployment), total, limit, offset };
+    const scope = this.#scope(principal);
+    if (page.after !== undefined && offset !== 0) {
+      throw new AppError('VALIDATION_FAILED', 'Send either `after` or `offset`, not both: a cursor already says where the page starts.', {
+        errors: [{ location: 'query/offset', message: 'must be 0 or absent when `after` is given' }],
+      });
+    }
+    const after = page.after === undefined ? undefined : this.#cursors.read(scope, page.after);
+    const { rows, total, next } = await listDeploymentsOf(this.#db, scope, { limit, offset, after });
+    return { items: rows.map(toDeployment), total, limit, offset, next_cursor: next ? this.#cursors.write(scope, next) : null };
   }
 
   async get(principal: SessionPrincipal, id: string): Promise<Deployment> {

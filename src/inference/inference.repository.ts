@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type pg from 'pg';
-import { DeploymentRow } from '../db/models/deployments.ts';
+import { DeploymentRow, notTerminatedSql } from '../db/models/deployments.ts';
 import type { UsageRecordRow } from '../db/models/usage-records.ts';
 
 /** Every query of the inference area: what a caller may route to, and the usage records. */
@@ -25,12 +25,16 @@ export interface Candidate {
 /** Whose deployments: a session's (its user's, in its organization) or a whole organization's (an API key's). */
 export type CandidateScope = { userId: number; organizationId: number } | { organizationId: number };
 
-/** The scope's deployments that are not terminated, with their clusters, newest first. */
+/**
+ * The scope's deployments that are not terminated, with their clusters, newest first: the
+ * organization's from the partial index `deployments_live_by_organization` (the user's among them
+ * for a session, or from `deployments_by_owner` when the planner judges that smaller).
+ */
 export async function findRoutingCandidates(db: Db, scope: CandidateScope): Promise<Candidate[]> {
   const query = DeploymentRow.query(db)
     .alias('d')
     .leftJoin('clusters as c', 'c.id', 'd.cluster_id')
-    .whereNot('d.status', 'terminated')
+    .whereRaw(notTerminatedSql('d'))
     .where('d.organization_id', scope.organizationId)
     .select(
       'd.id',

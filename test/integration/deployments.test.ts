@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
 import { setModelEnabled } from '../../src/catalog/catalog.repository.ts';
 import { registeredUser } from '../factories/accounts.ts';
-import { deployment } from '../factories/deployments.ts';
+import { findDeployment, insertDeployment } from '../../src/deployments/deployments.repository.ts';
+import { deployment, type Deployment } from '../factories/deployments.ts';
 import { team } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
@@ -18,7 +19,7 @@ afterAll(() => app.close());
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
 const create = (api: Api, body: CreateDeploymentRequest) => api.POST('/api/v1/model-deployments', { body });
 const get = (api: Api, id: string) => api.GET('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: id } } });
-const list = (api: Api, query: { limit?: number; offset?: number } = {}) => api.GET('/api/v1/model-deployments', { params: { query } });
+const list = (api: Api, query: { limit?: number; offset?: number; after?: string } = {}) => api.GET('/api/v1/model-deployments', { params: { query } });
 
 describe('creating a deployment', () => {
   it('stores it as requested, with the catalog defaults filled in', async () => {
@@ -116,11 +117,12 @@ describe('listing and reading deployments', () => {
     for (let i = 0; i < 5; i++) ids.push((await deployment(app, owner, 'requested')).id);
 
     const { data: first } = await list(owner.api, { limit: 2 });
-    expect(first).toMatchObject({ total: 5, limit: 2, offset: 0 });
+    expect(first).toMatchObject({ total: 5, limit: 2, offset: 0, next_cursor: expect.any(String) });
     expect(first?.items.map((d) => d.id)).toEqual([ids[4], ids[3]]);
     const { data: last } = await list(owner.api, { limit: 2, offset: 4 });
     expect(last?.items.map((d) => d.id)).toEqual([ids[0]]);
-    expect((await list(owner.api)).data).toMatchObject({ total: 5, limit: 100, offset: 0 });
+    expect(last?.next_cursor).toBeNull();
+    expect((await list(owner.api)).data).toMatchObject({ total: 5, limit: 100, offset: 0, next_cursor: null });
   });
 
   it.each([{ limit: 0 }, { limit: 501 }, { offset: -1 }, { limit: unchecked('ten') }])('refuses %o with 422', async (query) => {
@@ -156,5 +158,152 @@ describe('listing and reading deployments', () => {
     expect(made[5]?.terminated_at).toEqual(expect.any(String));
     const { data } = await list(owner.api);
     expect(data?.items.map((d) => d.status).reverse()).toEqual(states);
+  });
+});
+
+describe('walking the deployments with the cursor', () => {
+  /** An owner whose organization may hold many active deployments (the default limit is 5). */
+  async function ownerOfMany() {
+    const owner = await registeredUser(app);
+    const organizationId = (await owner.api.GET('/v1/organization')).data?.id;
+    await app.db('billing_accounts').where({ organization_id: organizationId }).update({ max_active_resources: 1000 });
+    return owner;
+  }
+
+  /** `count` deployments like `like` stored in one transaction: they share its `created_at` (now()), so only their ids order them. */
+  async function sameInstant(like: Deployment, count: number): Promise<string[]> {
+    const row = await findDeployment(app.db, like.id);
+    if (!row) throw new Error('no deployment');
+    const { user_id, organization_id, deployable_model_id, model_name, model_format, model_size_in_billions, quantization, model_engine } = row;
+    const copy = { user_id, organization_id, deployable_model_id, model_name, model_format, model_size_in_billions, quantization, model_engine };
+    return app.db.transaction(async (trx) => {
+      const ids: string[] = [];
+      for (let i = 0; i < count; i++) ids.push((await insertDeployment(trx, copy)).id);
+      return ids;
+    });
+  }
+
+  /** Every page from `after` on, `limit` at a time, calling `between` after each page; the ids in order and the pages. */
+  async function walk(api: Api, limit: number, between: () => Promise<unknown> = async () => {}) {
+    const ids: string[] = [];
+    const pages: Array<{ total: number; next_cursor: string | null; size: number }> = [];
+    let after: string | undefined;
+    do {
+      const { data, error } = await list(api, { limit, ...(after === undefined ? {} : { after }) });
+      if (!data) throw new Error(JSON.stringify(error));
+      ids.push(...data.items.map((d) => d.id));
+      pages.push({ total: data.total, next_cursor: data.next_cursor, size: data.items.length });
+      expect(data.offset).toBe(0);
+      after = data.next_cursor ?? undefined;
+      await between();
+    } while (after !== undefined && pages.length < 50);
+    return { ids, pages };
+  }
+
+  it('gives every deployment exactly once, newest first, even when deployments are created during the walk', async () => {
+    const owner = await ownerOfMany();
+    const first = await deployment(app, owner, 'requested');
+    const tied = await sameInstant(first, 4);
+    const later: string[] = [];
+    for (const state of ['requested', 'terminated', 'requested'] as const) later.push((await deployment(app, owner, state)).id);
+    const everything = (await list(owner.api)).data?.items.map((d) => d.id) ?? [];
+    expect(everything.slice(0, 3)).toEqual(later.reverse());
+    expect(new Set(everything.slice(3))).toEqual(new Set([first.id, ...tied]));
+
+    const created: string[] = [];
+    const { ids, pages } = await walk(owner.api, 3, async () => created.push((await deployment(app, owner, 'requested')).id));
+    expect(ids).toEqual(everything);
+    expect(ids.filter((id) => created.includes(id))).toEqual([]);
+    expect(pages.map((page) => page.size)).toEqual([3, 3, 2]);
+    expect(pages.at(-1)?.next_cursor).toBeNull();
+    // `total` is exact on every page: it counts the deployments created since the walk began.
+    expect(pages.map((page) => page.total)).toEqual([8, 9, 10]);
+    expect((await list(owner.api, { limit: 1 })).data?.total).toBe(8 + created.length);
+  });
+
+  it('orders deployments created in the same instant by id, and a page boundary between them loses none', async () => {
+    const owner = await ownerOfMany();
+    const first = await deployment(app, owner, 'requested');
+    await sameInstant(first, 5);
+    const everything = (await list(owner.api)).data?.items ?? [];
+    expect(everything.slice(0, 5).map((d) => d.created_at)).toEqual(Array(5).fill(everything[0]?.created_at));
+    expect(everything.slice(0, 5).map((d) => d.id)).toEqual(everything.slice(0, 5).map((d) => d.id).sort().reverse());
+    for (const limit of [1, 2, 4]) expect((await walk(owner.api, limit)).ids).toEqual(everything.map((d) => d.id));
+  });
+
+  it('continues an offset page with its next_cursor', async () => {
+    const owner = await ownerOfMany();
+    for (let i = 0; i < 6; i++) await deployment(app, owner, 'requested');
+    const everything = (await list(owner.api)).data?.items.map((d) => d.id) ?? [];
+    const { data: middle } = await list(owner.api, { limit: 2, offset: 2 });
+    expect(middle?.items.map((d) => d.id)).toEqual(everything.slice(2, 4));
+    const { data: next } = await list(owner.api, { limit: 10, after: middle?.next_cursor ?? '' });
+    expect(next).toMatchObject({ total: 6, limit: 10, offset: 0, next_cursor: null });
+    expect(next?.items.map((d) => d.id)).toEqual(everything.slice(4));
+  });
+
+  it('refuses after together with a non-zero offset with 422 VALIDATION_FAILED, and accepts offset 0', async () => {
+    const owner = await ownerOfMany();
+    for (let i = 0; i < 3; i++) await deployment(app, owner, 'requested');
+    const cursor = (await list(owner.api, { limit: 1 })).data?.next_cursor ?? '';
+    const { error, response } = await list(owner.api, { after: cursor, offset: 1 });
+    expect(response.status).toBe(422);
+    expect(error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [{ location: 'query/offset' }] });
+    expect((await list(owner.api, { after: cursor, offset: 0 })).data?.items).toHaveLength(2);
+  });
+
+  it("refuses a malformed or altered cursor, or one from another user's list, with 422 VALIDATION_FAILED and shows nothing of the other list", async () => {
+    const owner = await ownerOfMany();
+    const members = await team(app);
+    for (let i = 0; i < 3; i++) await deployment(app, owner, 'requested');
+    await deployment(app, members.member, 'requested');
+    const cursor = (await list(owner.api, { limit: 1 })).data?.next_cursor ?? '';
+    const [payload = '', tag = ''] = cursor.split('.');
+    const flip = (text: string, at: number) => `${text.slice(0, at)}${text[at] === 'A' ? 'B' : 'A'}${text.slice(at + 1)}`;
+    const refused = [
+      'x',
+      'not-a-cursor',
+      `${payload}.`,
+      `.${tag}`,
+      `${payload}.${tag}.${tag}`,
+      `${flip(payload, 5)}.${tag}`,
+      `${payload}.${flip(tag, 0)}`,
+      `${payload.slice(0, -2)}.${tag}`,
+      Buffer.from('{"created_at":"2026-11-20T09:30:00Z","id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21"}').toString('base64url'),
+      "'; select pg_sleep(1); --",
+    ];
+    for (const after of refused) {
+      const { error, response } = await list(owner.api, { after });
+      expect(response.status, after).toBe(422);
+      expect(error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [{ location: 'query/after' }] });
+    }
+    // Another user, even one of the same organization, cannot use it: their own list is theirs alone.
+    for (const stranger of [members.member, await registeredUser(app)]) {
+      const { error, response } = await list(stranger.api, { after: cursor });
+      expect(response.status).toBe(422);
+      expect(error?.errors?.[0]?.location).toBe('query/after');
+    }
+    expect((await list(members.member.api)).data?.total).toBe(1);
+    // Longer than the contract allows: refused by the schema, the same way.
+    expect(await statusOf(list(owner.api, { after: 'a'.repeat(201) }))).toBe(422);
+  });
+
+  it('keeps total exact under concurrent creates', async () => {
+    const owner = await ownerOfMany();
+    const created = await Promise.all(Array.from({ length: 8 }, () => create(owner.api, { model_name: 'qwen2.5-instruct' })));
+    expect(created.map((c) => c.response.status)).toEqual(Array(8).fill(201));
+    expect((await list(owner.api, { limit: 1 })).data?.total).toBe(8);
+  });
+
+  it('keeps total exact when a removed member’s deployments pass to the admin who removed them', async () => {
+    const members = await team(app);
+    await deployment(app, members.admin, 'requested');
+    for (let i = 0; i < 2; i++) await deployment(app, members.member, 'requested');
+    expect((await list(members.admin.api)).data?.total).toBe(1);
+    const removed = await members.admin.api.DELETE('/v1/organization/members/{user_id}', { params: { path: { user_id: members.member.user.id } } });
+    expect(removed.response.status).toBe(204);
+    const { data } = await list(members.admin.api);
+    expect(data?.total).toBe(3);
+    expect(data?.items).toHaveLength(3);
   });
 });

@@ -37,3 +37,12 @@ export class DeploymentRow extends BaseModel {
   declare updated_at: Date;
   declare terminated_at: Date | null;
 }
+
+/**
+ * A SQL condition: the deployment (under `alias`, if any) is not terminated. Spelled as the
+ * predicate of the partial index `deployments_live_by_organization`, with a literal rather than a
+ * bound value, so the planner matches the index whatever the plan's parameters.
+ */
+export function notTerminatedSql(alias?: string): string {
+  return `${alias ? `${alias}.` : ''}status <> 'terminated'`;
+}

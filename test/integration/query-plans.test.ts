@@ -10,6 +10,7 @@ import { listInvitationsOf, listOpenInvitationsTo } from '../../src/invitations/
 import { listMembers } from '../../src/organizations/organizations.repository.ts';
 import { listEndpointsOf } from '../../src/webhooks/webhooks.repository.ts';
 import { createTestDatabase } from '../helpers/database.ts';
+import { nodesOf, planOf, statementsOf, type PlanNode } from '../helpers/query-plans.ts';
 
 /**
  * "Listing and reads stay index-backed at a million deployments" (DESIGN.md §4, docs/scaling.md):
@@ -37,40 +38,7 @@ const LARGE_ORGANIZATION = { members: 500, keys: 1_000, invitations: 500, endpoi
 /** How deep the deep pages of the largest tenant start (it has DEPLOYMENTS x LARGE_SHARE). */
 const DEEP = Math.round(DEPLOYMENTS * LARGE_SHARE * 0.8);
 
-interface PlanNode {
-  'Node Type': string;
-  'Parent Relationship'?: string;
-  'Plan Rows': number;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  Plans?: PlanNode[];
-}
-
-function nodesOf(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
-}
-
 const INDEX_NODES = ['Index Scan', 'Index Only Scan', 'Bitmap Index Scan'];
-
-/** Every statement `run` sends, as knex sends it to pg (sql with $1 … placeholders, and its bindings). */
-async function statementsOf(db: Knex, run: () => Promise<unknown>): Promise<Knex.Sql[]> {
-  const statements: Knex.Sql[] = [];
-  const record = (query: Knex.Sql) => statements.push(query);
-  db.on('query', record);
-  try {
-    await run();
-  } finally {
-    db.off('query', record);
-  }
-  return statements;
-}
-
-async function planOf(statement: Knex.Sql): Promise<PlanNode> {
-  const result = await planner.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`explain (format json) ${statement.sql}`, statement.bindings as unknown[]);
-  const [row] = result.rows;
-  if (!row) throw new Error('no plan');
-  return row['QUERY PLAN'][0].Plan;
-}
 
 /**
  * What a plan reads `tables` with: the indexes it scans (of any table), the index-only scans, and
@@ -91,7 +59,7 @@ const indexOnly = (plan: PlanNode) => nodesOf(plan).filter((node) => node['Node 
 /** The statements `run` sends, and each one's plan. */
 async function plansOf(run: () => Promise<unknown>): Promise<Array<{ sql: string; plan: PlanNode }>> {
   const statements = await statementsOf(db, run);
-  return Promise.all(statements.map(async (statement) => ({ sql: statement.sql, plan: await planOf(statement) })));
+  return Promise.all(statements.map(async (statement) => ({ sql: statement.sql, plan: await planOf(planner, statement) })));
 }
 
 let database: { url: string; drop(): Promise<void> };
@@ -225,13 +193,13 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
       expect(pageQuery.sql).toMatch(
         /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" order by "page"."created_at" desc, "page"."id" desc$/,
       );
-      const plan = await planOf(pageQuery);
+      const plan = await planOf(planner, pageQuery);
       expect(howRead(plan)).toEqual({ indexes: ['deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
       expect(indexOnly(plan)).toEqual(['deployments_by_owner']);
 
       // `total` is the owner's counter row, whatever the number of deployments.
       expect(countQuery.sql).toMatch(/^select "deployments" from "deployment_counts" where "user_id" = \$1 and "organization_id" = \$2/);
-      expect(howRead(await planOf(countQuery), ['deployment_counts'])).toEqual({ indexes: ['deployment_counts_pkey'], sequentialScans: [], sorts: 0 });
+      expect(howRead(await planOf(planner, countQuery), ['deployment_counts'])).toEqual({ indexes: ['deployment_counts_pkey'], sequentialScans: [], sorts: 0 });
     });
   }
 
@@ -251,7 +219,7 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
   it("estimates the largest tenant's rows from the extended statistics, not as if user and organization were independent", async () => {
     const [countQuery] = await statementsOf(db, () => db('deployments').where({ user_id: large.userId, organization_id: large.organizationId }).count({ count: '*' }));
     if (!countQuery) throw new Error('no statement');
-    const scan = nodesOf(await planOf(countQuery)).find((node) => node['Index Name'] === 'deployments_by_owner');
+    const scan = nodesOf(await planOf(planner, countQuery)).find((node) => node['Index Name'] === 'deployments_by_owner');
     const actual = Math.round(DEPLOYMENTS * LARGE_SHARE);
     expect(scan?.['Plan Rows']).toBeGreaterThan(actual / 2);
     expect(scan?.['Plan Rows']).toBeLessThan(actual * 2);
@@ -262,7 +230,7 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
     expect(statements).toHaveLength(1);
     const [statement] = statements;
     if (!statement) throw new Error('one statement expected');
-    expect(howRead(await planOf(statement))).toEqual({ indexes: ['deployments_pkey'], sequentialScans: [], sorts: 0 });
+    expect(howRead(await planOf(planner, statement))).toEqual({ indexes: ['deployments_pkey'], sequentialScans: [], sorts: 0 });
     expect(await findDeploymentOf(db, typical, someId)).toMatchObject({ id: someId, user_id: typical.userId });
   });
 
@@ -270,7 +238,7 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
     const statements = await statementsOf(db, () => db.transaction((trx) => findDeploymentOf(trx, typical, someId, { forUpdate: true })));
     const locking = statements.find((statement) => statement.sql.endsWith('for update'));
     if (!locking) throw new Error('no select … for update');
-    expect(howRead(await planOf(locking)).indexes).toEqual(['deployments_pkey']);
+    expect(howRead(await planOf(planner, locking)).indexes).toEqual(['deployments_pkey']);
   });
 });
 

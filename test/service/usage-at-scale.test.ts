@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
-import type { Knex } from 'knex';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
@@ -10,6 +9,7 @@ import { maintainUsagePartitions } from '../../src/billing/usage-partitions.ts';
 import { compactUsageRollups } from '../../src/billing/usage-rollups.ts';
 import { insertUsageRecords, type NewUsageRecord } from '../../src/inference/inference.repository.ts';
 import { UsageRecorder, type UsageRecord } from '../../src/inference/usage.ts';
+import { nodesOf, planOf, statementsOf, type PlanNode } from '../helpers/query-plans.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
 
 /**
@@ -251,15 +251,9 @@ describe('usage at scale', () => {
   });
 
   it('reads the summary through the rollups’ and the edges’ indexes, never a scan of a usage table', async () => {
-    const statements: Knex.Sql[] = [];
-    const record = (query: Knex.Sql) => statements.push(query);
-    services.db.on('query', record);
-    try {
-      await usageTotals(services.db, organizationOf(owner), { start: at('2026-09-15T10:20:30Z'), end: at('2026-10-15T10:20:30Z') }, at('2026-11-20T00:00:00Z'));
-    } finally {
-      services.db.off('query', record);
-    }
-    const [statement] = statements;
+    const [statement] = await statementsOf(services.db, () =>
+      usageTotals(services.db, organizationOf(owner), { start: at('2026-09-15T10:20:30Z'), end: at('2026-10-15T10:20:30Z') }, at('2026-11-20T00:00:00Z')),
+    );
     if (!statement) throw new Error('usageTotals sent no statement');
     // Without sequential scans, if the planner can help it: a scan left in the plan means no index serves the query.
     const connection = (await services.db.client.acquireConnection()) as pg.Client;
@@ -267,8 +261,7 @@ describe('usage at scale', () => {
     try {
       await connection.query('begin');
       await connection.query('set local enable_seqscan = off');
-      const result = await connection.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`explain (format json) ${statement.sql}`, statement.bindings as unknown[]);
-      plan = result.rows[0]?.['QUERY PLAN'][0].Plan ?? { 'Node Type': 'none' };
+      plan = await planOf(connection, statement);
     } finally {
       await connection.query('rollback');
       await services.db.client.releaseConnection(connection);
@@ -284,13 +277,3 @@ describe('usage at scale', () => {
   });
 });
 
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  Plans?: PlanNode[];
-}
-
-function nodesOf(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
-}

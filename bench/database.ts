@@ -45,9 +45,9 @@ function withDatabase(url: string, database: string): string {
 /**
  * Opens the run's database. `prefix` names it (`<prefix>_<pid>_<ms>`); `machinePostgres` tries the
  * machine's Postgres before the embedded one; `reuse` names an existing database on that server to
- * use as it is (nothing created, and by default nothing dropped).
+ * use as it is (nothing created, and by default nothing dropped); `keep` only says so in the description.
  */
-export async function openDatabase(workDir: string, options: { prefix: string; machinePostgres?: boolean; reuse?: string }): Promise<BenchDatabase> {
+export async function openDatabase(workDir: string, options: { prefix: string; machinePostgres?: boolean; reuse?: string; keep?: boolean }): Promise<BenchDatabase> {
   let serverUrl = process.env.DATABASE_URL;
   let where = 'the server of DATABASE_URL';
   if (!serverUrl && options.machinePostgres && (await answers(MACHINE_POSTGRES_URL))) {
@@ -62,7 +62,7 @@ export async function openDatabase(workDir: string, options: { prefix: string; m
     return {
       url: withDatabase(serverUrl, name),
       name,
-      description: options.reuse ? `database ${name} on ${where} (reused)` : `database ${name} on ${where} (dropped afterwards)`,
+      description: `database ${name} on ${where} (${options.reuse ? 'reused' : options.keep ? 'kept afterwards' : 'dropped afterwards'})`,
       async close({ keep = options.reuse !== undefined } = {}) {
         if (keep) return;
         const client = new pg.Client({ connectionString: admin });

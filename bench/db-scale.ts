@@ -322,7 +322,7 @@ async function main(): Promise<number> {
     if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error('dist/main.js is missing: run `make build` (make bench-db does)');
 
     // 1. Database, migrations, seed.
-    database = await openDatabase(workDir, { prefix: 'mds_benchdb', machinePostgres: true, reuse: settings.run.reuse });
+    database = await openDatabase(workDir, { prefix: 'mds_benchdb', machinePostgres: true, reuse: settings.run.reuse, keep: settings.run.keep });
     step(database.description);
     admin = new pg.Client({ connectionString: database.url });
     admin.on('error', () => undefined); // dropped with the database at the end
@@ -417,12 +417,12 @@ async function main(): Promise<number> {
       const created = await heavyApi.post<{ endpoint: { id: string } }>('/v1/organization/webhook-endpoints', { url: 'http://127.0.0.1:9/bench-db', description: 'bench-db' });
       endpointId = created.endpoint.id;
       if (!settings.run.reuse) {
-        // Its delivery history: one delivery a test event, one attempt each, newest last.
+        // Its delivery history over the 30 days the pruning keeps: one delivery a test event, one attempt each, newest last.
         await admin.query(
           `with d as (
              insert into webhook_deliveries (endpoint_id, event_type, status, attempts, queued_at, created_at, completed_at)
-             select $1::uuid, 'webhook.test', case when k % 50 = 0 then 'failed' else 'succeeded' end, 1, now() - make_interval(mins => $2::int - k),
-                    now() - make_interval(mins => $2::int - k), now() - make_interval(mins => $2::int - k)
+             select $1::uuid, 'webhook.test', case when k % 50 = 0 then 'failed' else 'succeeded' end, 1, now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int),
+                    now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int), now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int)
              from generate_series(1, $2::int) k returning id, status, created_at
            )
            insert into webhook_delivery_attempts (delivery_id, endpoint_id, attempt, outcome, response_status, duration_ms, created_at)

@@ -323,6 +323,16 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
   // ---- GPU intervals: every closed minute of the running deployments, oldest first
   t = stepStart();
   const intervalsLoad = await withoutSecondaryIndexes(client, 'gpu_usage_intervals');
+  // The running deployments' GPU services (the view the metering reads), once, with fresh statistics:
+  // joined per interval, the view's plan on unanalyzed tables grows with running deployments times instances.
+  await q('analyze deployments, gpu_allocations, instances');
+  await q(
+    `create temp table bench_running as
+       select d.id, d.organization_id, d.running_since, d.accrued_until, s.service_key
+       from deployments d join deployment_gpu_services s on s.deployment_id = d.id
+       where d.status = 'running' and s.service_key is not null`,
+  );
+  await q('analyze bench_running');
   if (shape.gpuIntervals > 0 && heavyRunning + typicalRunning > 0) {
     const longest = Math.max(heavyMinutes, typicalMinutes);
     const intervalWindows = Math.max(1, Math.ceil(shape.gpuIntervals / options.batchRows));
@@ -332,15 +342,13 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
       const toMinute = Math.ceil((longest * (intervalWindows - w - 1)) / intervalWindows);
       await q(
         `insert into gpu_usage_intervals (deployment_id, organization_id, service_key, started_at, ended_at, usage_report_id, reported_at)
-         select d.id, d.organization_id, s.service_key, t, t + interval '1 minute', r.id, r.reported_at
-         from deployments d
-         join deployment_gpu_services s on s.deployment_id = d.id
+         select d.id, d.organization_id, d.service_key, t, t + interval '1 minute', r.id, r.reported_at
+         from bench_running d
          cross join lateral generate_series(greatest(d.running_since, d.accrued_until - make_interval(mins => $1::int)),
                                             d.accrued_until - make_interval(mins => $2::int + 1), interval '1 minute') t
          left join bench_owners b on b.org_id = d.organization_id and b.reports and t + interval '1 minute' < $4::timestamptz - interval '1 hour'
          left join bench_reports r on r.org_id = b.org_id and r.meter = 'gpu_instance_seconds'
                                    and r.day = floor(extract(epoch from t + interval '1 minute' - ($4::timestamptz - make_interval(days => $3::int))) / 86400)::int
-         where d.status = 'running' and s.service_key is not null
          order by t, d.id`,
         [fromMinute, toMinute, shape.usageDays, now],
       );

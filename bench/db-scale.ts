@@ -77,6 +77,12 @@ async function insertRates(url: string, organizationId: number, table: InsertRat
   const rates: InsertRate[] = [];
   try {
     for (const batch of settings.run.insertBatches) {
+      // Each batch size starts right after a checkpoint, so each pays the same full-page writes of the
+      // index pages it touches first (whatever the previous one or the seeding left dirty): comparable runs.
+      const checkpointed = await db.raw('checkpoint').then(
+        () => true,
+        () => false,
+      );
       const perBatch: number[] = [];
       let rows = 0;
       const started = performance.now();
@@ -107,7 +113,7 @@ async function insertRates(url: string, organizationId: number, table: InsertRat
         rows += batch;
       }
       const seconds = (performance.now() - started) / 1000;
-      rates.push({ batch, table, rows, seconds, rowsPerSecond: rows / seconds, p50: percentile(perBatch, 0.5), p99: percentile(perBatch, 0.99) });
+      rates.push({ batch, table, rows, seconds, rowsPerSecond: rows / seconds, p50: percentile(perBatch, 0.5), p99: percentile(perBatch, 0.99), checkpointed });
     }
   } finally {
     await db.destroy();
@@ -247,11 +253,12 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
     await explain('deployment by id', (d) => deployments.findDeploymentOf(d, heavy, seeded.heavyDeploymentId));
     const summary = await import('../src/billing/usage-summary.ts');
     await explain('usage summary, heavy organization', (d) => summary.usageSummary(d, heavy.organizationId), (sql) => !/from "billing_accounts"/.test(sql));
+    await explain('usage summary, typical organization', (d) => summary.usageSummary(d, seeded.typical.organizationId), (sql) => !/from "billing_accounts"/.test(sql));
     const keys = await import('../src/api-keys/api-keys.repository.ts');
     await explain('deployment options (API key scopes), heavy organization', (d) => keys.scopableDeployments(d, heavy.organizationId));
     await explain('API keys, heavy organization', (d) => keys.listKeysOf(d, heavy.organizationId));
     const inference = await import('../src/inference/inference.repository.ts');
-    await explain('GET /v1/models routing candidates, heavy organization', (d) => inference.findRoutingCandidates(d, { organizationId: heavy.organizationId }));
+    await explain('inference routing candidates of an organization (an API key without a deployment scope), heavy organization', (d) => inference.findRoutingCandidates(d, { organizationId: heavy.organizationId }));
     const invitations = await import('../src/invitations/invitations.repository.ts');
     await explain('invitations, heavy organization', (d) => invitations.listInvitationsOf(d, heavy.organizationId));
     const organizations = await import('../src/organizations/organizations.repository.ts');
@@ -414,9 +421,15 @@ async function main(): Promise<number> {
     const typicalKey = await typicalApi.post<{ key: string }>('/v1/organization/api-keys', { name: 'bench-db', deployment_ids: [], allow_hosted_models: true });
     let endpointId: string | undefined;
     try {
-      const created = await heavyApi.post<{ endpoint: { id: string } }>('/v1/organization/webhook-endpoints', { url: 'http://127.0.0.1:9/bench-db', description: 'bench-db' });
-      endpointId = created.endpoint.id;
-      if (!settings.run.reuse) {
+      // A reused database has the endpoint of the run that seeded it, with its history.
+      const { rows: [existing] } = await admin.query<{ id: string }>(
+        `select id from webhook_endpoints where organization_id = $1 and description = 'bench-db' order by created_at limit 1`,
+        [seeded.heavy.organizationId],
+      );
+      endpointId = existing?.id;
+      if (!endpointId) {
+        const created = await heavyApi.post<{ endpoint: { id: string } }>('/v1/organization/webhook-endpoints', { url: 'http://127.0.0.1:9/bench-db', description: 'bench-db' });
+        endpointId = created.endpoint.id;
         // Its delivery history over the 30 days the pruning keeps: one delivery a test event, one attempt each, newest last.
         await admin.query(
           `with d as (
@@ -530,7 +543,7 @@ async function main(): Promise<number> {
       `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
       `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
       `Calls: one at a time over keep-alive, ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets (issue #19): p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
-      `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after. Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
+      `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size for ${settings.run.insertSeconds} s from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
       `Machine: ${machine}; load average at the start ${loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
       'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',
     ];

@@ -295,6 +295,8 @@ export interface InsertRate {
   /** Per batch, ms. */
   p50: number;
   p99: number;
+  /** Whether the measurement started from a CHECKPOINT (it needs the right to run one). */
+  checkpointed?: boolean;
 }
 
 /** Each route's verdict, then the insert rates against the reference run (a committed result at the same shape), when there is one. */

@@ -105,6 +105,8 @@ async function insertRates(url: string, organizationId: number, table: InsertRat
             quantity: prompt + 100,
             outcome: 'completed' as const,
             estimated: false,
+            // Stamped by the service where the table is keyed by it (a newer insert reads it; an older one ignores it).
+            created_at: new Date(),
           };
         });
         const t0 = performance.now();
@@ -137,6 +139,25 @@ function referenceRun(settings: Settings): { file: string; commit: string; inser
     }
   }
   return undefined;
+}
+
+/**
+ * Runs the service's fold of usage rollup deltas (`compactUsageRollups` in src/billing/usage-rollups.ts)
+ * when the code has one; undefined when it has not. Imported by a computed path: the module is newer
+ * than this benchmark may be.
+ */
+async function foldUsageRollups(url: string): Promise<{ count: number; seconds: number } | undefined> {
+  const modulePath = path.join(ROOT, 'src', 'billing', 'usage-rollups.ts');
+  if (!existsSync(modulePath)) return undefined;
+  const module = (await import(modulePath)) as { compactUsageRollups?: (db: Knex) => Promise<number> };
+  if (typeof module.compactUsageRollups !== 'function') return undefined;
+  const db = createDatabase({ url, poolMax: 1 });
+  const started = performance.now();
+  try {
+    return { count: await module.compactUsageRollups(db), seconds: (performance.now() - started) / 1000 };
+  } finally {
+    await db.destroy();
+  }
 }
 
 // ---- timing routes through HTTP
@@ -359,6 +380,13 @@ async function main(): Promise<number> {
           emptyInserts.forEach((rate) => out(insertLine(rate)));
         },
       });
+      // Where the service folds what its usage triggers appended on a schedule (every minute, in the
+      // workers, which this run does not start), the fold that would have run during the seeding.
+      const folded = await foldUsageRollups(database.url);
+      if (folded) {
+        full.timings.fold_usage_rollups = folded.seconds;
+        out(`  the usage rollups folded as the service's scheduled job does: ${fmt(folded.count)} (${elapsed(folded.seconds)})`);
+      }
       const vacuumStarted = performance.now();
       await admin.query('vacuum (analyze)');
       full.timings.vacuum_analyze = (performance.now() - vacuumStarted) / 1000;

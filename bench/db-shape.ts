@@ -40,8 +40,10 @@ export interface RunSettings {
   warmupCalls: number;
   /** Longest time spent on one route for one user, seconds: a route that takes seconds a call stops early. */
   routeSeconds: number;
-  /** Seconds of inserting usage rows per batch size. */
+  /** Seconds of inserting usage rows per round and batch size. */
   insertSeconds: number;
+  /** Rounds per batch size, each from a checkpoint; the best one counts. */
+  insertRounds: number;
   insertBatches: number[];
   /** Rows per seeding statement. */
   seedBatchRows: number;
@@ -76,7 +78,8 @@ export const SETTINGS_HELP: ReadonlyArray<[env: string, description: string]> = 
   ['BENCH_DB_CALLS', 'calls per route and user (200)'],
   ['BENCH_DB_WARMUP_CALLS', 'calls of every route, in a first pass over all of them, before any is measured (20)'],
   ['BENCH_DB_ROUTE_SECONDS', 'at most this long per route and user, seconds (20)'],
-  ['BENCH_DB_INSERT_SECONDS', 'inserting usage rows, seconds per batch size (5)'],
+  ['BENCH_DB_INSERT_SECONDS', 'inserting usage rows, seconds per round and batch size (5)'],
+  ['BENCH_DB_INSERT_ROUNDS', 'rounds per batch size, each from a CHECKPOINT; the best counts (3)'],
   ['BENCH_DB_INSERT_BATCHES', 'batch sizes of the insert measurement (1,50,500)'],
   ['BENCH_DB_SEED_BATCH_ROWS', 'rows per seeding statement (1,000,000)'],
   ['BENCH_DB_KEEP', '1: keep the database afterwards (on a server), for BENCH_DB_REUSE'],
@@ -149,6 +152,7 @@ export function readSettings(env: Record<string, string | undefined>): Settings 
     warmupCalls: number('BENCH_DB_WARMUP_CALLS', 20, (v) => Number.isInteger(v) && v >= 0, 'an integer >= 0'),
     routeSeconds: number('BENCH_DB_ROUTE_SECONDS', 20, (v) => v > 0, 'a number > 0'),
     insertSeconds: number('BENCH_DB_INSERT_SECONDS', 5, (v) => v > 0, 'a number > 0'),
+    insertRounds: number('BENCH_DB_INSERT_ROUNDS', 3, (v) => Number.isInteger(v) && v >= 1, 'an integer >= 1'),
     insertBatches: batches,
     seedBatchRows: number('BENCH_DB_SEED_BATCH_ROWS', 1_000_000, (v) => Number.isInteger(v) && v >= 1000, 'an integer >= 1000'),
     keep: ['1', 'true', 'on', 'yes'].includes((env.BENCH_DB_KEEP ?? '').toLowerCase()),
@@ -297,6 +301,8 @@ export interface InsertRate {
   p99: number;
   /** Whether the measurement started from a CHECKPOINT (it needs the right to run one). */
   checkpointed?: boolean;
+  /** rows/s of each round; the figures above are the best round's. */
+  rounds?: number[];
 }
 
 /** Each route's verdict, then the insert rates against the reference run (a committed result at the same shape), when there is one. */

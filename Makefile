@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test fuzz test-engine test-billing bench clean
+.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test fuzz test-engine test-billing bench bench-db clean
 
 ## install: install dependencies when the content of package.json or the lockfile changed (a checkout
 ## that only touches them does not wipe node_modules under a running service: the stamp holds their hash)
@@ -99,6 +99,12 @@ test-billing: $(INSTALLED)
 ## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
 bench: build
 	node bench/proxy-overhead.ts
+
+## bench-db: the read routes and usage inserts at a million deployments and twenty million usage rows, budgets of
+## issue #19 (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
+## default shape; BENCH_DB_SCALE=0.001 runs in a minute; settings: node bench/db-scale.ts --help; writes bench/results/)
+bench-db: build
+	node bench/db-scale.ts $(BENCH_DB_ARGS)
 
 ## clean: remove local data (the embedded Postgres cluster)
 clean:

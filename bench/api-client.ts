@@ -29,12 +29,18 @@ export class ApiClient {
     return this.request<T>('POST', path, body);
   }
 
-  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+  /** The headers a browser sends with a request of `method`: its cookies, and the CSRF token on writes. */
+  headers(method = 'GET', withBody = false): Record<string, string> {
     const headers: Record<string, string> = { accept: 'application/json', origin: new URL(this.baseUrl).origin };
-    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (withBody) headers['content-type'] = 'application/json';
     if (this.#cookies.size) headers.cookie = [...this.#cookies].map(([name, value]) => `${name}=${value}`).join('; ');
     const csrf = this.#cookies.get('__Host-csrf_token') ?? this.#cookies.get('csrf_token');
     if (csrf && method !== 'GET') headers['x-csrf-token'] = decodeURIComponent(csrf);
+    return headers;
+  }
+
+  async request<T>(method: string, path: string, body?: unknown): Promise<T> {
+    const headers = this.headers(method, body !== undefined);
     const response = await fetch(`${this.baseUrl}${path}`, {
       method,
       headers,

@@ -39,19 +39,17 @@
  * BENCH_SCRAPE_SECONDS (15) as Prometheus would; `off`: no listener, nothing recorded), DATABASE_URL.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { ensureDatabase, startEmbeddedPostgres, type RunningPostgres } from '../src/db/embedded-postgres.ts';
-import { createLogger } from '../src/logger.ts';
 import { ApiClient } from './api-client.ts';
+import { openDatabase, type BenchDatabase } from './database.ts';
 import { load, streams, type Target } from './load.ts';
 import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
 import { freePort, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
-import { budgets, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
+import { budgets, commitOf, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 const RESULTS = path.join(import.meta.dirname, 'results');
@@ -116,13 +114,6 @@ const STREAM_BODY = { ...CHAT_BODY, max_tokens: settings.streamTokens, ignore_eo
 const out = (text = '') => process.stdout.write(`${text}\n`);
 const step = (text: string) => out(`• ${text}`);
 
-/** Database of the run: created here, dropped (or the embedded server stopped) by `close`. */
-interface BenchDatabase {
-  url: string;
-  description: string;
-  close(): Promise<void>;
-}
-
 /**
  * CPU of the Postgres backends serving the bench database (found in pg_stat_activity, read from
  * /proc), so the proxy's database work is told apart from whatever else runs on the machine.
@@ -168,49 +159,6 @@ class DatabaseCpu {
 }
 
 let databaseCpu: DatabaseCpu | undefined;
-
-async function openDatabase(workDir: string): Promise<BenchDatabase> {
-  const serverUrl = process.env.DATABASE_URL;
-  const name = `mds_bench_${process.pid}_${Date.now()}`;
-  if (serverUrl) {
-    const admin = new URL(serverUrl);
-    admin.pathname = '/postgres';
-    await ensureDatabase(admin.toString(), name);
-    const url = new URL(serverUrl);
-    url.pathname = `/${name}`;
-    return {
-      url: url.toString(),
-      description: `database ${name} on the server of DATABASE_URL (dropped afterwards)`,
-      async close() {
-        const client = new pg.Client({ connectionString: admin.toString() });
-        await client.connect();
-        try {
-          await client.query(`drop database if exists ${client.escapeIdentifier(name)} with (force)`);
-        } finally {
-          await client.end();
-        }
-      },
-    };
-  }
-  const port = await freePort();
-  chmodSync(workDir, 0o755); // the server runs as the postgres user when we are root
-  let embedded: RunningPostgres | undefined = await startEmbeddedPostgres({
-    dataDir: path.join(workDir, 'postgres'),
-    port,
-    database: name,
-    persistent: false,
-    log: createLogger('warn'),
-  });
-  return {
-    url: embedded.url,
-    description: `embedded Postgres on 127.0.0.1:${port} (temporary)`,
-    async close() {
-      const running = embedded;
-      embedded = undefined;
-      await running?.stop();
-    },
-  };
-}
 
 interface Deployment {
   id: string;
@@ -405,7 +353,7 @@ async function main(): Promise<number> {
     }
 
     // 1. Database.
-    database = await openDatabase(workDir);
+    database = await openDatabase(workDir, { prefix: 'mds_bench' });
     step(database.description);
     databaseCpu = await DatabaseCpu.open(database.url);
 
@@ -600,7 +548,7 @@ async function main(): Promise<number> {
     const json = {
       started_at: startedAt.toISOString(),
       finished_at: new Date().toISOString(),
-      commit: commitOf(),
+      commit: commitOf(ROOT),
       machine,
       cpus: cpus().length,
       node: process.version,
@@ -632,17 +580,6 @@ async function main(): Promise<number> {
     return 1;
   } finally {
     await cleanup();
-  }
-}
-
-/** The commit measured (with `+changes` when the work tree differs from it), for the results. */
-function commitOf(): string {
-  try {
-    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench', 'package.json'], { cwd: ROOT, encoding: 'utf8' }).trim();
-    return dirty ? `${commit}+changes` : commit;
-  } catch {
-    return 'unknown';
   }
 }
 

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import type { LoadResult, StreamResult } from './load.ts';
 import type { MachineUsage, ProcessUsage } from './procfs.ts';
 
@@ -146,7 +147,7 @@ export function budgets(figures: RunFigures): Budget[] {
 
 const num = (value: number | undefined, digits = 2) => (value === undefined || Number.isNaN(value) ? '–' : value.toFixed(digits));
 const signed = (value: number | undefined, digits = 2) => (value === undefined || Number.isNaN(value) ? '–' : `${value >= 0 ? '+' : ''}${value.toFixed(digits)}`);
-const verdict = (met: boolean | undefined) => (met === undefined ? 'n/a' : met ? 'met' : 'MISSED');
+export const verdict = (met: boolean | undefined) => (met === undefined ? 'n/a' : met ? 'met' : 'MISSED');
 
 /** Rows of the one table: [label, then one column per target]. */
 export function rows(figures: RunFigures): string[][] {
@@ -184,18 +185,31 @@ export function textBudgets(list: Budget[]): string {
   return list.map((b) => `  [${verdict(b.met).padEnd(6)}] ${b.name.padEnd(width)}  ${b.limit.padEnd(limitWidth)}  measured ${measured(b)}`).join('\n');
 }
 
-export function markdown(meta: Record<string, unknown>, table: string[][], list: Budget[], notes: string[]): string {
+/** What a results page is called and which target and script wrote it (by default the proxy benchmark's). */
+export interface MarkdownTitle {
+  title: string;
+  writtenBy: string;
+  budgetsHeading: string;
+}
+
+const PROXY_TITLE: MarkdownTitle = {
+  title: 'Proxy overhead benchmark: latest run',
+  writtenBy: '`make bench` (bench/proxy-overhead.ts)',
+  budgetsHeading: 'Budget (DESIGN.md §4)',
+};
+
+export function markdown(meta: Record<string, unknown>, table: string[][], list: Budget[], notes: string[], title: MarkdownTitle = PROXY_TITLE): string {
   const line = (row: string[]) => `| ${row.join(' | ')} |`;
   const lines = [
-    '# Proxy overhead benchmark: latest run',
+    `# ${title.title}`,
     '',
-    `Run ${String(meta.started_at)}, ${String(meta.machine)}, commit ${String(meta.commit)}; written by \`make bench\` (bench/proxy-overhead.ts).`,
+    `Run ${String(meta.started_at)}, ${String(meta.machine)}, commit ${String(meta.commit)}; written by ${title.writtenBy}.`,
     '',
     line(table[0] ?? []),
     line((table[0] ?? []).map((_, i) => (i === 0 ? '---' : '---:'))),
     ...table.slice(1).map(line),
     '',
-    '| Budget (DESIGN.md §4) | Limit | Measured | |',
+    `| ${title.budgetsHeading} | Limit | Measured | |`,
     '|---|---|---:|---|',
     ...list.map((b) => line([b.name, b.limit, measured(b), verdict(b.met)])),
     '',
@@ -203,4 +217,15 @@ export function markdown(meta: Record<string, unknown>, table: string[][], list:
     '',
   ];
   return lines.join('\n');
+}
+
+/** The commit measured (with `+changes` when the work tree differs from it in what runs), for the results. */
+export function commitOf(root: string): string {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench', 'migrations', 'package.json'], { cwd: root, encoding: 'utf8' }).trim();
+    return dirty ? `${commit}+changes` : commit;
+  } catch {
+    return 'unknown';
+  }
 }

@@ -267,12 +267,13 @@ describe('usage at scale', () => {
       await services.db.client.releaseConnection(connection);
     }
     const nodes = nodesOf(plan);
-    const usageTables = /^(usage_records|usage_rollup|gpu_usage_intervals)/;
+    const usageTables = /^(usage_records|usage_rollup|gpu_usage_intervals|deployments$)/;
     expect(nodes.filter((node) => node['Node Type'] === 'Seq Scan' && usageTables.test(node['Relation Name'] ?? ''))).toEqual([]);
     const indexes = new Set(nodes.map((node) => node['Index Name']).filter((name) => name !== undefined));
     expect(indexes).toContain('usage_rollups_pkey');
     expect(indexes).toContain('usage_rollup_deltas_organization');
     expect(indexes).toContain('gpu_usage_intervals_span');
+    expect(indexes).toContain('deployments_metered_by_organization');
     expect([...indexes].some((name) => /^usage_records_.*_organization_id_created_at_/.test(name ?? ''))).toBe(true);
   });
 });

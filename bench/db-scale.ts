@@ -58,7 +58,7 @@ import {
   type RouteTiming,
   type Settings,
 } from './db-shape.ts';
-import { freePort, start, stopAll, waitUntil } from './processes.ts';
+import { productionServiceEnv, start, stopAll, waitUntil } from './processes.ts';
 import { commitOf, markdown, textBudgets, textTable } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -435,26 +435,9 @@ async function main(): Promise<number> {
     step(`Postgres ${server?.version}: shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}, effective_cache_size ${server?.effective_cache_size}, ${server?.parallel_workers} parallel workers per gather`);
 
     // 2. The service.
-    const port = await freePort();
-    const base = `http://127.0.0.1:${port}`;
-    const serviceEnv: NodeJS.ProcessEnv = {
-      ...process.env,
-      NODE_ENV: 'production',
-      APP_SECRET: randomBytes(32).toString('base64url'),
-      SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
-      DATABASE_URL: database.url,
-      LOG_LEVEL: 'warn',
-      RESPONSE_VALIDATION: 'false',
-      CLUSTER_SIMULATOR: 'false',
-      HOST: '127.0.0.1',
-      PORT: String(port),
-      PUBLIC_URL: base,
-      ALLOWED_ORIGINS: base,
-      ROLE: 'api',
-      // The endpoint the heavy organization registers points at loopback; nothing is delivered (no worker runs).
-      WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
-      SHUTDOWN_TIMEOUT_MS: '5000',
-    };
+    const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'api' });
+    // The endpoint the heavy organization registers points at loopback; nothing is delivered (no worker runs).
+    serviceEnv.WEBHOOK_ALLOW_PRIVATE_TARGETS = 'true';
     const service = start('service', ['--max-semi-space-size=16', 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
     await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
     step(`service (pid ${service.pid}, ROLE=api) at ${base}`);

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -133,3 +134,30 @@ export async function freePort(): Promise<number> {
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The environment the benches run the built service with: production settings on loopback, a fresh
+ * secret, no cluster simulator, response validation off, and an SMTP port nothing listens on (no
+ * email is sent during a run). The caller adds what its run needs.
+ */
+export async function productionServiceEnv(options: { databaseUrl: string; role: 'api' | 'all' }): Promise<{ env: NodeJS.ProcessEnv; base: string }> {
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    NODE_ENV: 'production',
+    APP_SECRET: randomBytes(32).toString('base64url'),
+    SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
+    DATABASE_URL: options.databaseUrl,
+    LOG_LEVEL: 'warn',
+    RESPONSE_VALIDATION: 'false',
+    CLUSTER_SIMULATOR: 'false',
+    HOST: '127.0.0.1',
+    PORT: String(port),
+    PUBLIC_URL: base,
+    ALLOWED_ORIGINS: base,
+    ROLE: options.role,
+    SHUTDOWN_TIMEOUT_MS: '5000',
+  };
+  return { env, base };
+}

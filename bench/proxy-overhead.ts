@@ -48,7 +48,7 @@ import { ApiClient } from './api-client.ts';
 import { openDatabase, type BenchDatabase } from './database.ts';
 import { load, streams, type Target } from './load.ts';
 import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
-import { freePort, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
+import { freePort, productionServiceEnv, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
 import { budgets, commitOf, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -383,26 +383,8 @@ async function main(): Promise<number> {
     step(`simulator (pid ${simulator.pid}) at ${simulatorUrl}`);
 
     // 3. The service, its own process, and its set-up through the operator CLI and the HTTP API.
-    const port = await freePort();
-    const base = `http://127.0.0.1:${port}`;
-    const serviceEnv: NodeJS.ProcessEnv = {
-      ...process.env,
-      NODE_ENV: 'production',
-      APP_SECRET: randomBytes(32).toString('base64url'),
-      // Nothing listens there: no email is sent during the run.
-      SMTP_URL: `smtp://127.0.0.1:${await freePort()}`,
-      DATABASE_URL: database.url,
-      LOG_LEVEL: 'warn',
-      RESPONSE_VALIDATION: 'false',
-      CLUSTER_SIMULATOR: 'false',
-      HOST: '127.0.0.1',
-      PORT: String(port),
-      PUBLIC_URL: base,
-      ALLOWED_ORIGINS: base,
-      ROLE: 'all',
-      READINESS_POLL_SECONDS: '0.2',
-      SHUTDOWN_TIMEOUT_MS: '5000',
-    };
+    const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'all' });
+    serviceEnv.READINESS_POLL_SECONDS = '0.2';
     const metricsUrl = settings.metrics ? `http://127.0.0.1:${await freePort()}/metrics` : undefined;
     if (metricsUrl) {
       serviceEnv.METRICS_PORT = new URL(metricsUrl).port;

@@ -50,7 +50,7 @@ export async function addClusterGpuPrices(db: Db, clusterId: string): Promise<vo
 // ---- GPU seconds
 
 /** A deployment's metering columns. */
-export type MeteredDeployment = Pick<DeploymentRow, 'id' | 'organization_id' | 'running_since' | 'running_until' | 'accrued_until'>;
+export type MeteredDeployment = Pick<DeploymentRow, 'id' | 'organization_id' | 'running_since' | 'running_until' | 'accrued_until' | 'gpu_service_key'>;
 
 /** Deployments whose GPU seconds are still to be closed: running ones, and ones that left running since the last interval. */
 export async function findGpuMeteringDue(db: Db): Promise<string[]> {
@@ -63,7 +63,7 @@ export async function findGpuMeteringDue(db: Db): Promise<string[]> {
 
 /** The deployment's metering columns, its row locked until the transaction ends (one accrual at a time). */
 export async function lockMeteredDeployment(trx: Knex.Transaction, id: string): Promise<MeteredDeployment | undefined> {
-  return DeploymentRow.query(trx).findById(id).forUpdate().select('id', 'organization_id', 'running_since', 'running_until', 'accrued_until');
+  return DeploymentRow.query(trx).findById(id).forUpdate().select('id', 'organization_id', 'running_since', 'running_until', 'accrued_until', 'gpu_service_key');
 }
 
 /** The database clock, truncated to the second, as it is now (not when the transaction began). */
@@ -100,9 +100,11 @@ export async function insertGpuInterval(
   await GpuUsageIntervalRow.query(trx).insert(interval);
 }
 
-/** Records how far the deployment's GPU seconds are closed. */
-export async function recordAccruedUntil(trx: Knex.Transaction, id: string, until: Date): Promise<void> {
-  await DeploymentRow.query(trx).findById(id).patch({ accrued_until: until });
+/** Records how far the deployment's GPU seconds are closed, and the service they are priced as when given. */
+export async function recordAccruedUntil(trx: Knex.Transaction, id: string, until: Date, serviceKey?: string): Promise<void> {
+  await DeploymentRow.query(trx)
+    .findById(id)
+    .patch({ accrued_until: until, ...(serviceKey ? { gpu_service_key: serviceKey } : {}) });
 }
 
 // ---- the usage summary
@@ -161,9 +163,11 @@ export async function usageTotals(db: Db, organizationId: number, period: Period
        select s.service_key,
               extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
        from deployments d
-       -- Per deployment (lateral, limit 1): joined as a whole, the view's GPU counts (a series per
-       -- instance) are estimated so badly that 800 running deployments took 400 ms instead of 15.
-       cross join lateral (select service_key from deployment_gpu_services where deployment_id = d.id limit 1) s
+       -- The key the meter stored with its first accrual; the view only for a deployment not accrued
+       -- yet, per deployment (lateral, limit 1): joined as a whole, the view's GPU counts (a series
+       -- per instance) are estimated so badly that 800 running deployments took 400 ms instead of 15.
+       left join lateral (select service_key from deployment_gpu_services where d.gpu_service_key is null and deployment_id = d.id limit 1) v on true
+       cross join lateral (select coalesce(d.gpu_service_key, v.service_key) as service_key) s
        where d.organization_id = :organization and s.service_key is not null and d.running_since is not null
          and (d.running_until is null or d.accrued_until is distinct from d.running_until)
          and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)

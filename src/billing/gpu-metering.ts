@@ -67,7 +67,7 @@ export class GpuMeter {
         if (deployment.running_until) await recordAccruedUntil(trx, deploymentId, deployment.running_until);
         return 0;
       }
-      const serviceKey = await gpuServiceKeyOf(trx, deploymentId);
+      const serviceKey = deployment.gpu_service_key ?? (await gpuServiceKeyOf(trx, deploymentId));
       if (!serviceKey) throw new Error(`deployment ${deploymentId} ran without GPUs placed: its seconds have no service to be priced as`);
       await insertGpuInterval(trx, {
         deployment_id: deploymentId,
@@ -76,7 +76,7 @@ export class GpuMeter {
         started_at: start,
         ended_at: end,
       });
-      await recordAccruedUntil(trx, deploymentId, end);
+      await recordAccruedUntil(trx, deploymentId, end, serviceKey);
       return (end.getTime() - start.getTime()) / 1000;
     });
   }

@@ -25,7 +25,8 @@
  *
  * It exits 0 whenever it could measure, budgets missed or not. Every process it starts is stopped at
  * the end, and the database dropped (BENCH_DB_KEEP=1 keeps it on a server, BENCH_DB_REUSE=<name>
- * measures a kept one again without seeding), also on failure or Ctrl-C.
+ * measures a kept one again without seeding), also on failure or Ctrl-C. BENCH_DB_ROUTES times a few
+ * routes only; BENCH_CPU_PROF_DIR has the service write a CPU profile there.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -438,7 +439,9 @@ async function main(): Promise<number> {
     const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'api' });
     // The endpoint the heavy organization registers points at loopback; nothing is delivered (no worker runs).
     serviceEnv.WEBHOOK_ALLOW_PRIVATE_TARGETS = 'true';
-    const service = start('service', ['--max-semi-space-size=16', 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
+    // BENCH_CPU_PROF_DIR: the service writes a CPU profile there on exit (bench/cpu-profile-summary.ts).
+    const profile = process.env.BENCH_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
+    const service = start('service', [...profile, '--max-semi-space-size=16', 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
     await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
     step(`service (pid ${service.pid}, ROLE=api) at ${base}`);
 
@@ -534,6 +537,11 @@ async function main(): Promise<number> {
     ] as const) {
       probes.push({ caller: anonymous, route, pathAndQuery, kind: 'first' });
     }
+    const only = settings.run.routes;
+    if (only) {
+      const chosen = probes.filter((probe) => only.some((part) => `${probe.caller.who}: ${probe.route}`.includes(part)));
+      probes.splice(0, probes.length, ...chosen);
+    }
     step(`warm-up: every route ${settings.run.warmupCalls} times`);
     const warmStarted = performance.now();
     await warmUp(base, probes, settings);
@@ -544,6 +552,13 @@ async function main(): Promise<number> {
     const timings: RouteTiming[] = [];
     for (const probe of probes) timings.push(await timeRoute(base, probe, settings));
     await service.stop();
+    if (only) {
+      out();
+      out(textTable(routeTable(timings, settings.run.calls)));
+      out('(BENCH_DB_ROUTES: these routes only; no plans, inserts or results written)');
+      ok = true;
+      return 0;
+    }
 
     // 4. Plans.
     step('plans of the hot queries (EXPLAIN ANALYZE, as the repositories build them)');

@@ -333,12 +333,12 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
        where d.status = 'running' and s.service_key is not null`,
   );
   await q('analyze bench_running');
-  // The key the meter stores on a deployment with its first accrual (migrations of 2026-11-26 on).
+  // The key a deployment stores as it enters running (migrations of 2026-11-26 on).
   const { rows: [serviceKeyColumn] } = await q(
     "select exists (select 1 from information_schema.columns where table_name = 'deployments' and column_name = 'gpu_service_key') as present",
   );
   if ((serviceKeyColumn as { present: boolean }).present) {
-    await q('update deployments d set gpu_service_key = r.service_key from bench_running r where r.id = d.id and r.accrued_until is not null');
+    await q('update deployments d set gpu_service_key = r.service_key from bench_running r where r.id = d.id');
   }
   if (shape.gpuIntervals > 0 && heavyRunning + typicalRunning > 0) {
     const longest = Math.max(heavyMinutes, typicalMinutes);

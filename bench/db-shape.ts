@@ -47,6 +47,11 @@ export interface RunSettings {
   insertBatches: number[];
   /** Rows per seeding statement. */
   seedBatchRows: number;
+  /**
+   * Only the routes whose `<who>: <route>` contains one of these (BENCH_DB_ROUTES, comma-separated):
+   * a quick look at a few routes, without plans, inserts or results written. All when undefined.
+   */
+  routes?: string[];
   /** Keep the database afterwards (on a server only), to measure it again with BENCH_DB_REUSE. */
   keep: boolean;
   /** An existing, seeded database on the server to measure again (no seeding). */
@@ -82,6 +87,7 @@ export const SETTINGS_HELP: ReadonlyArray<[env: string, description: string]> = 
   ['BENCH_DB_INSERT_ROUNDS', 'rounds per batch size, each from a CHECKPOINT; the best counts (3)'],
   ['BENCH_DB_INSERT_BATCHES', 'batch sizes of the insert measurement (1,50,500)'],
   ['BENCH_DB_SEED_BATCH_ROWS', 'rows per seeding statement (1,000,000)'],
+  ['BENCH_DB_ROUTES', 'only the routes whose "<who>: <route>" contains one of these, comma-separated (e.g. "heavy: GET /v1/billing"); no plans, inserts or results written'],
   ['BENCH_DB_KEEP', '1: keep the database afterwards (on a server), for BENCH_DB_REUSE'],
   ['BENCH_DB_REUSE', 'name of a database a kept run seeded: measure it again, no seeding'],
 ];
@@ -155,6 +161,7 @@ export function readSettings(env: Record<string, string | undefined>): Settings 
     insertRounds: number('BENCH_DB_INSERT_ROUNDS', 3, (v) => Number.isInteger(v) && v >= 1, 'an integer >= 1'),
     insertBatches: batches,
     seedBatchRows: number('BENCH_DB_SEED_BATCH_ROWS', 1_000_000, (v) => Number.isInteger(v) && v >= 1000, 'an integer >= 1000'),
+    ...(env.BENCH_DB_ROUTES ? { routes: env.BENCH_DB_ROUTES.split(',').map((part) => part.trim()).filter(Boolean) } : {}),
     keep: ['1', 'true', 'on', 'yes'].includes((env.BENCH_DB_KEEP ?? '').toLowerCase()),
     reuse: env.BENCH_DB_REUSE || undefined,
   };

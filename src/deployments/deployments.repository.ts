@@ -228,11 +228,18 @@ export async function recordProvisioningStep(
 /**
  * The second a deployment enters or leaves `running`. The clock is read when the row is written, not
  * when the transaction began: an accrual that locked the row first closed seconds up to its own
- * clock, and the update, re-evaluated once that lock is released, never ends before them.
+ * clock, and the update, re-evaluated once that lock is released, never ends before them. Entering
+ * it also stores the price row's key of its GPUs (null when the service has no price yet: the GPU
+ * meter makes one at the list price and stores it with its first accrual).
  */
 function runningBounds(db: Db, to: DeploymentStatus) {
   const second = "date_trunc('second', clock_timestamp())";
-  if (to === SERVING) return { running_since: db.raw(second) };
+  if (to === SERVING) {
+    return {
+      running_since: db.raw(second),
+      gpu_service_key: db.raw('(select s.service_key from deployment_gpu_services s where s.deployment_id = deployments.id limit 1)'),
+    };
+  }
   return { running_until: db.raw(`case when status = ? then ${second} else running_until end`, [SERVING]) };
 }
 

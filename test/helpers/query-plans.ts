@@ -29,8 +29,8 @@ export async function statementsOf(db: Knex, run: () => Promise<unknown>): Promi
   return statements;
 }
 
-/** The plan of a statement knex sent, planned on a plain pg connection (which takes pg's own placeholders). */
-export async function planOf(connection: pg.ClientBase, statement: Knex.Sql): Promise<PlanNode> {
+/** The plan of a statement knex sent (or would send), planned on a plain pg connection (which takes pg's own placeholders). */
+export async function planOf(connection: pg.ClientBase, statement: Pick<Knex.Sql, 'sql' | 'bindings'>): Promise<PlanNode> {
   const result = await connection.query<{ 'QUERY PLAN': [{ Plan: PlanNode }] }>(`explain (format json) ${statement.sql}`, statement.bindings as unknown[]);
   const [row] = result.rows;
   if (!row) throw new Error('no plan');

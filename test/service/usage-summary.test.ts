@@ -68,23 +68,37 @@ describe('the usage summary', () => {
     });
   });
 
-  it('prices the seconds of a deployment not accrued yet by its allocation, and by the key the meter stores once it is', async () => {
+  it('prices a running deployment by the service key it stored as it entered running, before and after its seconds are closed', async () => {
     const owner = await services.owner();
     const id = await runningDeployment(services, owner);
     await runningSince(services, id, at('2026-10-03T00:00:00Z'));
     const key = await serviceKeyOf(id);
     const stored = () => services.db('deployments').where({ id }).first('gpu_service_key', 'updated_at');
     const before = await stored();
-    expect(before.gpu_service_key).toBeNull();
+    expect(before.gpu_service_key).toBe(key);
     const quantities = async (instant: Date) =>
       (await summaryOf(owner, instant)).usage_totals.map((total) => [total.service_key, total.total_quantity]);
     expect(await quantities(at('2026-10-03T00:10:00Z'))).toEqual([[key, '600']]);
 
     await tick(at('2026-10-03T00:05:00Z'));
-    // Bookkeeping like accrued_until: the deployment itself did not change.
-    expect(await stored()).toEqual({ gpu_service_key: key, updated_at: before.updated_at });
-    // 300 s closed and 300 s not closed yet, the same total through the stored key.
+    // Closing seconds is bookkeeping: the key and the deployment's updated_at stay.
+    expect(await stored()).toEqual(before);
+    // 300 s closed and 300 s not closed yet.
     expect(await quantities(at('2026-10-03T00:10:00Z'))).toEqual([[key, '600']]);
+  });
+
+  it('stores the key with the first accrual of a deployment whose GPU service had no price when it entered running', async () => {
+    const owner = await services.owner();
+    const id = await runningDeployment(services, owner);
+    await runningSince(services, id, at('2026-10-04T00:00:00Z'));
+    const key = await serviceKeyOf(id);
+    // As if the service had no price row yet when the deployment entered running.
+    await services.db('deployments').where({ id }).update({ gpu_service_key: null });
+    expect((await summaryOf(owner, at('2026-10-04T00:10:00Z'))).usage_totals).toEqual([]);
+    await tick(at('2026-10-04T00:05:00Z'));
+    expect((await services.db('deployments').where({ id }).first('gpu_service_key')).gpu_service_key).toBe(key);
+    const [total] = (await summaryOf(owner, at('2026-10-04T00:10:00Z'))).usage_totals;
+    expect([total?.service_key, total?.total_quantity]).toEqual([key, '600']);
   });
 
   it('counts in each period only its own seconds of a deployment that ran across two', async () => {

@@ -33,7 +33,7 @@ export class DeploymentRow extends BaseModel {
   declare running_until: Date | null;
   /** How far its GPU seconds are closed in `gpu_usage_intervals`; null before the first interval. */
   declare accrued_until: Date | null;
-  /** The price row's key of its GPUs, written by the GPU meter with its first accrual; null before. */
+  /** The price row's key of its GPUs, written when it entered `running` (or by the GPU meter, when that made the price row). */
   declare gpu_service_key: string | null;
   declare created_at: Date;
   declare updated_at: Date;

@@ -164,7 +164,10 @@ export interface AttemptView {
   created_at: Date;
 }
 
-/** A page of the endpoint's attempts, newest first, and how many there are. */
+/**
+ * A page of the endpoint's attempts, newest first, and how many there are: the endpoint's counter in
+ * `webhook_attempt_counts` (kept by triggers, migration 20261126000100), not a count of the rows.
+ */
 export async function listAttemptsOf(db: Db, endpointId: string, page: { limit: number; offset: number }): Promise<{ rows: AttemptView[]; total: number }> {
   const [rows, total] = await Promise.all([
     WebhookAttemptRow.query(db)
@@ -176,7 +179,7 @@ export async function listAttemptsOf(db: Db, endpointId: string, page: { limit: 
       .offset(page.offset)
       .select('a.id', 'a.delivery_id', 'd.event_type', 'd.event_id', 'a.attempt', 'a.outcome', 'a.response_status', 'a.error', 'a.duration_ms', 'a.created_at')
       .castTo<AttemptView[]>(),
-    WebhookAttemptRow.query(db).where({ endpoint_id: endpointId }).resultSize(),
+    db('webhook_attempt_counts').where({ endpoint_id: endpointId }).first<{ attempts: string } | undefined>('attempts'),
   ]);
-  return { rows, total };
+  return { rows, total: Number(total?.attempts ?? 0) };
 }

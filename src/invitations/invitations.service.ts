@@ -153,7 +153,7 @@ export class InvitationsService {
       invitee_email: row.invitee_email,
       role: row.role,
       status: row.status,
-      expires_at: row.expires_at.toISOString(),
+      expires_at: row.expires_at,
     };
   }
 

@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import { ApiKeyDeploymentRow } from '../db/models/api-key-deployments.ts';
 import { ApiKeyRow } from '../db/models/api-keys.ts';
-import { DeploymentRow, notTerminatedSql } from '../db/models/deployments.ts';
+import { type DeploymentRow, notTerminatedSql } from '../db/models/deployments.ts';
+import { isoTimestampSql } from '../db/query.ts';
 import type { LimitColumns } from './key-limits.ts';
 
 /** Every query of the API keys area: keys, their scopes, and the deployments a scope may name. */
@@ -36,13 +37,40 @@ function limitsObject(table: string): string {
   return `json_build_object(${LIMIT_COLUMNS.map((c) => `'${c}', ${table}.${c}${c === 'monthly_spend_budget' ? '::text' : ''}`).join(', ')})`;
 }
 
-export async function listKeysOf(db: Db, organizationId: number): Promise<ApiKeyRow[]> {
-  return ApiKeyRow.query(db)
+/** A key as the API shows it (without its scope): its times as the API writes them. */
+export type ApiKeyView = Pick<ApiKeyRow, 'id' | 'organization_id' | 'name' | 'key_prefix' | 'status' | 'allow_hosted_models'> &
+  LimitColumns & { expires_at: string | null; last_used_at: string | null; revoked_at: string | null; created_at: string };
+
+/**
+ * Keys as views: plain rows with the times written by Postgres (an organization lists a thousand
+ * keys, and parsing each time into a Date and writing it back cost more than the rest of the row).
+ */
+function keyViews(db: Db) {
+  return db('api_keys').select(
+    'id',
+    'organization_id',
+    'name',
+    'key_prefix',
+    'status',
+    'allow_hosted_models',
+    ...LIMIT_COLUMNS,
+    ...(['expires_at', 'last_used_at', 'revoked_at', 'created_at'] as const).map((column) => db.raw(`${isoTimestampSql(column)} as ${column}`)),
+  );
+}
+
+/** The organization's keys, newest first. */
+export async function listKeysOf(db: Db, organizationId: number): Promise<ApiKeyView[]> {
+  return keyViews(db)
     .where({ organization_id: organizationId })
     .orderBy([
       { column: 'created_at', order: 'desc' },
       { column: 'id', order: 'desc' },
     ]);
+}
+
+/** The keys with these ids, in no particular order. */
+export async function findKeyViews(db: Db, ids: readonly number[]): Promise<ApiKeyView[]> {
+  return keyViews(db).whereIn('id', ids);
 }
 
 export async function findKey(db: Db, organizationId: number, keyId: number, options: { forUpdate?: boolean } = {}): Promise<ApiKeyRow | undefined> {
@@ -105,12 +133,7 @@ export async function scopesInOrganization(db: Db, organizationId: number): Prom
 }
 
 function scopes(db: Db) {
-  return ApiKeyDeploymentRow.query(db)
-    .alias('s')
-    .join('deployments as d', 'd.id', 's.deployment_id')
-    .orderBy('d.created_at')
-    .select('s.api_key_id', 'd.id', 'd.model_name', 'd.status')
-    .castTo<Array<ScopedDeployment & { api_key_id: number }>>();
+  return db('api_key_deployments as s').join('deployments as d', 'd.id', 's.deployment_id').orderBy('d.created_at').select('s.api_key_id', 'd.id', 'd.model_name', 'd.status');
 }
 
 /**
@@ -119,7 +142,8 @@ function scopes(db: Db) {
  * predicate the query names as a literal.
  */
 export async function scopableDeployments(db: Db, organizationId: number, ids?: readonly string[]): Promise<ScopedDeployment[]> {
-  const query = DeploymentRow.query(db)
+  // Plain rows: the heavy organization offers a thousand.
+  const query = db('deployments')
     .where({ organization_id: organizationId })
     .whereRaw(notTerminatedSql())
     .orderBy([
@@ -128,7 +152,7 @@ export async function scopableDeployments(db: Db, organizationId: number, ids?: 
     ])
     .select('id', 'model_name', 'status');
   if (ids) query.whereIn('id', ids);
-  return query.castTo<ScopedDeployment[]>();
+  return query;
 }
 
 /** The state and scope of the key with this hash, or undefined. */

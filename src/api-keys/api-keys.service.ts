@@ -14,6 +14,8 @@ import {
   findLimitDefaults,
   saveLimitDefaults,
   insertKey,
+  findKeyViews,
+  type ApiKeyView,
   listKeysOf,
   revokeKey,
   scopableDeployments,
@@ -278,13 +280,16 @@ export class ApiKeysService {
     this.#cache.clear();
   }
 
+  /** The keys as the API shows them, read again (in the caller's transaction when given). */
   async #withDeployments(rows: ApiKeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
-    return toApiKeys(rows, await scopesOf(db, rows.map((row) => row.id)));
+    const ids = rows.map((row) => row.id);
+    const [views, scopes] = await Promise.all([findKeyViews(db, ids), scopesOf(db, ids)]);
+    return toApiKeys(views, scopes);
   }
 }
 
 /** Keys as the API shows them, each with the deployments of `scopes` that are its own (in their order). */
-function toApiKeys(rows: readonly ApiKeyRow[], scopes: ReadonlyArray<ScopedDeployment & { api_key_id: number }>): ApiKey[] {
+function toApiKeys(rows: readonly ApiKeyView[], scopes: ReadonlyArray<ScopedDeployment & { api_key_id: number }>): ApiKey[] {
   const scopeOf = Map.groupBy(scopes, (scope) => scope.api_key_id);
   return rows.map((row) => ({
     id: row.id,
@@ -292,13 +297,13 @@ function toApiKeys(rows: readonly ApiKeyRow[], scopes: ReadonlyArray<ScopedDeplo
     name: row.name,
     key_prefix: row.key_prefix,
     status: row.status,
-    expires_at: row.expires_at?.toISOString() ?? null,
-    last_used_at: row.last_used_at?.toISOString() ?? null,
-    revoked_at: row.revoked_at?.toISOString() ?? null,
+    expires_at: row.expires_at,
+    last_used_at: row.last_used_at,
+    revoked_at: row.revoked_at,
     deployments: (scopeOf.get(row.id) ?? []).map(({ id, model_name, status }) => ({ id, model_name, status })),
     allow_hosted_models: row.allow_hosted_models,
     limits: toApiLimits(row),
-    created_at: row.created_at.toISOString(),
+    created_at: row.created_at,
   }));
 }
 

@@ -36,3 +36,8 @@ export async function preparedRows<Row extends object>(db: Knex, name: string, q
 export function isoTimestampSql(column: string): string {
   return `to_char(${column} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`;
 }
+
+/** A time as the API writes it, from a Date pg parsed or a string `isoTimestampSql` made. */
+export function isoTime(value: Date | string): string {
+  return typeof value === 'string' ? value : value.toISOString();
+}

@@ -3,7 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
 import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
 import { InstanceRow } from '../db/models/instances.ts';
-import { forUpdateOf } from '../db/query.ts';
+import { forUpdateOf, isoTime, isoTimestampSql } from '../db/query.ts';
 import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
@@ -52,11 +52,34 @@ const POSITION_AT = `to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24
  * page follows. `total` is the owner's counter in `deployment_counts` (kept by triggers, migration
  * 20261125100000_deployment_counts), not a count of the rows.
  */
+/** The columns of a deployment the API shows besides its times. */
+const SHOWN_COLUMNS = [
+  'id',
+  'user_id',
+  'organization_id',
+  'cluster_id',
+  'instance_id',
+  'gpu_allocation_id',
+  'model_name',
+  'model_format',
+  'model_size_in_billions',
+  'quantization',
+  'engine_model_uid',
+  'status',
+  'selected_instance_type',
+  'selection_reason',
+  'failure_stage',
+  'failure_reason',
+] as const satisfies ReadonlyArray<keyof DeploymentRow>;
+
+/** A deployment as a page lists it: what the API shows, its times written by Postgres. */
+export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number]> & { created_at: string; updated_at: string; terminated_at: string | null };
+
 export async function listDeploymentsOf(
   db: Db,
   scope: Scope,
   page: { limit: number; offset: number; after?: ListPosition },
-): Promise<{ rows: DeploymentRow[]; total: number; next: ListPosition | null }> {
+): Promise<{ rows: ListedDeployment[]; total: number; next: ListPosition | null }> {
   const ids = db('deployments')
     .where({ user_id: scope.userId, organization_id: scope.organizationId })
     .select('id', 'created_at')
@@ -68,15 +91,19 @@ export async function listDeploymentsOf(
     .offset(page.offset);
   if (page.after) ids.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [page.after.createdAt, page.after.id]);
   const [found, counted] = await Promise.all([
-    DeploymentRow.query(db)
-      .alias('d')
+    // Plain rows of the shown columns, times written by Postgres: parsing every time column into
+    // a Date (and back, for the shown ones) was a fifth of the service's work for a page.
+    db('deployments as d')
       .join(ids.as('page'), 'page.id', 'd.id')
-      .select('d.*', db.raw(`${POSITION_AT} as position_at`))
+      .select(
+        ...SHOWN_COLUMNS.map((column) => `d.${column}`),
+        ...(['created_at', 'updated_at', 'terminated_at'] as const).map((column) => db.raw(`${isoTimestampSql(`d.${column}`)} as ${column}`)),
+        db.raw(`${POSITION_AT} as position_at`),
+      )
       .orderBy([
         { column: 'page.created_at', order: 'desc' },
         { column: 'page.id', order: 'desc' },
-      ])
-      .castTo<Array<DeploymentRow & { position_at: string }>>(),
+      ]) as Promise<Array<ListedDeployment & { position_at: string }>>,
     db('deployment_counts').where({ user_id: scope.userId, organization_id: scope.organizationId }).first<{ deployments: string } | undefined>('deployments'),
   ]);
   const rows = found.slice(0, page.limit);
@@ -415,7 +442,7 @@ export async function findPlacedDeployment(db: Db, id: string): Promise<PlacedDe
 
 // ---- mapping
 
-export function toDeployment(row: DeploymentRow): Deployment {
+export function toDeployment(row: DeploymentRow | ListedDeployment): Deployment {
   return {
     id: row.id,
     user_id: String(row.user_id),
@@ -433,8 +460,8 @@ export function toDeployment(row: DeploymentRow): Deployment {
     selection_reason: row.selection_reason,
     failure_stage: row.failure_stage,
     failure_reason: row.failure_reason,
-    created_at: row.created_at.toISOString(),
-    updated_at: row.updated_at.toISOString(),
-    terminated_at: row.terminated_at?.toISOString() ?? null,
+    created_at: isoTime(row.created_at),
+    updated_at: isoTime(row.updated_at),
+    terminated_at: row.terminated_at === null ? null : isoTime(row.terminated_at),
   };
 }

@@ -25,9 +25,8 @@ export function currentPeriod(account: Pick<BillingAccountRow, 'current_period_s
  * to now (`at`, by default the database clock); and the usage flagged for review and still open.
  */
 export async function usageSummary(db: Knex, organizationId: number, at?: Date): Promise<UsageSummary> {
-  const account = await findBillingAccount(db, organizationId);
+  const [account, now] = await Promise.all([findBillingAccount(db, organizationId), at ?? currentSecond(db)]);
   if (!account) throw new Error(`organization ${organizationId} has no billing account`);
-  const now = at ?? (await currentSecond(db));
   const period = currentPeriod(account, now);
   const [totals, openAnomalies] = await Promise.all([usageTotals(db, organizationId, period, now), countOpenAnomalies(db, organizationId, period)]);
   return {

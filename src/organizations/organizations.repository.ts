@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { roleAtLeast, ROLES, type Role } from '../accounts/principal.ts';
 import { MembershipRow } from '../db/models/memberships.ts';
 import { OrganizationRow } from '../db/models/organizations.ts';
+import { isoTimestampSql } from '../db/query.ts';
 
 /** Every query of the organizations area: organizations and their memberships. */
 type Db = Knex | Knex.Transaction;
@@ -45,26 +46,26 @@ export interface MemberView {
   email: string;
   name: string;
   role: Role;
-  created_at: Date;
+  /** When the membership began, as the API writes times. */
+  created_at: string;
 }
 
+/** Plain rows, the time written by Postgres: an organization lists hundreds of members. */
 function membersOf(db: Db, organizationId: number) {
-  return MembershipRow.query(db)
-    .alias('m')
+  return db('memberships as m')
     .join('users as u', 'u.id', 'm.user_id')
     .where('m.organization_id', organizationId)
-    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', 'm.created_at');
+    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', db.raw(`${isoTimestampSql('m.created_at')} as created_at`));
 }
 
 /** The organization's members, oldest membership first. */
 export async function listMembers(db: Db, organizationId: number): Promise<MemberView[]> {
   return membersOf(db, organizationId)
-    .orderBy([{ column: 'm.created_at' }, { column: 'm.id' }])
-    .castTo<MemberView[]>();
+    .orderBy([{ column: 'm.created_at' }, { column: 'm.id' }]);
 }
 
 export async function findMember(db: Db, organizationId: number, membershipId: number): Promise<MemberView | undefined> {
-  return membersOf(db, organizationId).where('m.id', membershipId).first().castTo<MemberView | undefined>();
+  return membersOf(db, organizationId).where('m.id', membershipId).first();
 }
 
 /** Whether someone with this email (lower-cased) is a member of the organization. */

@@ -128,7 +128,7 @@ export class OrganizationsService {
 }
 
 function toMember(row: MemberView): Member {
-  return { id: row.id, user_id: row.user_id, email: row.email, name: row.name, role: row.role, joined_at: row.created_at.toISOString() };
+  return { id: row.id, user_id: row.user_id, email: row.email, name: row.name, role: row.role, joined_at: row.created_at };
 }
 
 /**

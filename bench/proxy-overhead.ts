@@ -104,8 +104,8 @@ const settings = {
  * them to 64 MB under load, which took the service's peak RSS from about 260 to 330-400 MB at 64
  * connections with no CPU saved (measured: 8 MB cut it to 220 MB but cost about 0.1 ms per request).
  * And the old generation grown by 20 % past what a full collection kept, not up to 4 times as V8
- * chooses under load: peak RSS at 64 connections 203-221 MB against 273-291 MB in interleaved
- * runs, CPU per request within their noise.
+ * chooses under load: peak RSS at 64 connections 203-221 MB against 273-346 MB in interleaved
+ * runs, for about 0.06 ms more CPU per request there (more frequent full collections).
  */
 const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16', '--heap-growing-percent=20'];
 

@@ -103,8 +103,11 @@ const settings = {
  * The Node flags of `npm start` (package.json): semi-spaces of at most 16 MB. V8 otherwise grows
  * them to 64 MB under load, which took the service's peak RSS from about 260 to 330-400 MB at 64
  * connections with no CPU saved (measured: 8 MB cut it to 220 MB but cost about 0.1 ms per request).
+ * And the old generation grown by 20 % past what a full collection kept, not up to 4 times as V8
+ * chooses under load: peak RSS at 64 connections 203-221 MB against 273-346 MB in interleaved
+ * runs, for about 0.06 ms more CPU per request there (more frequent full collections).
  */
-const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16'];
+const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16', '--heap-growing-percent=20'];
 
 /** The request both targets get, but for `model`. */
 const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }] };
@@ -511,7 +514,7 @@ async function main(): Promise<number> {
     const notes = [
       `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
       `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
-      `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node --max-semi-space-size=16 dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
+      `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node ${SERVICE_NODE_FLAGS.join(' ')} dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
       `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
       settings.metrics
         ? `Metrics: on (the service's Prometheus listener, METRICS_PORT), scraped every ${settings.scrapeSeconds} s during the run${scrapes ? ` (${scrapes.scrapes} scrapes of ${(scrapes.bytes / 1024).toFixed(0)} KB, ${scrapes.series} series)` : ''}.`

@@ -27,6 +27,9 @@ export interface AppOptions {
   metrics?: Metrics | undefined;
 }
 
+/** Where docsAssets() serves (its router matches paths case-insensitively, as Express does). */
+const DOCS_ASSET_PATH = /^\/(docs|redoc)\/assets(\/|$)/i;
+
 /** Builds the Express application. No side effects: no listening, no connections opened. */
 export async function createApp(options: AppOptions): Promise<Express> {
   const binding = await bindOpenApi({
@@ -43,10 +46,13 @@ export async function createApp(options: AppOptions): Promise<Express> {
 
   installRequestLog(app, options.logger, options.metrics);
   app.use(securityHeaders({ hsts: options.hsts ?? false }));
+  // The documentation's static files: any other request passes by without entering their router.
+  const assets = docsAssets();
   app.use((req, res, next) => {
-    if (req.path.startsWith('/docs/assets/') || req.path.startsWith('/redoc/assets/')) setRoute(res, 'GET (docs assets)');
-    next();
-  }, docsAssets());
+    if (!DOCS_ASSET_PATH.test(req.path)) return next();
+    setRoute(res, 'GET (docs assets)');
+    assets(req, res, next);
+  });
   // Each request is matched to its operation once, before anything reads its body: the Origin
   // check, early authentication, body parsing and error answers follow that operation's rules.
   app.use(binding.route);

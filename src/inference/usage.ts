@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { isDatabaseUnreachable } from '../db/errors.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { insertUsageRecords, type NewUsageRecord } from './inference.repository.ts';
+import { UsageWriter, type NewUsageRecord } from './inference.repository.ts';
 
 /** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
 export type UsageUnit = 'token' | 'image' | 'request';
@@ -48,7 +48,7 @@ const MAX_UNWRITTEN = 100_000;
  * second of them; a graceful stop flushes it.
  */
 export class UsageRecorder {
-  readonly #db: Knex;
+  readonly #writer: UsageWriter;
   readonly #log: Logger;
   readonly #metrics: Metrics | undefined;
   #buffer: UsageRecord[] = [];
@@ -56,13 +56,15 @@ export class UsageRecorder {
   #flushing: Promise<void> = Promise.resolve();
 
   constructor(db: Knex, log: Logger, metrics?: Metrics) {
-    this.#db = db;
+    this.#writer = new UsageWriter(db);
     this.#log = log;
     this.#metrics = metrics;
     metrics?.watchUsage(() => this.#buffer.length);
   }
 
+  /** Writes every `intervalMs`, on a connection of the pool it holds until `stop`. */
   start(intervalMs = 1_000): void {
+    this.#writer.hold();
     this.#timer = setInterval(() => void this.flush(), intervalMs);
     this.#timer.unref();
   }
@@ -91,6 +93,7 @@ export class UsageRecorder {
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     await this.flush();
+    await this.#writer.release();
   }
 
   async #write(): Promise<void> {
@@ -98,7 +101,7 @@ export class UsageRecorder {
     if (!batch.length) return;
     const started = performance.now();
     try {
-      await insertUsageRecords(this.#db, batch.map(toRow));
+      await this.#writer.insert(batch.map(toRow));
       this.#metrics?.usageFlush('written', batch.length, (performance.now() - started) / 1000);
     } catch (error) {
       this.#metrics?.usageFlush(isDatabaseUnreachable(error) ? 'deferred' : 'refused', batch.length, (performance.now() - started) / 1000);
@@ -113,7 +116,7 @@ export class UsageRecorder {
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');
       let refusedRecords = 0;
       for (const record of batch) {
-        await insertUsageRecords(this.#db, [toRow(record)]).catch((refused: unknown) => {
+        await this.#writer.insert([toRow(record)]).catch((refused: unknown) => {
           refusedRecords += 1;
           this.#log.error({ err: refused, usage_id: record.usageId }, 'a usage record was refused');
         });

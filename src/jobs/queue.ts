@@ -7,9 +7,11 @@ const DEFAULT_RETRY_DELAY_SECONDS = 2;
 /**
  * How often an idle fetcher looks for jobs nobody woke it for: those delayed or retried by another
  * process, or left by one that died. New jobs wake it through NOTIFY, and the delayed jobs and
- * retries of this process wake it when due (`sendLater`, the batch handler below).
+ * retries of this process wake it when due (`sendLater`, the batch handler below), so the backstop
+ * only bounds how late an orphan is taken. (Every 5 s, the eight unscheduled queues were 1.6
+ * fetches a second in an idle ROLE=all process.)
  */
-const BACKSTOP_POLLING_SECONDS = 5;
+const BACKSTOP_POLLING_SECONDS = 30;
 /**
  * The backstop of a scheduled queue (metering, usage reporting, spending alerts, pruning): its jobs
  * come from the schedule, which wakes the fetcher like any new job, and run once a minute at most
@@ -19,6 +21,21 @@ const BACKSTOP_POLLING_SECONDS = 5;
 const SCHEDULED_BACKSTOP_POLLING_SECONDS = 60;
 /** A wake-up comes this long after the job's due time, so that the database sees it due. */
 const WAKE_MARGIN_MS = 50;
+
+/**
+ * pg-boss's own queue of due schedules (its timekeeper puts each due cron job there, every 30 s,
+ * and a worker of its own sends it on). Created without NOTIFY, so that worker polls it every 5 s;
+ * with NOTIFY it is woken by each insert and its backstop is 30 s.
+ */
+const PG_BOSS_SCHEDULE_QUEUE = '__pgboss__send-it';
+/**
+ * Connections of pg-boss's pool are kept this long unused (pg's default is 10 s): the per-minute
+ * schedules and 30 s backstops otherwise closed and opened a connection (a new Postgres backend)
+ * every minute or so: about 2 ms of CPU a second of an idle ROLE=all service (bench idle phase).
+ */
+const JOB_POOL_IDLE_MS = 300_000;
+/** How often pg-boss looks for flows (job dependencies) to resolve: none are used here. */
+const FLOW_POLLING_SECONDS = 300;
 
 /** The fetcher of each queue this process works, per pg-boss instance. */
 const fetchers = new WeakMap<PgBoss, Map<string, string>>();
@@ -63,7 +80,7 @@ export interface JobDefinition<Data extends object = object> {
    * deployment's step is queued once, however many times it is asked for).
    */
   policy?: 'standard' | 'short';
-  /** How often an idle worker looks for jobs nothing woke it for (5 s by default, 60 s for a scheduled job; see BACKSTOP_POLLING_SECONDS). */
+  /** How often an idle worker looks for jobs nothing woke it for (30 s by default, 60 s for a scheduled job; see BACKSTOP_POLLING_SECONDS). */
   pollingIntervalSeconds?: number;
   handle(data: Data, context: JobContext): Promise<void>;
 }
@@ -78,12 +95,16 @@ export interface JobQueueOptions {
 
 /** pg-boss on the service's Postgres, not started yet. Every process can enqueue. */
 export function createJobQueue(options: JobQueueOptions): PgBoss {
+  // Passed through to pg's Pool with the connection settings (pg-boss's types do not name it).
+  const pool: { idleTimeoutMillis: number } = { idleTimeoutMillis: JOB_POOL_IDLE_MS };
   const boss = new PgBoss({
     connectionString: options.url,
     application_name: 'model-deployment-service:jobs',
     max: options.poolMax ?? 5,
+    ...pool,
     supervise: options.work,
     schedule: options.work,
+    flowIntervalSeconds: FLOW_POLLING_SECONDS,
     useListenNotify: options.work,
   });
   boss.on('error', (error) => options.log.error({ err: error }, 'job queue error'));
@@ -105,6 +126,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
     await boss.updateQueue(job.queue, retries);
   }
   if (!options.work) return;
+  await boss.updateQueue(PG_BOSS_SCHEDULE_QUEUE, { notify: true });
   for (const job of options.jobs) {
     if (job.schedule) await boss.schedule(job.queue, job.schedule);
     await workOn(boss, job, options.log, options.metrics);
@@ -120,7 +142,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
  * workers on each provisioning queue at 0.5 s were 48 fetches a second, 16 to 18 ms of CPU a
  * second in the service and 26 in Postgres, idle). The fetcher is woken at once for a new job
  * (LISTEN/NOTIFY), when a delayed job or a retry of this process falls due, and after a full batch;
- * otherwise it polls every 5 s (60 s for a scheduled queue). The price of batches: a job queued while a batch runs waits for
+ * otherwise it polls every 30 s (60 s for a scheduled queue). The price of batches: a job queued while a batch runs waits for
  * that batch's slowest job.
  */
 export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger, metrics?: Metrics): Promise<void> {

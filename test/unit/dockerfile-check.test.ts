@@ -54,8 +54,8 @@ describe('the Dockerfile check (make image-check)', () => {
   it('refuses ADD, cd, a shell-form CMD, TypeScript sources or another entry point in the final stage', () => {
     expect(rulesBroken('COPY --chown=root:root package.json', 'ADD --chown=root:root package.json')).toContain('noAdd');
     expect(rulesBroken("WORKDIR /app/src\nRUN find", 'RUN cd src && find')).toEqual(['noCd']);
-    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "dist/main.js"]', 'CMD node dist/main.js')).toEqual(['execForm', 'compiledOnly']);
-    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "dist/main.js"]', 'CMD ["node", "src/main.ts"]')).toEqual(['compiledOnly']);
+    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=20", "dist/main.js"]', 'CMD node dist/main.js')).toEqual(['execForm', 'compiledOnly']);
+    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=20", "dist/main.js"]', 'CMD ["node", "src/main.ts"]')).toEqual(['compiledOnly']);
     expect(rulesBroken('COPY --chown=root:root migrations/', 'COPY --chown=root:root src/ ./src/\nCOPY --chown=root:root migrations/')).toEqual(['compiledOnly']);
   });
 

@@ -59,7 +59,7 @@ import {
   type RouteTiming,
   type Settings,
 } from './db-shape.ts';
-import { productionServiceEnv, start, stopAll, waitUntil } from './processes.ts';
+import { SERVICE_NODE_FLAGS, productionServiceEnv, start, stopAll, waitUntil } from './processes.ts';
 import { commitOf, markdown, textBudgets, textTable } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -460,7 +460,7 @@ async function main(): Promise<number> {
     serviceEnv.WEBHOOK_ALLOW_PRIVATE_TARGETS = 'true';
     // BENCH_CPU_PROF_DIR: the service writes a CPU profile there on exit (bench/cpu-profile-summary.ts).
     const profile = process.env.BENCH_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
-    const service = start('service', [...profile, '--max-semi-space-size=16', 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
+    const service = start('service', [...profile, ...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
     await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
     step(`service (pid ${service.pid}, ROLE=api) at ${base}`);
 

@@ -48,7 +48,7 @@ import { ApiClient } from './api-client.ts';
 import { openDatabase, type BenchDatabase } from './database.ts';
 import { load, streams, type Target } from './load.ts';
 import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
-import { freePort, productionServiceEnv, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
+import { SERVICE_NODE_FLAGS, freePort, productionServiceEnv, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
 import { budgets, commitOf, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
@@ -99,15 +99,6 @@ const settings = {
   concurrency: [1, 64] as const,
 };
 
-/**
- * The Node flags of `npm start` (package.json): semi-spaces of at most 16 MB. V8 otherwise grows
- * them to 64 MB under load, which took the service's peak RSS from about 260 to 330-400 MB at 64
- * connections with no CPU saved (measured: 8 MB cut it to 220 MB but cost about 0.1 ms per request).
- * And the old generation grown by 20 % past what a full collection kept, not up to 4 times as V8
- * chooses under load: peak RSS at 64 connections 203-221 MB against 273-346 MB in interleaved
- * runs, for about 0.06 ms more CPU per request there (more frequent full collections).
- */
-const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16', '--heap-growing-percent=20'];
 
 /** The request both targets get, but for `model`. */
 const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }] };

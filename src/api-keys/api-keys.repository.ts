@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { ApiKeyDeploymentRow } from '../db/models/api-key-deployments.ts';
 import { ApiKeyRow } from '../db/models/api-keys.ts';
 import { type DeploymentRow, notTerminatedSql } from '../db/models/deployments.ts';
-import { isoTimestampSql } from '../db/query.ts';
+import { isoTimes, utcTextSql } from '../db/query.ts';
 import type { LimitColumns } from './key-limits.ts';
 
 /** Every query of the API keys area: keys, their scopes, and the deployments a scope may name. */
@@ -41,9 +41,12 @@ function limitsObject(table: string): string {
 export type ApiKeyView = Pick<ApiKeyRow, 'id' | 'organization_id' | 'name' | 'key_prefix' | 'status' | 'allow_hosted_models'> &
   LimitColumns & { expires_at: string | null; last_used_at: string | null; revoked_at: string | null; created_at: string };
 
+const KEY_TIMES = ['expires_at', 'last_used_at', 'revoked_at', 'created_at'] as const satisfies ReadonlyArray<keyof ApiKeyView>;
+
 /**
- * Keys as views: plain rows with the times written by Postgres (an organization lists a thousand
- * keys, and parsing each time into a Date and writing it back cost more than the rest of the row).
+ * Keys as views: plain rows, times read as UTC text (`utcTextSql`, turned into the API's form by
+ * `isoTimes`): an organization lists a thousand keys, and parsing each time into a Date and writing
+ * it back cost more than the rest of the row.
  */
 function keyViews(db: Db) {
   return db('api_keys').select(
@@ -54,23 +57,24 @@ function keyViews(db: Db) {
     'status',
     'allow_hosted_models',
     ...LIMIT_COLUMNS,
-    ...(['expires_at', 'last_used_at', 'revoked_at', 'created_at'] as const).map((column) => db.raw(`${isoTimestampSql(column)} as ${column}`)),
+    ...KEY_TIMES.map((column) => db.raw(`${utcTextSql(column)} as ${column}`)),
   );
 }
 
 /** The organization's keys, newest first. */
 export async function listKeysOf(db: Db, organizationId: number): Promise<ApiKeyView[]> {
-  return keyViews(db)
+  const rows = await keyViews(db)
     .where({ organization_id: organizationId })
     .orderBy([
       { column: 'created_at', order: 'desc' },
       { column: 'id', order: 'desc' },
     ]);
+  return isoTimes(rows, KEY_TIMES);
 }
 
 /** The keys with these ids, in no particular order. */
 export async function findKeyViews(db: Db, ids: readonly number[]): Promise<ApiKeyView[]> {
-  return keyViews(db).whereIn('id', ids);
+  return isoTimes(await keyViews(db).whereIn('id', ids), KEY_TIMES);
 }
 
 export async function findKey(db: Db, organizationId: number, keyId: number, options: { forUpdate?: boolean } = {}): Promise<ApiKeyRow | undefined> {

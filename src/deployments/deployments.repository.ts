@@ -3,7 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
 import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
 import { InstanceRow } from '../db/models/instances.ts';
-import { forUpdateOf, isoTime, isoTimestampSql } from '../db/query.ts';
+import { forUpdateOf, isoTime, isoTimes, utcTextSql } from '../db/query.ts';
 import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
@@ -72,8 +72,9 @@ const SHOWN_COLUMNS = [
   'failure_reason',
 ] as const satisfies ReadonlyArray<keyof DeploymentRow>;
 
-/** A deployment as a page lists it: what the API shows, its times written by Postgres. */
+/** A deployment as a page lists it: what the API shows, its times as the API writes them. */
 export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number]> & { created_at: string; updated_at: string; terminated_at: string | null };
+const LISTED_TIMES = ['created_at', 'updated_at', 'terminated_at'] as const satisfies ReadonlyArray<keyof ListedDeployment>;
 
 export async function listDeploymentsOf(
   db: Db,
@@ -91,13 +92,13 @@ export async function listDeploymentsOf(
     .offset(page.offset);
   if (page.after) ids.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [page.after.createdAt, page.after.id]);
   const [found, counted] = await Promise.all([
-    // Plain rows of the shown columns, times written by Postgres: parsing every time column into
-    // a Date (and back, for the shown ones) was a fifth of the service's work for a page.
+    // Plain rows of the shown columns, times read as UTC text: parsing every time column into a
+    // Date (and back, for the shown ones) was a fifth of the service's work for a page.
     db('deployments as d')
       .join(ids.as('page'), 'page.id', 'd.id')
       .select(
         ...SHOWN_COLUMNS.map((column) => `d.${column}`),
-        ...(['created_at', 'updated_at', 'terminated_at'] as const).map((column) => db.raw(`${isoTimestampSql(`d.${column}`)} as ${column}`)),
+        ...LISTED_TIMES.map((column) => db.raw(`${utcTextSql(`d.${column}`)} as ${column}`)),
         db.raw(`${POSITION_AT} as position_at`),
       )
       .orderBy([
@@ -106,7 +107,7 @@ export async function listDeploymentsOf(
       ]) as Promise<Array<ListedDeployment & { position_at: string }>>,
     db('deployment_counts').where({ user_id: scope.userId, organization_id: scope.organizationId }).first<{ deployments: string } | undefined>('deployments'),
   ]);
-  const rows = found.slice(0, page.limit);
+  const rows = isoTimes(found.slice(0, page.limit), LISTED_TIMES);
   const last = rows.at(-1);
   const next = found.length > page.limit && last ? { createdAt: last.position_at, id: last.id } : null;
   for (const row of rows) delete (row as Partial<typeof row>).position_at;

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
 import { InvitationRow } from '../db/models/invitations.ts';
-import { isoTimestampSql } from '../db/query.ts';
+import { isoTimes, utcTextSql } from '../db/query.ts';
 import { lapsedSql, openSql, statusSql } from './invitation-status.ts';
 
 export type Invitation = components['schemas']['Invitation'];
@@ -33,7 +33,7 @@ export interface InvitationView {
 
 /**
  * Invitations as views: the delivery is the latest email's status, and the last time any of its
- * emails went out. Plain rows with the times written by Postgres: an organization lists thousands.
+ * emails went out. Plain rows, times read as UTC text (`utcTextSql`): an organization lists thousands.
  */
 function views(db: Db) {
   return db('invitations as i')
@@ -52,13 +52,16 @@ function views(db: Db) {
       'i.role',
       db.raw(`${statusSql('i')} as status`),
       db.raw(`coalesce(latest.status, 'queued') as email_status`),
-      db.raw(`${isoTimestampSql('latest.sent_at')} as email_sent_at`),
+      db.raw(`${utcTextSql('latest.sent_at')} as email_sent_at`),
       'latest.last_error as email_last_error',
-      db.raw(`${isoTimestampSql('i.created_at')} as created_at`),
-      db.raw(`${isoTimestampSql('i.expires_at')} as expires_at`),
-      db.raw(`${isoTimestampSql('i.responded_at')} as responded_at`),
+      db.raw(`${utcTextSql('i.created_at')} as created_at`),
+      db.raw(`${utcTextSql('i.expires_at')} as expires_at`),
+      db.raw(`${utcTextSql('i.responded_at')} as responded_at`),
     );
 }
+
+/** The times of a view, read as UTC text and written as the API writes them (`isoTimes`). */
+const VIEW_TIMES = ['email_sent_at', 'created_at', 'expires_at', 'responded_at'] as const satisfies ReadonlyArray<keyof InvitationView>;
 
 const NEWEST_FIRST = [
   { column: 'i.created_at', order: 'desc' },
@@ -66,26 +69,23 @@ const NEWEST_FIRST = [
 ] as const;
 
 export async function findInvitationView(db: Db, invitationId: number): Promise<InvitationView | undefined> {
-  return views(db).where('i.id', invitationId).first();
+  const row: InvitationView | undefined = await views(db).where('i.id', invitationId).first();
+  return row && isoTimes([row], VIEW_TIMES)[0];
 }
 
 export async function findInvitationViewByToken(db: Db, tokenHash: string): Promise<InvitationView | undefined> {
-  return views(db).where('i.token_hash', tokenHash).first();
+  const row: InvitationView | undefined = await views(db).where('i.token_hash', tokenHash).first();
+  return row && isoTimes([row], VIEW_TIMES)[0];
 }
 
 /** The organization's invitations, newest first. */
 export async function listInvitationsOf(db: Db, organizationId: number): Promise<InvitationView[]> {
-  return views(db)
-    .where('i.organization_id', organizationId)
-    .orderBy([...NEWEST_FIRST]);
+  return isoTimes(await views(db).where('i.organization_id', organizationId).orderBy([...NEWEST_FIRST]), VIEW_TIMES);
 }
 
 /** The invitations to this email that can be answered now, newest first. */
 export async function listOpenInvitationsTo(db: Db, email: string): Promise<InvitationView[]> {
-  return views(db)
-    .where('i.invitee_email', email)
-    .whereRaw(openSql('i'))
-    .orderBy([...NEWEST_FIRST]);
+  return isoTimes(await views(db).where('i.invitee_email', email).whereRaw(openSql('i')).orderBy([...NEWEST_FIRST]), VIEW_TIMES);
 }
 
 type Lookup = { id: number; organizationId?: number } | { tokenHash: string };

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { roleAtLeast, ROLES, type Role } from '../accounts/principal.ts';
 import { MembershipRow } from '../db/models/memberships.ts';
 import { OrganizationRow } from '../db/models/organizations.ts';
-import { isoTimestampSql } from '../db/query.ts';
+import { isoTimes, utcTextSql } from '../db/query.ts';
 
 /** Every query of the organizations area: organizations and their memberships. */
 type Db = Knex | Knex.Transaction;
@@ -50,22 +50,22 @@ export interface MemberView {
   created_at: string;
 }
 
-/** Plain rows, the time written by Postgres: an organization lists hundreds of members. */
+/** Plain rows, the time read as UTC text (`utcTextSql`): an organization lists hundreds of members. */
 function membersOf(db: Db, organizationId: number) {
   return db('memberships as m')
     .join('users as u', 'u.id', 'm.user_id')
     .where('m.organization_id', organizationId)
-    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', db.raw(`${isoTimestampSql('m.created_at')} as created_at`));
+    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', db.raw(`${utcTextSql('m.created_at')} as created_at`));
 }
 
 /** The organization's members, oldest membership first. */
 export async function listMembers(db: Db, organizationId: number): Promise<MemberView[]> {
-  return membersOf(db, organizationId)
-    .orderBy([{ column: 'm.created_at' }, { column: 'm.id' }]);
+  return isoTimes(await membersOf(db, organizationId).orderBy([{ column: 'm.created_at' }, { column: 'm.id' }]), ['created_at']);
 }
 
 export async function findMember(db: Db, organizationId: number, membershipId: number): Promise<MemberView | undefined> {
-  return membersOf(db, organizationId).where('m.id', membershipId).first();
+  const row: MemberView | undefined = await membersOf(db, organizationId).where('m.id', membershipId).first();
+  return row && isoTimes([row], ['created_at'])[0];
 }
 
 /** Whether someone with this email (lower-cased) is a member of the organization. */

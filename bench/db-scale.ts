@@ -259,6 +259,8 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
   const figures: PlanFigure[] = [];
   const heavy = { userId: seeded.heavy.userId, organizationId: seeded.heavy.organizationId };
   // Imported here: a repository changed by later work fails its own line, not the run.
+  const failed = (name: string, error: unknown) =>
+    figures.push({ query: name, shape: '', warnings: [], ms: NaN, error: error instanceof Error ? error.message : String(error) });
   const explain = async (name: string, run: (db: Knex) => Promise<unknown>, pick?: (sql: string) => boolean) => {
     const statements: Knex.Sql[] = [];
     const record = (query: Knex.Sql) => statements.push(query);
@@ -266,7 +268,7 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
     try {
       await run(db);
     } catch (error) {
-      figures.push({ query: name, shape: '', warnings: [], ms: NaN, error: error instanceof Error ? error.message : String(error) });
+      failed(name, error);
       return;
     } finally {
       db.off('query', record);
@@ -278,7 +280,7 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
     try {
       await planAll(name, [(await build(db)).statement]);
     } catch (error) {
-      figures.push({ query: name, shape: '', warnings: [], ms: NaN, error: error instanceof Error ? error.message : String(error) });
+      failed(name, error);
     }
   };
   const planAll = async (name: string, reads: ReadonlyArray<Pick<Knex.Sql, 'sql' | 'bindings'>>) => {
@@ -292,7 +294,7 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
         if (!plan) throw new Error('no plan');
         figures.push({ query: reads.length > 1 ? `${name} (${index + 1}/${reads.length})` : name, shape: planShape(plan.Plan), warnings: planWarnings(plan.Plan), ms: plan['Execution Time'], planningMs: plan['Planning Time'] });
       } catch (error) {
-        figures.push({ query: name, shape: '', warnings: [], ms: NaN, error: error instanceof Error ? error.message : String(error) });
+        failed(name, error);
       }
     }
   };

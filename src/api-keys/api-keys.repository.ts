@@ -57,7 +57,7 @@ function keyViews(db: Db) {
     'status',
     'allow_hosted_models',
     ...LIMIT_COLUMNS,
-    ...KEY_TIMES.map((column) => db.raw(`${utcTextSql(column)} as ${column}`)),
+    ...KEY_TIMES.map((column) => db.raw(utcTextSql(column, column))),
   );
 }
 

@@ -6,7 +6,6 @@ import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
-import type { ApiKeyRow } from '../db/models/api-keys.ts';
 import { effectiveLimits, limitChanges, NO_LIMITS, toApiLimits, type ApiKeyLimits, type LimitColumns } from './key-limits.ts';
 import {
   findKey,
@@ -108,8 +107,7 @@ export class ApiKeysService {
         ...limitChanges(input.limits),
       });
       await setScope(trx, created.id, input.deployment_ids, { replace: false });
-      const [apiKey] = await this.#withDeployments([created], trx);
-      return { key, api_key: apiKey as ApiKey };
+      return { key, api_key: await this.#read(created.id, trx) };
     });
   }
 
@@ -139,7 +137,7 @@ export class ApiKeysService {
       }
       const row = await updateKey(trx, key, changes);
       await announceChange(trx, CHANGE_CHANNELS.apiKey, id);
-      return (await this.#withDeployments([row], trx))[0] as ApiKey;
+      return this.#read(row.id, trx);
     });
     this.forget(id);
     return updated;
@@ -155,7 +153,7 @@ export class ApiKeysService {
     });
     if (!row) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
     this.forget(id);
-    return (await this.#withDeployments([row]))[0] as ApiKey;
+    return this.#read(row.id);
   }
 
   /** The organization's default key limits (all `null` until an admin sets them). */
@@ -280,11 +278,12 @@ export class ApiKeysService {
     this.#cache.clear();
   }
 
-  /** The keys as the API shows them, read again (in the caller's transaction when given). */
-  async #withDeployments(rows: ApiKeyRow[], db: Knex | Knex.Transaction = this.#db): Promise<ApiKey[]> {
-    const ids = rows.map((row) => row.id);
-    const [views, scopes] = await Promise.all([findKeyViews(db, ids), scopesOf(db, ids)]);
-    return toApiKeys(views, scopes);
+  /** The key as the API shows it, read again (in the caller's transaction when given). */
+  async #read(id: number, db: Knex | Knex.Transaction = this.#db): Promise<ApiKey> {
+    const [views, scopes] = await Promise.all([findKeyViews(db, [id]), scopesOf(db, [id])]);
+    const [apiKey] = toApiKeys(views, scopes);
+    if (!apiKey) throw new Error(`API key ${id} was not found after it was written`);
+    return apiKey;
   }
 }
 

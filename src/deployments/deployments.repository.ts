@@ -98,7 +98,7 @@ export async function listDeploymentsOf(
       .join(ids.as('page'), 'page.id', 'd.id')
       .select(
         ...SHOWN_COLUMNS.map((column) => `d.${column}`),
-        ...LISTED_TIMES.map((column) => db.raw(`${utcTextSql(`d.${column}`)} as ${column}`)),
+        ...LISTED_TIMES.map((column) => db.raw(utcTextSql(`d.${column}`, column))),
         db.raw(`${POSITION_AT} as position_at`),
       )
       .orderBy([

@@ -52,11 +52,11 @@ function views(db: Db) {
       'i.role',
       db.raw(`${statusSql('i')} as status`),
       db.raw(`coalesce(latest.status, 'queued') as email_status`),
-      db.raw(`${utcTextSql('latest.sent_at')} as email_sent_at`),
+      db.raw(utcTextSql('latest.sent_at', 'email_sent_at')),
       'latest.last_error as email_last_error',
-      db.raw(`${utcTextSql('i.created_at')} as created_at`),
-      db.raw(`${utcTextSql('i.expires_at')} as expires_at`),
-      db.raw(`${utcTextSql('i.responded_at')} as responded_at`),
+      db.raw(utcTextSql('i.created_at', 'created_at')),
+      db.raw(utcTextSql('i.expires_at', 'expires_at')),
+      db.raw(utcTextSql('i.responded_at', 'responded_at')),
     );
 }
 

@@ -55,7 +55,7 @@ function membersOf(db: Db, organizationId: number) {
   return db('memberships as m')
     .join('users as u', 'u.id', 'm.user_id')
     .where('m.organization_id', organizationId)
-    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', db.raw(`${utcTextSql('m.created_at')} as created_at`));
+    .select('m.id', 'm.user_id', 'u.email', 'u.name', 'm.role', db.raw(utcTextSql('m.created_at', 'created_at')));
 }
 
 /** The organization's members, oldest membership first. */

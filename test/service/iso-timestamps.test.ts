@@ -24,7 +24,7 @@ describe('times read as UTC text', () => {
       const rows = await db.transaction(async (trx) => {
         await trx.raw(`set local time zone '${zone}'`);
         const { rows } = await trx.raw<{ rows: Array<{ value: Date | null; iso: string | null }> }>(
-          `select value, ${utcTextSql('value')} as iso
+          `select value, ${utcTextSql('value', 'iso')}
            from (select timestamptz '2026-11-25 21:47:25+00' + make_interval(secs => n * 0.000001 * 7919) as value from generate_series(0, 5000) n
                  union all values (timestamptz '2026-12-31 23:59:59.999999+00'), (timestamptz '2000-02-29 00:00:00.0005+05:30'), (timestamptz '0099-01-01 00:00:00.5+00'), (null)) t`,
         );

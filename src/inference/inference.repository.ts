@@ -153,13 +153,16 @@ export class UsageWriter {
 }
 
 /**
- * One statement of constant text whatever the batch's size (an array per column), sent on the
- * connection as it is: the query builder's per-record work was a tenth of the proxy's CPU at 64
- * connections (and knex would spread each array into a list of parameters).
+ * One statement of constant text whatever the batch's size, its records as one JSON parameter,
+ * prepared once per connection (a named statement), sent on the connection as it is. The query
+ * builder's per-record work was a tenth of the proxy's CPU at 64 connections; an array per column
+ * cost about 10 µs of CPU per record (each element escaped, each date formatted) against 7 for the
+ * JSON text, and planning the insert into the partitioned table on every write took 0.18 ms of the
+ * 0.42 ms a single-record write waits (measured interleaved, 2,700 writes of each kind). Keys of a
+ * record that are not among the columns are ignored.
  */
 async function insertOn(connection: pg.Client, records: readonly NewUsageRecord[]): Promise<void> {
-  const values = USAGE_COLUMNS.map((column) => records.map((record) => record[column]));
-  await connection.query(INSERT_USAGE, values);
+  await connection.query({ ...INSERT_USAGE, values: [JSON.stringify(records)] });
 }
 
 const USAGE_COLUMNS = [
@@ -180,7 +183,9 @@ const USAGE_COLUMNS = [
   'estimated',
   'created_at',
 ] as const satisfies ReadonlyArray<keyof NewUsageRecord>;
-const USAGE_TYPES = ['uuid', 'text', 'int', 'uuid', 'int', 'int', 'text', 'text', 'int', 'int', 'int', 'text', 'bigint', 'text', 'bool', 'timestamptz'];
-const INSERT_USAGE = `insert into usage_records (${USAGE_COLUMNS.join(', ')})
-  select * from unnest(${USAGE_TYPES.map((type, i) => `$${i + 1}::${type}[]`).join(', ')})
-  on conflict (usage_id, created_at) do nothing`;
+const INSERT_USAGE = {
+  name: 'insert_usage_records',
+  text: `insert into usage_records (${USAGE_COLUMNS.join(', ')})
+  select ${USAGE_COLUMNS.join(', ')} from json_populate_recordset(null::usage_records, $1::json)
+  on conflict (usage_id, created_at) do nothing`,
+};

@@ -5,6 +5,7 @@ import { PaymentProcessorError } from './billing/payment-processor.ts';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
+import { answerWithPipeline } from './http/pipeline.ts';
 import { installRequestLog, setRoute } from './http/request-log.ts';
 import { authenticateBeforeBody, bytesInWords, jsonBodies } from './http/request-body.ts';
 import { originCheck } from './http/security.ts';
@@ -44,24 +45,29 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.set('query parser', 'simple');
   app.set('trust proxy', options.trustProxy);
 
-  installRequestLog(app, options.logger, options.metrics);
-  app.use(securityHeaders({ hsts: options.hsts ?? false }));
-  // The documentation's static files: any other request passes by without entering their router.
   const assets = docsAssets();
-  app.use((req, res, next) => {
-    if (!DOCS_ASSET_PATH.test(req.path)) return next();
-    setRoute(res, 'GET (docs assets)');
-    assets(req, res, next);
-  });
-  // Each request is matched to its operation once, before anything reads its body: the Origin
-  // check, early authentication, body parsing and error answers follow that operation's rules.
-  app.use(binding.route);
-  app.use(originCheck(options.allowedOrigins));
-  // Callers of API-key routes (inference) are authenticated before their body is read.
-  app.use(authenticateBeforeBody(options.security));
-  app.use(jsonBodies());
-  app.use(binding.dispatch);
-  app.use(errorHandler);
+  answerWithPipeline(
+    app,
+    [
+      installRequestLog(app, options.logger, options.metrics),
+      securityHeaders({ hsts: options.hsts ?? false }),
+      // The documentation's static files: any other request passes by without entering their router.
+      (req, res, next) => {
+        if (!DOCS_ASSET_PATH.test(req.path)) return next();
+        setRoute(res, 'GET (docs assets)');
+        assets(req, res, next);
+      },
+      // Each request is matched to its operation once, before anything reads its body: the Origin
+      // check, early authentication, body parsing and error answers follow that operation's rules.
+      binding.route,
+      originCheck(options.allowedOrigins),
+      // Callers of API-key routes (inference) are authenticated before their body is read.
+      authenticateBeforeBody(options.security),
+      ...jsonBodies(),
+      binding.dispatch,
+    ],
+    errorHandler,
+  );
   return app;
 }
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import type { Express, NextFunction, Request, Response } from 'express';
+import type { Express, NextFunction, Request, RequestHandler, Response } from 'express';
 import type { Logger } from 'pino';
 import { CLIENT_CLOSED, type Metrics } from '../metrics/metrics.ts';
 
@@ -16,8 +16,9 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
  * answers, written by the code that sends them (`logFailedAnswer`), so there is no listener.
  * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
  * `close` listener (one function for every request: nothing is allocated for it per request).
+ * Returns the middleware that starts each request's record (the first of the pipeline).
  */
-export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): void {
+export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): RequestHandler {
   Object.defineProperty(app.request, 'log', {
     configurable: true,
     get(this: Request): Logger {
@@ -31,7 +32,7 @@ export function installRequestLog(app: Express, logger: Logger, metrics?: Metric
   });
   const everyAnswer = logger.isLevelEnabled('info');
   const measured = metrics ? measureAnswer(metrics) : undefined;
-  app.use(function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
+  return function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
     const inbound = req.get('x-request-id');
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
     res.setHeader('X-Request-Id', req.id);
@@ -39,7 +40,7 @@ export function installRequestLog(app: Express, logger: Logger, metrics?: Metric
     if (everyAnswer) res.once('finish', () => accessLine(req, res));
     if (measured) res.on('close', measured);
     next();
-  });
+  };
 }
 
 /**

@@ -64,6 +64,8 @@ export function jsonBodies(): RequestHandler[] {
     (req, res, next) => {
       const operation = req.operation;
       if (!operation?.jsonBody || operation.bodyLimit === undefined) return next();
+      const length = operation.csrfExempt ? undefined : plainJsonLength(req, operation.bodyLimit);
+      if (length !== undefined) return readPlainJson(req, length, next);
       parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, next);
     },
     (req, _res, next) => {
@@ -72,6 +74,59 @@ export function jsonBodies(): RequestHandler[] {
       next(new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } }));
     },
   ];
+}
+
+/**
+ * The length of a body sent as most clients send JSON: `Content-Type: application/json` (or with
+ * `charset=utf-8`), no `Content-Encoding`, a `Content-Length` of 1 to `limit` bytes. Such a body is
+ * read by `readPlainJson`; any other (compressed, chunked, empty, over the limit, another charset)
+ * by body-parser, whose answers (413, 415, `{}` for an empty body) it keeps. body-parser's reading
+ * (type-is, content-type, raw-body, iconv-lite) was 3 % of the proxy's CPU at 64 connections.
+ */
+function plainJsonLength(req: Request, limit: number): number | undefined {
+  const { 'content-type': type, 'content-encoding': encoding, 'content-length': declared } = req.headers;
+  if (encoding !== undefined || declared === undefined || req.headers['transfer-encoding'] !== undefined) return undefined;
+  if (type !== 'application/json' && !PLAIN_JSON_TYPE.test(type ?? '')) return undefined;
+  const length = Number(declared);
+  return Number.isInteger(length) && length > 0 && length <= limit ? length : undefined;
+}
+
+const PLAIN_JSON_TYPE = /^application\/json\s*(;\s*charset\s*=\s*"?utf-8"?\s*)?$/i;
+
+/**
+ * Reads a body `plainJsonLength` accepted and parses it as body-parser would: UTF-8 with a leading
+ * byte-order mark dropped, an object or an array at the top (its strict mode), `req.body` set; a
+ * body that is not JSON fails with body-parser's `entity.parse.failed` (400), a request its client
+ * abandoned with `request.aborted`. The HTTP parser delivers exactly `length` bytes.
+ */
+function readPlainJson(req: Request, length: number, next: NextFunction): void {
+  const chunks: Buffer[] = [];
+  const done = (error?: Error) => {
+    req.off('data', onData);
+    req.off('end', onEnd);
+    req.off('close', onClose);
+    req.off('error', onClose);
+    next(error);
+  };
+  const onData = (chunk: Buffer) => void chunks.push(chunk);
+  const onEnd = () => {
+    const text = (chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, length)).toString('utf8');
+    const json = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
+    const first = /\S/.exec(json)?.[0];
+    try {
+      if (first !== '{' && first !== '[') throw new SyntaxError(`Unexpected token ${first ?? 'end'}: a JSON body is an object or an array`);
+      req.body = JSON.parse(json) as unknown;
+    } catch (error) {
+      return done(Object.assign(error as Error, { type: 'entity.parse.failed', status: 400 }));
+    }
+    done();
+  };
+  // The client left before sending the whole body (an error, or a close before the end).
+  const onClose = () => done(Object.assign(new Error('request aborted'), { type: 'request.aborted', status: 400 }));
+  req.on('data', onData);
+  req.on('end', onEnd);
+  req.on('close', onClose);
+  req.on('error', onClose);
 }
 
 /** A documented query parameter with a NUL character (Postgres refuses them in text), if any. */

@@ -51,6 +51,41 @@ describe('HTTP error handling', () => {
     await expectProblem(response, 400, 'MALFORMED_REQUEST');
   });
 
+  describe('JSON bodies as every client may send them', () => {
+    const unknownAccount = JSON.stringify({ email: 'nobody@example.com', password: 'not-the-password' });
+    const signIn = (body: BodyInit, headers: Record<string, string> = {}) =>
+      contractFetch(app.url)(`${app.url}/v1/user/signin`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers }, duplex: 'half' } as RequestInit);
+
+    it('reads a plain body, with a byte-order mark, with a charset, gzipped or chunked alike', async () => {
+      // The sign-in itself answers (unknown account), not the body's reader.
+      const expected = { status: 401, code: 'INVALID_CREDENTIALS' };
+      const outcome = async (response: Response) => ({ status: response.status, code: ((await jsonOf(response)) as Problem).code });
+      expect(await outcome(await signIn(unknownAccount))).toEqual(expected);
+      const gzipped = await new Response(new Blob([unknownAccount]).stream().pipeThrough(new CompressionStream('gzip'))).arrayBuffer();
+      const chunked = new Blob([unknownAccount]).stream();
+      const variants = [
+        await signIn(`\uFEFF${unknownAccount}`),
+        await signIn(`  \n${unknownAccount}`, { 'content-type': 'application/json; charset=UTF-8' }),
+        await signIn(gzipped, { 'content-encoding': 'gzip' }),
+        await signIn(chunked),
+      ];
+      for (const response of variants) expect(await outcome(response)).toEqual(expected);
+    });
+
+    it.each([
+      ['a bare string', '"ada@example.com"'],
+      ['a number', '42'],
+      ['nothing but spaces', '   '],
+      ['a truncated object', '{"email": "a@example.com", "password": '],
+    ])('answers %s with 400 MALFORMED_REQUEST', async (_what, body) => {
+      await expectProblem(await signIn(body), 400, 'MALFORMED_REQUEST');
+    });
+
+    it('answers a charset other than UTF-8 with 400 MALFORMED_REQUEST', async () => {
+      await expectProblem(await signIn(unknownAccount, { 'content-type': 'application/json; charset=latin1' }), 400, 'MALFORMED_REQUEST');
+    });
+  });
+
   it('answers a body over 1 MiB with 413 PAYLOAD_TOO_LARGE', async () => {
     const { error, response } = await api().POST('/v1/user/signin', { body: { email: 'a@example.com', password: 'x'.repeat(1_100_000) } });
     const problem = await expectProblem(response, 413, 'PAYLOAD_TOO_LARGE', error);

@@ -2,6 +2,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import knex, { type Knex } from 'knex';
 import type { Logger } from 'pino';
+import { PreparingPostgresClient } from './prepared-client.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations', import.meta.url));
 
@@ -19,7 +20,8 @@ export interface DatabaseOptions {
 /** A knex instance on Postgres; objection's models run on it when a query names it (`Model.query(db)`). */
 export function createDatabase(options: DatabaseOptions): Knex {
   const db = knex({
-    client: 'pg',
+    // Reads sent as prepared statements, each planned once per connection (prepared-client.ts).
+    client: PreparingPostgresClient,
     connection: {
       connectionString: options.url,
       application_name: 'model-deployment-service',

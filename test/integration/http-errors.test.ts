@@ -53,7 +53,7 @@ describe('HTTP error handling', () => {
 
   describe('JSON bodies as every client may send them', () => {
     const unknownAccount = JSON.stringify({ email: 'nobody@example.com', password: 'not-the-password' });
-    const signIn = (body: BodyInit, headers: Record<string, string> = {}) =>
+    const signIn = (body: NonNullable<RequestInit['body']>, headers: Record<string, string> = {}) =>
       contractFetch(app.url)(`${app.url}/v1/user/signin`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...headers }, duplex: 'half' } as RequestInit);
 
     it('reads a plain body, with a byte-order mark, with a charset, gzipped or chunked alike', async () => {

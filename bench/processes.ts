@@ -169,5 +169,6 @@ export async function productionServiceEnv(options: { databaseUrl: string; role:
  * And the old generation grown by 20 % past what a full collection kept, not up to 4 times as V8
  * chooses under load: peak RSS at 64 connections 203-221 MB against 273-346 MB in interleaved
  * runs, for about 0.06 ms more CPU per request there (more frequent full collections).
+ * BENCH_SERVICE_NODE_FLAGS (space-separated) replaces them, to measure others.
  */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=16', '--heap-growing-percent=20'];
+export const SERVICE_NODE_FLAGS = process.env.BENCH_SERVICE_NODE_FLAGS?.split(/\s+/).filter(Boolean) ?? ['--max-semi-space-size=16', '--heap-growing-percent=20'];

@@ -14,6 +14,8 @@ export function forUpdateOf<Q extends { forUpdate(): Q }>(query: Q, ...tables: s
  * when `db` is one): Postgres plans it once per connection, and after five runs keeps a generic
  * plan when that costs no more (partitions then pruned as it starts to execute). For a query of
  * constant text whose planning costs as much as its execution; `name` is its own, one per text.
+ * (Reads through knex are prepared too, by the database's client, prepared-client.ts; this one also
+ * skips knex's query runner, for the statements of every request.)
  * Behind a pooler in transaction mode, this needs one that keeps prepared statements (PgBouncer
  * 1.21 or later, `max_prepared_statements`).
  */

@@ -10,7 +10,7 @@ import { listInvitationsOf, listOpenInvitationsTo } from '../../src/invitations/
 import { listMembers } from '../../src/organizations/organizations.repository.ts';
 import { listEndpointsOf } from '../../src/webhooks/webhooks.repository.ts';
 import { createTestDatabase } from '../helpers/database.ts';
-import { nodesOf, planOf, statementsOf, type PlanNode } from '../helpers/query-plans.ts';
+import { genericPlanOf, nodesOf, planOf, statementsOf, type PlanNode } from '../helpers/query-plans.ts';
 
 /**
  * "Listing and reads stay index-backed at a million deployments" (DESIGN.md §4, docs/scaling.md):
@@ -312,4 +312,37 @@ describe("the other read routes, for the largest tenant's organization", () => {
     // A deployment has a handful to a few dozen events: the planner may sort those it reads by index.
     expect(howRead(events.plan, TENANT_TABLES)).toMatchObject({ indexes: ['deployment_events_of_deployment'], sequentialScans: [] });
   });
+});
+
+describe('the generic plans prepared statements settle on', () => {
+  /** The service prepares every read (src/db/prepared-client.ts): its generic plan must read as the custom one does. */
+  const reads: ReadonlyArray<readonly [string, () => Promise<unknown>]> = [
+    ["the largest tenant's first page of deployments and its count", () => listDeploymentsOf(db, large, { limit: 20, offset: 0 })],
+    [`the largest tenant's deployments ${DEEP.toLocaleString('en')} rows deep by offset`, () => listDeploymentsOf(db, large, { limit: 100, offset: DEEP })],
+    [`the largest tenant's deployments ${DEEP.toLocaleString('en')} rows deep by cursor`, () => listDeploymentsOf(db, large, { limit: 100, offset: 0, after: deepPosition })],
+    ["a typical user's first page of deployments", () => listDeploymentsOf(db, typical, { limit: 20, offset: 0 })],
+    ['one deployment by its primary key', () => findDeploymentOf(db, typical, someId)],
+    ["an API key's routing candidates", () => findRoutingCandidates(db, { organizationId: large.organizationId })],
+    ["the organization's API keys and their scopes", () => listKeysOf(db, large.organizationId).then(() => scopesInOrganization(db, large.organizationId))],
+    ["the organization's members", () => listMembers(db, large.organizationId)],
+    ["the organization's invitations", () => listInvitationsOf(db, large.organizationId)],
+  ];
+  /** The tables that grow with tenants (api_key_deployments, a key or two per organization here, may be read whole). */
+  const LARGE_TABLES = ['deployments', 'api_keys', 'memberships', 'invitations', 'emails', 'users'];
+  for (const [what, run] of reads) {
+    it(`reads ${what} through every index of its custom plan, no large table scanned whole`, async () => {
+      const statements = await statementsOf(db, run);
+      expect(statements.length).toBeGreaterThan(0);
+      for (const statement of statements) {
+        const custom = howRead(await planOf(planner, statement), LARGE_TABLES);
+        const generic = howRead(await genericPlanOf(planner, statement), LARGE_TABLES);
+        // The generic plan may do more by index than the custom one (a join by primary key, a list in its index's order), never less.
+        expect({ sql: statement.sql, indexes: generic.indexes, sequentialScans: generic.sequentialScans }).toEqual({
+          sql: statement.sql,
+          indexes: expect.arrayContaining(custom.indexes),
+          sequentialScans: [],
+        });
+      }
+    });
+  }
 });

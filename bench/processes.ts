@@ -169,6 +169,14 @@ export async function productionServiceEnv(options: { databaseUrl: string; role:
  * And the old generation grown by 20 % past what a full collection kept, not up to 4 times as V8
  * chooses under load: peak RSS at 64 connections 203-221 MB against 273-346 MB in interleaved
  * runs, for about 0.06 ms more CPU per request there (more frequent full collections).
- * BENCH_SERVICE_NODE_FLAGS (space-separated) replaces them, to measure others.
+ * Read from package.json's `start` script (`node <flags> dist/main.js`), so the benches run what
+ * production runs; BENCH_SERVICE_NODE_FLAGS (space-separated) replaces them, to measure others.
  */
-export const SERVICE_NODE_FLAGS = process.env.BENCH_SERVICE_NODE_FLAGS?.split(/\s+/).filter(Boolean) ?? ['--max-semi-space-size=16', '--heap-growing-percent=20'];
+export const SERVICE_NODE_FLAGS = process.env.BENCH_SERVICE_NODE_FLAGS?.split(/\s+/).filter(Boolean) ?? startFlags();
+
+function startFlags(): string[] {
+  const { scripts } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { scripts: { start: string } };
+  const words = scripts.start.trim().split(/\s+/);
+  if (words[0] !== 'node' || words.at(-1) !== 'dist/main.js') throw new Error(`package.json's start script is not \`node <flags> dist/main.js\`: ${scripts.start}`);
+  return words.slice(1, -1);
+}

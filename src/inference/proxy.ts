@@ -1,4 +1,4 @@
-import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import { AppError } from '../errors.ts';
@@ -141,11 +141,7 @@ export class Relay {
     let answerStream: IncomingMessage | undefined;
     measures?.opened();
     try {
-      const response = await new Promise<IncomingMessage>((resolve, reject) => {
-        upstream.once('response', resolve);
-        upstream.once('error', reject);
-        upstream.once('close', () => reject(new Error('the engine closed the connection before answering')));
-      });
+      const response = await answerOf(upstream);
       answerStream = response;
       measures?.upstreamLatency((performance.now() - sentAt) / 1000);
       // A failure of the answer's body shows on the request too (it is destroyed with it).
@@ -235,6 +231,24 @@ export class Relay {
       if (answerStream && !answerStream.complete) upstream.destroy();
     }
   }
+}
+
+/**
+ * The engine's answer, or why there is none. Its listeners go once it settles: the `close` that
+ * ends every exchange would otherwise build an error (and its stack) per request for nothing.
+ */
+function answerOf(upstream: ClientRequest): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const settle = (error: Error | undefined, response?: IncomingMessage) => {
+      upstream.off('response', onResponse).off('error', onError).off('close', onClose);
+      if (response) resolve(response);
+      else reject(error);
+    };
+    const onResponse = (response: IncomingMessage) => settle(undefined, response);
+    const onError = (error: Error) => settle(error);
+    const onClose = () => settle(new Error('the engine closed the connection before answering'));
+    upstream.once('response', onResponse).once('error', onError).once('close', onClose);
+  });
 }
 
 function mediaTypeOf(header: string | undefined): MediaType | undefined {

@@ -77,6 +77,7 @@ const schema = z.object({
   WEBHOOK_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(3600),
   WEBHOOK_DISABLE_AFTER_FAILURES: z.coerce.number().int().min(1).max(1000).default(5),
   USAGE_RETENTION_MONTHS: z.coerce.number().int().min(2).max(1200).default(13),
+  USAGE_JOURNAL_DIR: z.string().min(1).optional(),
 });
 
 export interface Config {
@@ -180,6 +181,12 @@ export interface Config {
   };
   /** Whole months of raw usage records kept after the month in progress (src/billing/usage-partitions.ts). */
   usageRetentionMonths: number;
+  /**
+   * Where usage records are journaled before their answers end (src/inference/usage-journal.ts);
+   * unset: a directory per database under the machine's temporary one; `off`: no journal (each
+   * complete answer waits for its usage's group commit instead).
+   */
+  usageJournalDir: string | undefined;
 }
 
 export class ConfigError extends Error {}
@@ -305,6 +312,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       disableAfterFailures: e.WEBHOOK_DISABLE_AFTER_FAILURES,
     },
     usageRetentionMonths: e.USAGE_RETENTION_MONTHS,
+    usageJournalDir: e.USAGE_JOURNAL_DIR,
   };
 }
 

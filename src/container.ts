@@ -27,6 +27,7 @@ import { Provisioner, provisioningJobs } from './deployments/provisioning.ts';
 import { ApiKeysService } from './api-keys/api-keys.service.ts';
 import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
+import { UsageJournal } from './inference/usage-journal.ts';
 import { KeyLimiter } from './inference/key-limiter.ts';
 import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
 import { StripePaymentProcessor } from './adapters/stripe.ts';
@@ -51,6 +52,8 @@ export interface ContainerDeps {
   smtpUrl: string;
   /** Where usage records are written, when not `db`: a pool whose commits do not wait for the disk. */
   usageDb?: Knex;
+  /** Where each usage record is appended before its answer ends (none: committed to the database then instead). */
+  usageJournalDir?: string | undefined;
 }
 
 /** Every long-lived object of the service, built with plain constructors (no DI framework). */
@@ -77,7 +80,8 @@ export function createContainer(deps: ContainerDeps) {
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const apiKeys = new ApiKeysService(db);
   const router = new InferenceRouter({ db, clusters, log: deps.log });
-  const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, metrics);
+  const journal = deps.usageJournalDir === undefined ? undefined : new UsageJournal(deps.usageJournalDir, deps.log);
+  const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, { metrics, journal });
   const keyLimiter = new KeyLimiter(db, deps.log);
   const gpuMeter = new GpuMeter(db);
   const processor = paymentProcessor(config);

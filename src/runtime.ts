@@ -11,6 +11,7 @@ import { CHANGE_CHANNELS, ChangeListener } from './db/change-listener.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
 import { startReconciler } from './deployments/provisioning.ts';
 import { Lifecycle } from './lifecycle.ts';
+import { defaultUsageJournalDir } from './inference/usage-journal.ts';
 import { loadOpenApiDocument } from './openapi-document.ts';
 import { portOf, startMetricsServer } from './metrics/metrics-server.ts';
 
@@ -59,11 +60,13 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const work = config.role !== 'api';
   const boss = createJobQueue({ url: options.databaseUrl, work, log });
   const document = loadOpenApiDocument();
-  // Usage records are written before an answer's last bytes (the group commit): on a pool of their
-  // own whose commits do not wait for the disk (see insertUsageRecords).
+  // Usage records are journaled before an answer's last bytes (or, without a journal, committed
+  // then: the group commit), and written on a pool of their own whose commits do not wait for the
+  // disk (see insertUsageRecords).
   const usageDb = createDatabase({ url: options.databaseUrl, poolMax: 2, log, synchronousCommit: false });
   await lifecycle.started('usage database pool', () => usageDb.destroy());
-  const container = createContainer({ config, log, db, boss, document, smtpUrl: options.smtpUrl, usageDb });
+  const usageJournalDir = config.usageJournalDir === 'off' ? undefined : (config.usageJournalDir ?? defaultUsageJournalDir(options.databaseUrl));
+  const container = createContainer({ config, log, db, boss, document, smtpUrl: options.smtpUrl, usageDb, usageJournalDir });
   await lifecycle.started('mailer', () => container.mailer.close());
   await lifecycle.start(
     'job queue',
@@ -108,7 +111,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       hsts: config.env === 'production',
       metrics: container.metrics,
     });
-    container.usage.start();
+    await container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
     await lifecycle.started('key limit shares', () => container.keyLimiter.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { isDatabaseUnreachable } from '../db/errors.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { UsageWriter, type NewUsageRecord } from './inference.repository.ts';
+import type { UsageJournal } from './usage-journal.ts';
 
 /** What a route is metered in: tokens (chat, embeddings, rerank), images, or requests (transcriptions). */
 export type UsageUnit = 'token' | 'image' | 'request';
@@ -38,49 +39,78 @@ export interface UsageRecord {
 /** Records kept in memory while the database cannot be written (about a minute at 1,000 requests a second). */
 const MAX_UNWRITTEN = 100_000;
 
+/** Records stored per insert when a dead process's journal is read back. */
+const RECOVERY_BATCH = 500;
+
+/** How often (in flushes) the journal directory is looked at for segments of processes that died. */
+const ORPHAN_SCAN_EVERY = 60;
+
 /**
  * Usage of inference requests, kept in memory and written in batches (every second, or at 500
  * records), so no request waits on a database write. Each record is stored once per `usageId`, an
  * id the service makes (the client's `X-Request-Id` is only a label). A batch the database refused
  * (it is restarting, unreachable) is retried at the next flush, up to MAX_UNWRITTEN records.
- * An answer delivered in full is committed before its last bytes go out (`commit`); what is
- * buffered with `record` (answers cut short) when a process dies unexpectedly is lost, up to a
- * second of them; a graceful stop flushes it.
+ *
+ * With a journal (usage-journal.ts, the default), every record is appended to it as it is made, so
+ * a process killed at any moment loses none: what it had not stored yet is stored by the next
+ * process to start on the same machine (or by a live neighbour within a minute). Without one
+ * (`USAGE_JOURNAL_DIR=off`), or while it cannot be written, an answer delivered in full is
+ * committed before its last bytes go out (`commit`: a group commit with the answers ending then),
+ * and what `record` buffered (answers cut short) when the process dies is lost, up to a second of
+ * them; a graceful stop flushes it.
  */
 export class UsageRecorder {
   readonly #writer: UsageWriter;
   readonly #log: Logger;
   readonly #metrics: Metrics | undefined;
-  #buffer: UsageRecord[] = [];
+  readonly #journal: UsageJournal | undefined;
+  #buffer: NewUsageRecord[] = [];
   #timer: NodeJS.Timeout | undefined;
   #flushing: Promise<void> = Promise.resolve();
+  #flushes = 0;
 
-  constructor(db: Knex, log: Logger, metrics?: Metrics) {
+  constructor(db: Knex, log: Logger, options: { metrics?: Metrics | undefined; journal?: UsageJournal | undefined } = {}) {
     this.#writer = new UsageWriter(db);
     this.#log = log;
-    this.#metrics = metrics;
-    metrics?.watchUsage(() => this.#buffer.length);
+    this.#metrics = options.metrics;
+    this.#journal = options.journal;
+    this.#metrics?.watchUsage(() => this.#buffer.length);
   }
 
-  /** Writes every `intervalMs`, on a connection of the pool it holds until `stop`. */
-  start(intervalMs = 1_000): void {
+  /**
+   * Stores what processes that died left in the journal, then writes every `intervalMs`, on a
+   * connection of the pool it holds until `stop`.
+   */
+  async start(intervalMs = 1_000): Promise<void> {
     this.#writer.hold();
-    this.#timer = setInterval(() => void this.flush(), intervalMs);
+    await this.recoverOrphans();
+    this.#timer = setInterval(() => {
+      void this.flush();
+      if (++this.#flushes % ORPHAN_SCAN_EVERY === 0) void this.recoverOrphans();
+    }, intervalMs);
     this.#timer.unref();
   }
 
   /**
-   * Records the usage and resolves once it is written, with whatever else is buffered by then: a
-   * group commit (requests that end together share one insert). Used for an answer delivered in
-   * full, before its last bytes go out, so a process killed afterwards has its usage.
+   * Records the usage of an answer delivered in full, before its last bytes go out, so that a
+   * process killed afterwards has it: appended to the journal (nothing to wait for), or else
+   * written with whatever else is buffered by then (a group commit: requests that end together
+   * share one insert), the promise resolving once it is.
    */
-  commit(usage: UsageRecord): Promise<void> {
-    this.#buffer.push(usage);
+  commit(usage: UsageRecord): Promise<void> | undefined {
+    const row = toRow(usage);
+    this.#buffer.push(row);
+    if (this.#journal?.append(row)) {
+      if (this.#buffer.length >= 500) void this.flush();
+      return undefined;
+    }
     return this.flush();
   }
 
   record(usage: UsageRecord): void {
-    this.#buffer.push(usage);
+    const row = toRow(usage);
+    this.#journal?.append(row);
+    this.#buffer.push(row);
     if (this.#buffer.length >= 500) void this.flush();
   }
 
@@ -93,15 +123,33 @@ export class UsageRecorder {
   async stop(): Promise<void> {
     clearInterval(this.#timer);
     await this.flush();
+    this.#journal?.close(this.#buffer.length === 0);
     await this.#writer.release();
   }
 
+  /** Stores the records of journal segments that processes which are gone left behind, then deletes those segments. */
+  async recoverOrphans(): Promise<void> {
+    if (!this.#journal) return;
+    try {
+      for (const { file, records } of this.#journal.orphans()) {
+        for (let at = 0; at < records.length; at += RECOVERY_BATCH) await this.#writer.insert(records.slice(at, at + RECOVERY_BATCH));
+        this.#journal.done(file);
+        this.#log.info({ file, records: records.length }, 'usage records of a process that died stored from its journal');
+      }
+    } catch (error) {
+      // Kept on disk for the next look (the database may be restarting).
+      this.#log.error({ err: error, dir: this.#journal.directory }, 'usage records left in the journal by a process that died could not be stored yet');
+    }
+  }
+
   async #write(): Promise<void> {
+    // Every record the open segment holds is in this batch (or an earlier one still unwritten).
+    this.#journal?.seal();
     const batch = this.#buffer.splice(0);
     if (!batch.length) return;
     const started = performance.now();
     try {
-      await this.#writer.insert(batch.map(toRow));
+      await this.#writer.insert(batch);
       this.#metrics?.usageFlush('written', batch.length, (performance.now() - started) / 1000);
     } catch (error) {
       this.#metrics?.usageFlush(isDatabaseUnreachable(error) ? 'deferred' : 'refused', batch.length, (performance.now() - started) / 1000);
@@ -116,13 +164,15 @@ export class UsageRecorder {
       this.#log.error({ err: error, records: batch.length }, 'usage records could not be written');
       let refusedRecords = 0;
       for (const record of batch) {
-        await this.#writer.insert([toRow(record)]).catch((refused: unknown) => {
+        await this.#writer.insert([record]).catch((refused: unknown) => {
           refusedRecords += 1;
-          this.#log.error({ err: refused, usage_id: record.usageId }, 'a usage record was refused');
+          this.#log.error({ err: refused, usage_id: record.usage_id }, 'a usage record was refused');
         });
       }
       this.#metrics?.usageRecordsOneByOne(batch.length - refusedRecords, refusedRecords);
     }
+    // Stored, or refused for good: the sealed segments hold nothing more to store.
+    this.#journal?.stored();
   }
 }
 

@@ -1,3 +1,6 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import type { Knex } from 'knex';
 import { createApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
@@ -82,6 +85,8 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   const database = options.database ?? (await createTestDatabase());
   const inbox = await new Inbox().start();
   const stripe = options.stripe ? await startStripeForApp() : undefined;
+  // The usage journal of this app and the service processes a test starts beside it (same env).
+  const journalDir = await mkdtemp(path.join(tmpdir(), 'usage-journal-test-'));
   const settings = {
     NODE_ENV: 'test',
     PORT: '0',
@@ -89,6 +94,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
     PUBLIC_URL: APP_ORIGIN,
     APP_SECRET: TEST_APP_SECRET,
     ROLE: options.workers ? 'all' : 'api',
+    USAGE_JOURNAL_DIR: journalDir,
     ...stripe?.env,
     ...env,
   };
@@ -114,6 +120,7 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
       await stripe?.emulator.stop();
       await inbox.stop();
       await database.drop();
+      await rm(journalDir, { recursive: true, force: true });
     },
   };
 }

@@ -27,8 +27,9 @@ beforeAll(async () => {
 });
 afterAll(() => app.close());
 
-/** The period's estimated spending, as the usage summary shows it. */
+/** The period's estimated spending, as the usage summary shows it once the usage recorded so far is stored (within a second otherwise). */
 async function spent(): Promise<number> {
+  await app.container.usage.flush();
   const { data } = await people.super_admin.api.GET('/v1/billing/usage-summary');
   return (data?.usage_totals ?? []).reduce((sum, total) => sum + Number(total.estimated_amount), 0);
 }

@@ -1,8 +1,15 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { appendFile, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { pino } from 'pino';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { NewUsageRecord } from '../../src/inference/inference.repository.ts';
 import { UsageRecorder, type UsageRecord } from '../../src/inference/usage.ts';
+import { UsageJournal } from '../../src/inference/usage-journal.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { startServices, type Services } from '../helpers/services.ts';
 
@@ -89,5 +96,117 @@ describe('the usage recorder', () => {
     usages.record(usage({ requestId: 'at-stop' }));
     await usages.stop();
     expect(await rowsLabelled('at-stop')).toHaveLength(1);
+  });
+});
+
+/** Rows as the journal holds them. */
+function journalRow(requestId: string): NewUsageRecord {
+  const record = usage({ requestId });
+  return {
+    usage_id: record.usageId,
+    request_id: requestId,
+    organization_id: record.organizationId,
+    deployment_id: null,
+    api_key_id: null,
+    user_id: record.userId,
+    route: record.route,
+    model: record.model,
+    prompt_tokens: 3,
+    completion_tokens: 4,
+    total_tokens: 7,
+    unit: 'token',
+    quantity: 7,
+    outcome: 'completed',
+    estimated: false,
+    created_at: record.recordedAt,
+  };
+}
+
+/**
+ * Another process with a journal in `dir` (the real class, in a `node` process of its own) that
+ * appends `rows`, then exits without closing it, as a killed one would, or stays alive until killed.
+ */
+async function processJournaling(dir: string, rows: NewUsageRecord[], stay = false): Promise<ChildProcess> {
+  const script = `
+    import { UsageJournal } from ${JSON.stringify(path.resolve('src/inference/usage-journal.ts'))};
+    const journal = new UsageJournal(process.env.JOURNAL_DIR, { error() {}, warn() {} });
+    for (const row of JSON.parse(process.env.ROWS)) journal.append(row);
+    process.stdout.write('appended\\n');
+    if (process.env.STAY) setInterval(() => undefined, 60_000);`;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    env: { ...process.env, JOURNAL_DIR: dir, ROWS: JSON.stringify(rows), ...(stay ? { STAY: '1' } : {}) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on('data', (data: Buffer) => String(data).includes('appended') && resolve());
+    child.once('exit', (code) => (code === 0 && !stay ? undefined : reject(new Error(`the journaling process exited with ${code}`))));
+  });
+  if (!stay) await once(child, 'exit');
+  return child;
+}
+
+const segmentsIn = async (dir: string) => (await readdir(dir)).filter((name) => name.endsWith('.jsonl'));
+
+describe('the usage journal', () => {
+  let dir: string;
+  beforeEach(async () => {
+    dir = await mkdtemp(path.join(tmpdir(), 'usage-journal-'));
+  });
+  afterEach(() => rm(dir, { recursive: true, force: true }));
+  const journaled = () => new UsageRecorder(services.db, services.log, { journal: new UsageJournal(dir, services.log) });
+
+  it('holds a complete answer\'s usage without a database round trip, and drops its segment once the batch is stored', async () => {
+    const usages = journaled();
+    expect(usages.commit(usage({ requestId: 'journaled' }))).toBeUndefined();
+    const [segment] = await segmentsIn(dir);
+    expect(JSON.parse(await readFile(path.join(dir, segment as string), 'utf8'))).toEqual(expect.objectContaining({ request_id: 'journaled' }));
+    expect(await rowsLabelled('journaled')).toEqual([]);
+    await usages.flush();
+    expect(await rowsLabelled('journaled')).toHaveLength(1);
+    expect(await segmentsIn(dir)).toEqual([]);
+  });
+
+  it('stores once what a process that is gone left, skipping a line its kill cut short, and deletes its segment', async () => {
+    const rows = [journalRow('orphaned'), journalRow('orphaned')];
+    await processJournaling(dir, rows);
+    const [segment] = await segmentsIn(dir);
+    await appendFile(path.join(dir, segment as string), '{"usage_id": "cut sh');
+    // One of them reached the database before the kill.
+    await recorder().commit(usage({ usageId: rows[0]?.usage_id as string, recordedAt: rows[0]?.created_at as Date, requestId: 'orphaned' }));
+    expect(await rowsLabelled('orphaned')).toHaveLength(1);
+    await journaled().recoverOrphans();
+    expect((await rowsLabelled('orphaned')).map((row: { usage_id: string }) => row.usage_id).sort()).toEqual(rows.map((row) => row.usage_id).sort());
+    expect(await segmentsIn(dir)).toEqual([]);
+  });
+
+  it('leaves alone the segments of a live process and of another machine', async () => {
+    const live = await processJournaling(dir, [journalRow('live-neighbour')], true);
+    try {
+      await writeFile(path.join(dir, 'another-machine.1.0123456789abcdef.1.jsonl'), `${JSON.stringify(journalRow('another-machine'))}\n`);
+      await journaled().recoverOrphans();
+      expect(await rowsLabelled('live-neighbour')).toEqual([]);
+      expect(await rowsLabelled('another-machine')).toEqual([]);
+      expect(await segmentsIn(dir)).toHaveLength(2);
+    } finally {
+      live.kill('SIGKILL');
+    }
+    // Once the neighbour is gone, its segment is stored; the other machine's still is not.
+    await once(live, 'exit');
+    await journaled().recoverOrphans();
+    expect(await rowsLabelled('live-neighbour')).toHaveLength(1);
+    expect(await segmentsIn(dir)).toEqual(['another-machine.1.0123456789abcdef.1.jsonl']);
+  });
+
+  it('commits before the answer ends when the journal cannot be written', async () => {
+    const notADirectory = path.join(dir, 'a-file');
+    await writeFile(notADirectory, '');
+    const usages = new UsageRecorder(services.db, services.log, { journal: new UsageJournal(notADirectory, services.log) });
+    const committed = usages.commit(usage({ requestId: 'journal-unwritable' }));
+    expect(committed).toBeInstanceOf(Promise);
+    await committed;
+    expect(await rowsLabelled('journal-unwritable')).toHaveLength(1);
+    expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>)).toContainEqual(
+      expect.objectContaining({ level: 50, msg: 'the usage journal could not be written; usage is stored before answers end instead' }),
+    );
   });
 });

@@ -71,8 +71,11 @@ export type NewUsageRecord = Pick<
   | 'unit'
   | 'outcome'
   | 'estimated'
-  | 'created_at'
-> & { quantity: number };
+> & {
+  quantity: number;
+  /** A Date, or its ISO text (as the recorder makes it: the row is written as JSON, once or twice). */
+  created_at: Date | string;
+};
 
 /**
  * Stores usage records; one already stored under the same `usage_id` is left as it is. The service

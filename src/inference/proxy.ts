@@ -92,9 +92,9 @@ export class Relay {
     /**
      * Called once the engine's answer is complete, before its last bytes go to the client (the
      * usage's journal, or its group commit): the client never holds a whole answer whose usage is
-     * not recorded. A promise it returns is waited for, at most COMMIT_WAIT_MS.
+     * not recorded. Waited for at most COMMIT_WAIT_MS.
      */
-    beforeEnd?: (answer: AnswerWatch) => Promise<void> | undefined;
+    beforeEnd?: (answer: AnswerWatch) => Promise<void>;
   }): Promise<Delivery | undefined> {
     const { req, res, body } = input;
     // Upstream latency, time to first chunk and active streams of this route (README: Metrics).
@@ -191,8 +191,7 @@ export class Relay {
       if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), req);
       if (ended === 'completed' && rest !== undefined) {
         clearTimeout(timer);
-        const recording = input.beforeEnd?.(answer);
-        if (recording) await waitAtMost(recording, COMMIT_WAIT_MS);
+        if (input.beforeEnd) await waitAtMost(input.beforeEnd(answer), COMMIT_WAIT_MS);
         if (held !== undefined) res.write(held);
         res.end(rest);
         return { outcome: 'completed', answer };

@@ -40,6 +40,10 @@ export class UsageJournal {
   #sequence = 0;
   #sealed: string[] = [];
   #retryAt = 0;
+  /** Lines made in this turn of the event loop, written together at its end. */
+  #pending: string[] = [];
+  #group: Promise<boolean> | undefined;
+  #settleGroup: ((written: boolean) => void) | undefined;
 
   constructor(dir: string, log: Logger) {
     this.#dir = dir;
@@ -51,35 +55,62 @@ export class UsageJournal {
   }
 
   /**
-   * Appends the record; false when the journal cannot be written (a full or read-only disk), in
-   * which case the caller stores the record before the answer ends instead.
+   * Appends the record with the others made in the same turn of the event loop (one write for all
+   * of them, after the turn's I/O callbacks: at 64 connections an answer's own write cost as much
+   * as the rest of its metering). Resolves true once they are in the file, false when it could not
+   * be written (a full or read-only disk), in which case the caller stores them before the answers
+   * end instead; undefined when the journal is not tried now (a write failed moments ago).
    */
-  append(record: NewUsageRecord): boolean {
-    if (this.#fd === undefined && Date.now() < this.#retryAt) return false;
-    const line = `${JSON.stringify(record)}\n`;
+  append(record: NewUsageRecord): Promise<boolean> | undefined {
+    if (this.#fd === undefined && Date.now() < this.#retryAt) return undefined;
+    this.#pending.push(JSON.stringify(record));
+    if (!this.#group) {
+      this.#group = new Promise((resolve) => (this.#settleGroup = resolve));
+      setImmediate(() => this.#writePending());
+    }
+    return this.#group;
+  }
+
+  #writePending(): void {
+    const settle = this.#settleGroup;
+    this.#group = undefined;
+    this.#settleGroup = undefined;
+    if (!this.#pending.length) return settle?.(true);
+    const lines = `${this.#pending.join('\n')}\n`;
+    this.#pending = [];
     try {
       this.#fd ??= this.#open();
-      if (writeSync(this.#fd, line) !== Buffer.byteLength(line)) throw new Error('the usage journal took part of a record');
+      if (writeSync(this.#fd, lines) !== Buffer.byteLength(lines)) throw new Error('the usage journal took part of its records');
       this.#holdsRecords = true;
-      return true;
+      settle?.(true);
     } catch (error) {
       // A partly written line is skipped when the segment is read back; nothing more goes after it.
       this.#log.error({ err: error, dir: this.#dir }, 'the usage journal could not be written; usage is stored before answers end instead');
       this.#retryAt = Date.now() + RETRY_AFTER_MS;
-      this.seal();
-      return false;
+      this.#fd = this.#closed(this.#fd);
+      settle?.(false);
     }
   }
 
   /** Closes the open segment (its records are all in the batch being taken or an earlier unwritten one). */
   seal(): void {
-    if (this.#fd === undefined) return;
-    closeSync(this.#fd);
-    if (this.#holdsRecords) this.#sealed.push(this.#segment as string);
-    else this.#remove(this.#segment as string);
-    this.#fd = undefined;
-    this.#segment = undefined;
-    this.#holdsRecords = false;
+    // What is made but not written yet belongs to the batch being taken.
+    this.#writePending();
+    this.#fd = this.#closed(this.#fd);
+  }
+
+  /** Closes the open segment, kept for deletion once stored when it holds records; undefined. */
+  #closed(fd: number | undefined): undefined {
+    if (fd === undefined) return undefined;
+    try {
+      closeSync(fd);
+    } finally {
+      if (this.#holdsRecords) this.#sealed.push(this.#segment as string);
+      else this.#remove(this.#segment as string);
+      this.#segment = undefined;
+      this.#holdsRecords = false;
+    }
+    return undefined;
   }
 
   /** Every record of the sealed segments is stored (or refused for good): they go. */

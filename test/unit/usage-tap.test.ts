@@ -60,6 +60,15 @@ describe('usage extraction from JSON answers', () => {
     expect(watch(false, big, 8192).usage()).toEqual({ promptTokens: 9, completionTokens: 0, totalTokens: 9 });
   });
 
+  it('takes the last `usage` followed by an object, not one quoted in the content or one without an object', () => {
+    const quoted = { total_tokens: 1, prompt_tokens: 1 };
+    const answer = JSON.stringify({ choices: [{ message: { content: `"usage": ${JSON.stringify(quoted)}` } }], usage: { prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 } });
+    expect(watch(false, answer, 7).usage()).toEqual({ promptTokens: 2, completionTokens: 3, totalTokens: 5 });
+    const withoutObject = `{"usage": {"prompt_tokens": 4, "total_tokens": 4}, "choices": [], "usage": null}`;
+    expect(watch(false, withoutObject).usage()).toEqual({ promptTokens: 4, completionTokens: 0, totalTokens: 4 });
+    expect(watch(false, '{"usage": {"prompt_tokens": 4, "total_tokens": }}').usage()).toBeUndefined();
+  });
+
   it('reads rerank’s meta.tokens', () => {
     const rerank = JSON.stringify({ id: 'r', results: [{ index: 0, relevance_score: 0.9, document: null }], meta: { api_version: null, tokens: { input_tokens: 38, output_tokens: 38 } } });
     expect(watch(false, rerank, 3).rerankTokens()).toBe(38);

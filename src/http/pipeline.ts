@@ -1,3 +1,4 @@
+import { IncomingMessage, ServerResponse } from 'node:http';
 import type { ErrorRequestHandler, Express, NextFunction, Request, RequestHandler, Response } from 'express';
 
 /**
@@ -11,11 +12,13 @@ import type { ErrorRequestHandler, Express, NextFunction, Request, RequestHandle
  * promise.
  */
 export function answerWithPipeline(app: Express, steps: readonly RequestHandler[], onError: ErrorRequestHandler): void {
+  const { IncomingMessage: AppRequest, ServerResponse: AppResponse } = messageClassesOf(app);
   const handle = (req: Request, res: Response): void => {
     req.res = res;
     res.req = req;
-    Object.setPrototypeOf(req, app.request);
-    Object.setPrototypeOf(res, app.response);
+    // Made by the server as the app's own (`listen`), or else given the app's prototypes here.
+    if (!(req instanceof AppRequest)) Object.setPrototypeOf(req, app.request);
+    if (!(res instanceof AppResponse)) Object.setPrototypeOf(res, app.response);
     res.locals ??= Object.create(null) as Response['locals'];
     let index = 0;
     let failed = false;
@@ -47,4 +50,25 @@ export function answerWithPipeline(app: Express, steps: readonly RequestHandler[
   };
   // Express's entry point (`app(req, res)` calls it), which its type declarations leave out.
   (app as Express & { handle: typeof handle }).handle = handle;
+}
+
+const messageClasses = new WeakMap<Express, { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse }>();
+
+/**
+ * The classes of the requests and responses of `app`'s server (`http.createServer`'s
+ * `IncomingMessage` and `ServerResponse` options): node:http's own, with Express's methods and
+ * settings (`app.request`, `app.response`) on their prototype chain. Express gives each request and
+ * response those prototypes after the fact (`Object.setPrototypeOf`, twice per request: 1 % of the
+ * proxy's CPU at 64 connections, and objects whose prototype changed are slower to use after).
+ */
+export function messageClassesOf(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
+  const known = messageClasses.get(app);
+  if (known) return known;
+  class AppRequest extends IncomingMessage {}
+  class AppResponse<R extends IncomingMessage = IncomingMessage> extends ServerResponse<R> {}
+  Object.setPrototypeOf(AppRequest.prototype, app.request);
+  Object.setPrototypeOf(AppResponse.prototype, app.response);
+  const classes = { IncomingMessage: AppRequest, ServerResponse: AppResponse };
+  messageClasses.set(app, classes);
+  return classes;
 }

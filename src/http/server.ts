@@ -1,10 +1,15 @@
 import { once } from 'node:events';
-import type { Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { Express } from 'express';
+import { messageClassesOf } from './pipeline.ts';
 
-/** Listens on host:port and resolves with the server once it accepts connections. */
+/**
+ * Listens on host:port and resolves with the server once it accepts connections. Its requests and
+ * responses are made with the app's prototypes (pipeline.ts).
+ */
 export async function listen(app: Express, port: number, host: string): Promise<Server> {
-  const server = app.listen(port, host);
+  const server = createServer(messageClassesOf(app), app);
+  server.listen(port, host);
   await once(server, 'listening');
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;

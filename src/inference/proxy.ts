@@ -92,7 +92,7 @@ export class Relay {
     /**
      * Called once the engine's answer is complete, before its last bytes go to the client (the
      * usage's journal, or its group commit): the client never holds a whole answer whose usage is
-     * not recorded. Waited for at most COMMIT_WAIT_MS.
+     * not recorded. Its promise must settle (the recorder's does within a second, a database down).
      */
     beforeEnd?: (answer: AnswerWatch) => Promise<void>;
   }): Promise<Delivery | undefined> {
@@ -191,7 +191,7 @@ export class Relay {
       if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), req);
       if (ended === 'completed' && rest !== undefined) {
         clearTimeout(timer);
-        if (input.beforeEnd) await waitAtMost(input.beforeEnd(answer), COMMIT_WAIT_MS);
+        if (input.beforeEnd) await input.beforeEnd(answer);
         if (held !== undefined) res.write(held);
         res.end(rest);
         return { outcome: 'completed', answer };
@@ -264,15 +264,6 @@ function rewritten(step: () => string, req: Request): string | undefined {
     req.log.warn({ err: String(error) }, 'the engine answered something the proxy cannot rewrite for this route');
     return undefined;
   }
-}
-
-/** The longest an answer's last bytes wait for its usage to be written (the database may be down). */
-const COMMIT_WAIT_MS = 1_000;
-
-async function waitAtMost(work: Promise<void>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
-  clearTimeout(timer);
 }
 
 type Ended = 'completed' | 'client-left' | 'engine-failed' | 'unusable';

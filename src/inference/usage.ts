@@ -39,6 +39,9 @@ export interface UsageRecord {
 /** Records kept in memory while the database cannot be written (about a minute at 1,000 requests a second). */
 const MAX_UNWRITTEN = 100_000;
 
+/** The longest an answer's last bytes wait for its usage's insert when it is not journaled (the database may be down). */
+const COMMIT_WAIT_MS = 1_000;
+
 /** Records stored per insert when a dead process's journal is read back. */
 const RECOVERY_BATCH = 500;
 
@@ -97,20 +100,29 @@ export class UsageRecorder {
    * Records the usage of an answer delivered in full, before its last bytes go out, so that a
    * process killed afterwards has it: appended to the journal with the others of this turn of the
    * event loop, or else written with whatever else is buffered by then (a group commit: requests
-   * that end together share one insert); the promise resolves once it is.
+   * that end together share one insert); the promise resolves once it is, or after COMMIT_WAIT_MS
+   * without a database (the record is kept for the next flush).
    */
   commit(usage: UsageRecord): Promise<void> {
     const row = toRow(usage);
     this.#buffer.push(row);
     const group = this.#journal?.append(row);
-    if (!group) return this.flush();
+    if (!group) return this.#committed();
     if (this.#buffer.length >= 500) void this.flush();
     // One promise per group of records journaled together.
     if (group !== this.#journaling) {
       this.#journaling = group;
-      this.#journaled = group.then((written) => (written ? undefined : this.flush()));
+      this.#journaled = group.then((written) => (written ? undefined : this.#committed()));
     }
     return this.#journaled as Promise<void>;
+  }
+
+  /** The buffer written (a group commit), or COMMIT_WAIT_MS passed: an answer's end waits no longer for a database that does not answer. */
+  async #committed(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, COMMIT_WAIT_MS)));
+    await Promise.race([this.flush().catch(() => undefined), waited]);
+    clearTimeout(timer);
   }
 
   record(usage: UsageRecord): void {

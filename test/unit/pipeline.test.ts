@@ -1,15 +1,16 @@
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
-import express, { type ErrorRequestHandler, type RequestHandler } from 'express';
+import express, { type ErrorRequestHandler, type Express, type RequestHandler } from 'express';
 import { describe, expect, it } from 'vitest';
-import { answerWithPipeline } from '../../src/http/pipeline.ts';
+import { answerWithPipeline, messageClassesOf } from '../../src/http/pipeline.ts';
+import { listen } from '../../src/http/server.ts';
 
 /** An app answering through `steps` on a loopback port; the error handler answers 599 with the error's message. */
-async function serve(steps: RequestHandler[], onError?: ErrorRequestHandler) {
-  const app = express();
+async function serve(steps: RequestHandler[], onError?: ErrorRequestHandler, options: { server?: 'express' | 'listen'; app?: Express } = {}) {
+  const app = options.app ?? express();
   answerWithPipeline(app, steps, onError ?? ((error: Error, _req, res) => res.status(599).send(`failed: ${error.message}`)));
-  const server = app.listen(0, '127.0.0.1');
-  await once(server, 'listening');
+  const server = options.server === 'listen' ? await listen(app, 0, '127.0.0.1') : app.listen(0, '127.0.0.1');
+  if (!server.listening) await once(server, 'listening');
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return {
     get: (path = '/') => fetch(`${url}${path}`),
@@ -20,6 +21,25 @@ async function serve(steps: RequestHandler[], onError?: ErrorRequestHandler) {
 const pass: RequestHandler = (_req, _res, next) => next();
 
 describe('answerWithPipeline', () => {
+  it('on the server of `listen`, gets requests and responses made with the app\'s prototypes (none changed per request)', async () => {
+    const app = express();
+    const classes = messageClassesOf(app);
+    const made: boolean[] = [];
+    await using served = await serve(
+      [
+        (req, res) => {
+          made.push(Object.getPrototypeOf(req) === classes.IncomingMessage.prototype, Object.getPrototypeOf(res) === classes.ServerResponse.prototype);
+          res.status(200).json({ ip: req.ip, header: req.get('x-mark') });
+        },
+      ],
+      undefined,
+      { server: 'listen', app },
+    );
+    const response = await served.get('/');
+    expect(await response.json()).toEqual({ ip: '127.0.0.1', header: undefined });
+    expect(made).toEqual([true, true]);
+  });
+
   it('runs the steps in order with Express requests and responses, until one answers', async () => {
     const seen: string[] = [];
     await using app = await serve([

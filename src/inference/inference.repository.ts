@@ -86,10 +86,18 @@ export type NewUsageRecord = Pick<
  * records (its WAL writer flushes every 200 ms).
  */
 export async function insertUsageRecords(db: Knex, records: readonly NewUsageRecord[]): Promise<void> {
-  if (!records.length) return;
+  if (records.length) await insertUsageJson(db, usageJson(records.map((record) => JSON.stringify(record))));
+}
+
+/** The JSON array of records whose JSON texts are `lines` (as the recorder and its journal hold them). */
+export function usageJson(lines: readonly string[]): string {
+  return `[${lines.join(',')}]`;
+}
+
+async function insertUsageJson(db: Knex, json: string): Promise<void> {
   const connection = (await db.client.acquireConnection()) as pg.Client;
   try {
-    await insertOn(connection, records);
+    await insertOn(connection, json);
   } finally {
     await db.client.releaseConnection(connection);
   }
@@ -118,9 +126,9 @@ export class UsageWriter {
     this.#holding = true;
   }
 
-  async insert(records: readonly NewUsageRecord[]): Promise<void> {
-    if (!records.length) return;
-    if (!this.#holding) return insertUsageRecords(this.#db, records);
+  /** Stores the records of `json`, a JSON array of them (`usageJson`). */
+  async insert(json: string): Promise<void> {
+    if (!this.#holding) return insertUsageJson(this.#db, json);
     let connection = await (this.#held ??= this.#acquire());
     // Closed while it waited (knex marks it): another one.
     if ((connection as { __knex__disposed?: unknown }).__knex__disposed) {
@@ -128,7 +136,7 @@ export class UsageWriter {
       connection = await (this.#held ??= this.#acquire());
     }
     try {
-      await insertOn(connection, records);
+      await insertOn(connection, json);
     } catch (error) {
       await this.#giveBack();
       throw error;
@@ -164,8 +172,8 @@ export class UsageWriter {
  * 0.42 ms a single-record write waits (measured interleaved, 2,700 writes of each kind). Keys of a
  * record that are not among the columns are ignored.
  */
-async function insertOn(connection: pg.Client, records: readonly NewUsageRecord[]): Promise<void> {
-  await connection.query({ ...INSERT_USAGE, values: [JSON.stringify(records)] });
+async function insertOn(connection: pg.Client, json: string): Promise<void> {
+  await connection.query({ ...INSERT_USAGE, values: [json] });
 }
 
 const USAGE_COLUMNS = [

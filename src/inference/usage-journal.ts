@@ -3,7 +3,6 @@ import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, 
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
-import type { NewUsageRecord } from './inference.repository.ts';
 
 /** After a failed append, how long the journal is not tried again (the caller commits to the database meanwhile). */
 const RETRY_AFTER_MS = 5_000;
@@ -55,15 +54,15 @@ export class UsageJournal {
   }
 
   /**
-   * Appends the record with the others made in the same turn of the event loop (one write for all
+   * Appends a record (its JSON text, one line) with the others made in the same turn of the event loop (one write for all
    * of them, after the turn's I/O callbacks: at 64 connections an answer's own write cost as much
    * as the rest of its metering). Resolves true once they are in the file, false when it could not
    * be written (a full or read-only disk), in which case the caller stores them before the answers
    * end instead; undefined when the journal is not tried now (a write failed moments ago).
    */
-  append(record: NewUsageRecord): Promise<boolean> | undefined {
+  append(line: string): Promise<boolean> | undefined {
     if (this.#fd === undefined && Date.now() < this.#retryAt) return undefined;
-    this.#pending.push(JSON.stringify(record));
+    this.#pending.push(line);
     if (!this.#group) {
       this.#group = new Promise((resolve) => (this.#settleGroup = resolve));
       setImmediate(() => this.#writePending());
@@ -125,10 +124,10 @@ export class UsageJournal {
   }
 
   /**
-   * The segments of processes that are gone, each with its records (a line cut short by the kill is
-   * skipped); `done(file)` deletes one once its records are stored.
+   * The segments of processes that are gone, each with its records' JSON texts (a line cut short by
+   * the kill is skipped); `done(file)` deletes one once its records are stored.
    */
-  orphans(): Array<{ file: string; records: NewUsageRecord[] }> {
+  orphans(): Array<{ file: string; lines: string[] }> {
     let names: string[];
     try {
       names = readdirSync(this.#dir);
@@ -136,21 +135,22 @@ export class UsageJournal {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
       throw error;
     }
-    const found: Array<{ file: string; records: NewUsageRecord[] }> = [];
+    const found: Array<{ file: string; lines: string[] }> = [];
     for (const name of names) {
       const owner = SEGMENT.exec(name)?.groups;
       if (!owner || !this.#isOrphan(owner as { host: string; pid: string; token: string })) continue;
       const file = path.join(this.#dir, name);
-      const records: NewUsageRecord[] = [];
+      const lines: string[] = [];
       for (const line of readFileSync(file, 'utf8').split('\n')) {
         if (!line) continue;
         try {
-          records.push(JSON.parse(line) as NewUsageRecord);
+          JSON.parse(line);
+          lines.push(line);
         } catch {
           this.#log.warn({ file }, 'a usage journal line cut short by a killed process was skipped');
         }
       }
-      found.push({ file, records });
+      found.push({ file, lines });
     }
     return found;
   }

@@ -130,7 +130,7 @@ async function processJournaling(dir: string, rows: NewUsageRecord[], stay = fal
   const script = `
     import { UsageJournal } from ${JSON.stringify(path.resolve('src/inference/usage-journal.ts'))};
     const journal = new UsageJournal(process.env.JOURNAL_DIR, { error() {}, warn() {} });
-    for (const row of JSON.parse(process.env.ROWS)) journal.append(row);
+    for (const row of JSON.parse(process.env.ROWS)) journal.append(JSON.stringify(row));
     process.stdout.write('appended\\n');
     if (process.env.STAY) setInterval(() => undefined, 60_000);`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
@@ -168,9 +168,9 @@ describe('the usage journal', () => {
     expect(await segmentsIn(dir)).toEqual([]);
   });
 
-  it('stores once what a process that is gone left, skipping a line its kill cut short, and deletes its segment', async () => {
+  it('stores once what a process that is gone left, skipping a line its kill cut short and a record the database refuses, and deletes its segment', async () => {
     const rows = [journalRow('orphaned'), journalRow('orphaned')];
-    await processJournaling(dir, rows);
+    await processJournaling(dir, [...rows, { ...journalRow('orphan-refused'), organization_id: 2_000_000_000 }]);
     const [segment] = await segmentsIn(dir);
     await appendFile(path.join(dir, segment as string), '{"usage_id": "cut sh');
     // One of them reached the database before the kill.
@@ -178,6 +178,8 @@ describe('the usage journal', () => {
     expect(await rowsLabelled('orphaned')).toHaveLength(1);
     await journaled().recoverOrphans();
     expect((await rowsLabelled('orphaned')).map((row: { usage_id: string }) => row.usage_id).sort()).toEqual(rows.map((row) => row.usage_id).sort());
+    expect(await rowsLabelled('orphan-refused')).toEqual([]);
+    expect(lines.map((line) => JSON.parse(line) as Record<string, unknown>)).toContainEqual(expect.objectContaining({ level: 50, msg: 'a usage record was refused' }));
     expect(await segmentsIn(dir)).toEqual([]);
   });
 

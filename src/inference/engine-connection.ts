@@ -1,4 +1,4 @@
-import http, { type ClientRequest, type OutgoingHttpHeaders } from 'node:http';
+import http, { type ClientRequest } from 'node:http';
 import https from 'node:https';
 
 /**
@@ -16,6 +16,8 @@ interface Origin {
   port: string;
   /** The base URL's own path, without its trailing slash. */
   prefix: string;
+  /** The Host header: the host name (bracketed for IPv6) and a port other than the scheme's. */
+  host: string;
 }
 
 export class EngineConnections {
@@ -33,14 +35,18 @@ export class EngineConnections {
    * A new connection the engine does not accept within the connect timeout fails the request with
    * an `ETIMEDOUT` error; a reused one is not timed.
    */
-  post(endpoint: string, path: string, headers: OutgoingHttpHeaders): ClientRequest {
+  post(endpoint: string, path: string, headers: Readonly<Record<string, string | number>>): ClientRequest {
     const origin = this.#origin(endpoint);
+    // As a flat list, with the Host header node:http adds itself to an object of headers: each is
+    // still checked as it is written, without the setHeader and getHeader calls of an object's.
+    const list: string[] = ['Host', origin.host];
+    for (const name in headers) list.push(name, String(headers[name]));
     const request = (origin.secure ? https : http).request({
       method: 'POST',
       hostname: origin.hostname,
       port: origin.port,
       path: origin.prefix + path,
-      headers,
+      headers: list,
       agent: origin.secure ? this.#https : this.#http,
     });
     request.once('socket', (socket) => {
@@ -63,6 +69,7 @@ export class EngineConnections {
         hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
         port: url.port || (url.protocol === 'https:' ? '443' : '80'),
         prefix: url.pathname.replace(/\/+$/, ''),
+        host: url.host,
       };
       this.#origins.set(endpoint, origin);
     }

@@ -1,4 +1,4 @@
-import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import type { ClientRequest, IncomingMessage } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { Request, Response } from 'express';
 import { AppError } from '../errors.ts';
@@ -109,7 +109,7 @@ export class Relay {
         upstream.destroy(new Error('the engine stalled'));
       }, ms);
     };
-    const headers: OutgoingHttpHeaders = { 'content-type': input.contentType, accept: req.headers.accept ?? '*/*' };
+    const headers: Record<string, string | number> = { 'content-type': input.contentType, accept: req.headers.accept ?? '*/*' };
     if (input.target.authorization) headers.authorization = input.target.authorization;
     if (typeof body === 'string') headers['content-length'] = Buffer.byteLength(body);
     const upstream = this.#engines.post(input.target.endpoint, input.path, headers);

@@ -228,7 +228,24 @@ function toRow(u: UsageRecord): NewUsageRecord {
     quantity: u.quantity,
     outcome: u.outcome,
     estimated: u.estimated,
-    // As text once: a Date is formatted again by every JSON.stringify (5 µs a record).
-    created_at: u.recordedAt.toISOString(),
+    created_at: isoTimestamp(u.recordedAt),
   };
+}
+
+let isoSecondStart = Number.NaN;
+let isoSecond = '';
+
+/**
+ * `date.toISOString()` for a date after 1970, with the formatting of its second done once per
+ * second (records made together share it): formatting every record's date took 6 µs of CPU a
+ * request at 64 connections.
+ */
+export function isoTimestamp(date: Date): string {
+  const ms = date.getTime();
+  const millis = ms % 1000;
+  if (ms - millis !== isoSecondStart) {
+    isoSecondStart = ms - millis;
+    isoSecond = new Date(isoSecondStart).toISOString().slice(0, 20);
+  }
+  return `${isoSecond}${String(millis).padStart(3, '0')}Z`;
 }

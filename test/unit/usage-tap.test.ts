@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AnswerWatch, toUsage } from '../../src/inference/answer-watch.ts';
 import { byImages, byRerankTokens, byTokens, perRequest } from '../../src/inference/metering.ts';
+import { isoTimestamp } from '../../src/inference/usage.ts';
 
 /** Feeds `text` to a watch in pieces of `size` bytes (so multi-byte characters split too). */
 function watch(streaming: boolean, text: string, size = text.length): AnswerWatch {
@@ -101,5 +102,12 @@ describe('metering by route', () => {
     expect(byImages({ answer: watch(false, '{}') }, { bytes: 10, body: { n: 3 } })).toMatchObject({ unit: 'image', quantity: 3 });
     expect(byImages({ answer: watch(false, '{}') }, { bytes: 10, body: {} })).toMatchObject({ unit: 'image', quantity: 1 });
     expect(perRequest({ answer: watch(false, '{"text":"hi"}') }, request)).toMatchObject({ unit: 'request', quantity: 1 });
+  });
+});
+
+describe('isoTimestamp', () => {
+  it('formats as toISOString does, across seconds and in any order', () => {
+    const dates = [0, 999, 1_000, 1_764_133_200_000, 1_764_133_200_001, 1_764_133_199_999, 1_764_133_200_000, 4_102_444_800_123].map((ms) => new Date(ms));
+    expect(dates.map(isoTimestamp)).toEqual(dates.map((date) => date.toISOString()));
   });
 });

@@ -17,7 +17,9 @@
  *     deployment and an API key scoped to it, all through the HTTP API; then the references
  *     (bench/references.ts: `raw` node:http, `express-got`), each its own process;
  *  5. idle: the service's CPU and that of its Postgres backends over BENCH_IDLE_SECONDS;
- *  6. BENCH_REPETITIONS repetitions; in each, at 1 and 64 connections and with 32 streams, every
+ *  6. every target once at 64 connections for BENCH_SETTLE_SECONDS, not measured (a process's
+ *     first heavy load optimises its code and grows its heap: one-time costs of no repetition);
+ *     then BENCH_REPETITIONS repetitions; in each, at 1 and 64 connections and with 32 streams, every
  *     target in turn, the order rotated from one load and repetition to the next: autocannon
  *     after a warm-up, CPU time (/proc/<pid>/stat) and peak RSS (/proc/<pid>/status) of the process
  *     in front of the engine over each window; the figures are medians over the repetitions, each
@@ -29,6 +31,7 @@
  * Every process it starts is stopped at the end, also on failure or Ctrl-C.
  *
  * Settings (environment): BENCH_SECONDS (10, per measured phase), BENCH_WARMUP_SECONDS (2),
+ * BENCH_SETTLE_SECONDS (10, each target at full load once before the repetitions),
  * BENCH_STREAM_SECONDS (5), BENCH_STREAM_MAX (4000 streams per phase), BENCH_UPSTREAM_MS (20),
  * BENCH_STREAM_TOKENS (8), BENCH_REPETITIONS (2), BENCH_IDLE_SECONDS (60: one run of each per-minute schedule), BENCH_TARGETS (the
  * targets in front of the engine, default `raw,express-got,proxy`; `raw-undici` is the undici
@@ -82,6 +85,8 @@ function targetsSetting(): TargetName[] {
 const settings = {
   seconds: setting('BENCH_SECONDS', 10, 1),
   warmupSeconds: setting('BENCH_WARMUP_SECONDS', 2, 0),
+  /** Each target once at full load before the repetitions, not measured (0: none). */
+  settleSeconds: setting('BENCH_SETTLE_SECONDS', 10, 0),
   streamSeconds: setting('BENCH_STREAM_SECONDS', 5, 1),
   streamMax: setting('BENCH_STREAM_MAX', 4000, 1),
   upstreamMs: setting('BENCH_UPSTREAM_MS', 20, 0),
@@ -470,8 +475,15 @@ async function main(): Promise<number> {
       step(`idle ${idle.seconds.toFixed(0)} s, ROLE=all: service ${idle.serviceCpuMsPerSecond.toFixed(1)} ms CPU/s, its Postgres backends ${idle.databaseCpuMsPerSecond.toFixed(1)} ms CPU/s`);
     }
 
-    // 6. Load, every target in turn, rotated.
+    // 6. Load, every target in turn, rotated; first each once at full load, not measured: the
+    // one-time costs of a process's first heavy load (code optimised, heap grown to the load's
+    // working size) belong to no repetition, as they would not in a process serving for a while.
     const targets = [direct, ...fronts];
+    const full = Math.max(...settings.concurrency);
+    if (settings.settleSeconds > 0) {
+      step(`settling: every target at ${full} connections for ${settings.settleSeconds} s, not measured`);
+      for (const target of targets) await load(target, CHAT_BODY, full, settings.settleSeconds);
+    }
     const repetitions: Repetition[] = [];
     for (let rep = 1; rep <= settings.repetitions; rep++) {
       const figures: Repetition = { c1: {}, c64: {}, stream: {} };
@@ -504,7 +516,7 @@ async function main(): Promise<number> {
     const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
     const notes = [
       `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
-      `Load: autocannon, closed loop, ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
+      `Load: autocannon, closed loop, ${settings.settleSeconds} s of each target at ${full} connections first (not measured), then ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
       `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node ${SERVICE_NODE_FLAGS.join(' ')} dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
       `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
       settings.metrics

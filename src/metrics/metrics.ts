@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ACTIVE_STATUSES } from '../deployments/deployment-states.ts';
 import { countActiveDeploymentsByStatus } from './metrics.repository.ts';
+import { RequestHistogram, type HistogramSeries } from './request-histogram.ts';
 
 /** Seconds: from a few milliseconds (a cached read) to the minutes a long chat stream may last. */
 const REQUEST_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
@@ -44,16 +45,14 @@ export interface RelayMetrics {
   firstChunk(seconds: number): void;
 }
 
-type HistogramChild = Histogram.Internal<string>;
-
 /**
  * The service's Prometheus metrics (README: Metrics), one registry per container so that several
  * services in one process (tests) never share a series. Made only when METRICS_PORT is set; code
  * that records takes it as optional and records nothing without it.
  *
- * On the request path, labelled series are bound once (a child per label set, kept in a map) and
- * counts that go up and down (active streams) are plain numbers read at scrape time, so a request
- * costs one map lookup and one `observe` per measure. What lives in Postgres (queue depth,
+ * On the request path, histograms are RequestHistogram's, whose series are bound once per label
+ * set (kept in a map) to plain counts, and counts that go up and down (active streams) are plain
+ * numbers read at scrape time, so a request costs one map lookup and one bucket search per measure. What lives in Postgres (queue depth,
  * deployments by status) is read at scrape time, not on a timer, and served from a snapshot of at
  * most 5 s to the scrapes that follow.
  */
@@ -61,12 +60,12 @@ export class Metrics {
   readonly registry = new Registry();
   readonly #log: Logger;
 
-  readonly #httpDuration: Histogram<'operation_id' | 'status'>;
-  /** operationId → status → child. */
-  readonly #httpChildren = new Map<string, Map<number, HistogramChild>>();
+  readonly #httpDuration: RequestHistogram<'operation_id' | 'status'>;
+  /** operationId → status → series. */
+  readonly #httpChildren = new Map<string, Map<number, HistogramSeries>>();
 
-  readonly #upstreamLatency: Histogram<'route'>;
-  readonly #firstChunk: Histogram<'route'>;
+  readonly #upstreamLatency: RequestHistogram<'route'>;
+  readonly #firstChunk: RequestHistogram<'route'>;
   readonly #relays = new Map<string, RelayMetrics>();
   /** route → relays in progress. */
   readonly #activeStreams = new Map<string, number>();
@@ -94,7 +93,7 @@ export class Metrics {
     // half the idle budget (DESIGN.md §4); 150 samples between two scrapes 15 s apart are plenty.
     collectDefaultMetrics({ register: this.registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
 
-    this.#httpDuration = new Histogram({
+    this.#httpDuration = new RequestHistogram({
       name: 'mds_http_request_duration_seconds',
       help: `HTTP requests of the API by operationId (${UNMATCHED} when none matched) and status (${CLIENT_CLOSED}: the client left before an answer): time to the answer's end.`,
       labelNames: ['operation_id', 'status'],
@@ -102,14 +101,14 @@ export class Metrics {
       registers,
     });
 
-    this.#upstreamLatency = new Histogram({
+    this.#upstreamLatency = new RequestHistogram({
       name: 'mds_inference_upstream_latency_seconds',
       help: "Inference relays by engine route: from sending the request to the engine's answer headers.",
       labelNames: ['route'],
       buckets: ENGINE_BUCKETS,
       registers,
     });
-    this.#firstChunk = new Histogram({
+    this.#firstChunk = new RequestHistogram({
       name: 'mds_inference_time_to_first_chunk_seconds',
       help: "Inference relays by engine route: from sending the request to the first chunk of the engine's answer body.",
       labelNames: ['route'],
@@ -220,7 +219,7 @@ export class Metrics {
     let byStatus = this.#httpChildren.get(operation);
     if (!byStatus) this.#httpChildren.set(operation, (byStatus = new Map()));
     let child = byStatus.get(status);
-    if (!child) byStatus.set(status, (child = this.#httpDuration.labels(operation, String(status))));
+    if (!child) byStatus.set(status, (child = this.#httpDuration.series({ operation_id: operation, status: String(status) })));
     child.observe(seconds);
   }
 
@@ -228,8 +227,8 @@ export class Metrics {
   relay(route: string): RelayMetrics {
     let bound = this.#relays.get(route);
     if (bound) return bound;
-    const upstream = this.#upstreamLatency.labels(route);
-    const first = this.#firstChunk.labels(route);
+    const upstream = this.#upstreamLatency.series({ route });
+    const first = this.#firstChunk.series({ route });
     const streams = this.#activeStreams;
     streams.set(route, 0);
     bound = {

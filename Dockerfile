@@ -59,4 +59,4 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "scripts/healthcheck.ts"]
 STOPSIGNAL SIGTERM
-CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=20", "dist/main.js"]
+CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=50", "dist/main.js"]

@@ -26,6 +26,7 @@ export const RULES = {
   noAdd: 'DL3020: COPY, not ADD',
   execForm: 'DL3025: CMD, ENTRYPOINT and HEALTHCHECK in JSON (exec) form, so node is PID 1 and receives SIGTERM',
   compiledOnly: 'the final stage runs compiled JavaScript (dist/main.js) and copies no src/',
+  sameAsStart: 'the final stage\'s CMD is package.json\'s `npm start`, word for word (the Node flags production runs with, measured by make bench, in one place)',
   productionEnv: 'the final stage sets NODE_ENV=production',
   noCd: 'DL3003: WORKDIR, not cd, to change directory',
   apt: 'DL3015/DL3009: apt-get install with --no-install-recommends and the package lists removed in the same RUN',
@@ -45,7 +46,7 @@ export interface Stage {
 }
 
 /** Every problem of a Dockerfile (and its .dockerignore), in line order. */
-export function checkDockerfile(dockerfile: string, dockerignore: string | undefined): Problem[] {
+export function checkDockerfile(dockerfile: string, dockerignore: string | undefined, startScript?: string): Problem[] {
   const problems: Problem[] = [];
   const report = (instruction: Instruction | undefined, rule: Problem['rule'], message: string) =>
     problems.push({ line: (instruction?.getRange().start.line ?? -1) + 1, rule, message });
@@ -123,6 +124,9 @@ export function checkDockerfile(dockerfile: string, dockerignore: string | undef
   const cmd = finalOf('CMD').at(-1);
   const cmdWords = cmd && isJsonForm(cmd) ? (cmd as JSONInstruction).getJSONStrings().map((word) => word.getJSONValue()) : [];
   if (!cmdWords.includes('dist/main.js')) report(cmd ?? final.from, 'compiledOnly', 'the final stage\'s CMD does not run dist/main.js');
+  if (startScript !== undefined && cmdWords.join(' ') !== startScript.trim().split(/\s+/).join(' ')) {
+    report(cmd ?? final.from, 'sameAsStart', `the final stage's CMD runs \`${cmdWords.join(' ')}\`, npm start \`${startScript}\``);
+  }
 
   const copies = finalOf('COPY') as Copy[];
   let modulesFromOmitDev = false;
@@ -211,7 +215,8 @@ if (import.meta.main) {
   } catch {
     ignore = undefined;
   }
-  const problems = checkDockerfile(readFileSync(dockerfilePath, 'utf8'), ignore);
+  const { scripts } = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } };
+  const problems = checkDockerfile(readFileSync(dockerfilePath, 'utf8'), ignore, scripts.start);
   for (const problem of problems) {
     process.stderr.write(`${dockerfilePath}:${problem.line}: [${problem.rule}] ${problem.message}${problem.rule === 'syntax' ? '' : ` (${RULES[problem.rule]})`}\n`);
   }

@@ -54,9 +54,16 @@ describe('the Dockerfile check (make image-check)', () => {
   it('refuses ADD, cd, a shell-form CMD, TypeScript sources or another entry point in the final stage', () => {
     expect(rulesBroken('COPY --chown=root:root package.json', 'ADD --chown=root:root package.json')).toContain('noAdd');
     expect(rulesBroken("WORKDIR /app/src\nRUN find", 'RUN cd src && find')).toEqual(['noCd']);
-    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=20", "dist/main.js"]', 'CMD node dist/main.js')).toEqual(['execForm', 'compiledOnly']);
-    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=20", "dist/main.js"]', 'CMD ["node", "src/main.ts"]')).toEqual(['compiledOnly']);
+    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=50", "dist/main.js"]', 'CMD node dist/main.js')).toEqual(['execForm', 'compiledOnly']);
+    expect(rulesBroken('CMD ["node", "--max-semi-space-size=16", "--heap-growing-percent=50", "dist/main.js"]', 'CMD ["node", "src/main.ts"]')).toEqual(['compiledOnly']);
     expect(rulesBroken('COPY --chown=root:root migrations/', 'COPY --chown=root:root src/ ./src/\nCOPY --chown=root:root migrations/')).toEqual(['compiledOnly']);
+  });
+
+  it('refuses a CMD that is not `npm start` word for word (the Node flags production runs with, in one place)', () => {
+    const { scripts } = JSON.parse(readFileSync('package.json', 'utf8')) as { scripts: { start: string } };
+    expect(checkDockerfile(dockerfile, dockerignore, scripts.start)).toEqual([]);
+    const otherFlags = dockerfile.replace(/^CMD \[.*\]$/m, 'CMD ["node", "--max-semi-space-size=64", "dist/main.js"]');
+    expect(checkDockerfile(otherFlags, dockerignore, scripts.start).map((problem) => problem.rule)).toEqual(['sameAsStart']);
   });
 
   it('refuses a production image without NODE_ENV=production', () => {

@@ -149,8 +149,16 @@ export class UsageRecorder {
     await this.#writer.release();
   }
 
-  /** Stores the records of journal segments that processes which are gone left behind, then deletes those segments. */
-  async recoverOrphans(): Promise<void> {
+  /**
+   * Stores the records of journal segments that processes which are gone left behind, then deletes
+   * those segments; in turn with the flushes (one write at a time on the held connection).
+   */
+  recoverOrphans(): Promise<void> {
+    this.#flushing = this.#flushing.then(() => this.#recover());
+    return this.#flushing;
+  }
+
+  async #recover(): Promise<void> {
     if (!this.#journal) return;
     try {
       for (const { file, lines } of this.#journal.orphans()) {

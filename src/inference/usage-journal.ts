@@ -54,11 +54,12 @@ export class UsageJournal {
   }
 
   /**
-   * Appends a record (its JSON text, one line) with the others made in the same turn of the event loop (one write for all
-   * of them, after the turn's I/O callbacks: at 64 connections an answer's own write cost as much
-   * as the rest of its metering). Resolves true once they are in the file, false when it could not
-   * be written (a full or read-only disk), in which case the caller stores them before the answers
-   * end instead; undefined when the journal is not tried now (a write failed moments ago).
+   * Appends a record (its JSON text, one line) with the others made in the same turn of the event
+   * loop: one write for all of them, after the turn's I/O callbacks (at 64 connections a write per
+   * answer cost as much as the rest of its metering). Resolves true once they are in the file,
+   * false when it could not be written (a full or read-only disk), in which case the caller stores
+   * them before the answers end instead; undefined when the journal is not tried now (a write
+   * failed moments ago).
    */
   append(line: string): Promise<boolean> | undefined {
     if (this.#fd === undefined && Date.now() < this.#retryAt) return undefined;

@@ -73,7 +73,7 @@ export type NewUsageRecord = Pick<
   | 'estimated'
 > & {
   quantity: number;
-  /** A Date, or its ISO text (as the recorder makes it: the row is written as JSON, once or twice). */
+  /** A Date, or its ISO text (as the recorder makes it, formatted once: the row is written as JSON). */
   created_at: Date | string;
 };
 

@@ -108,11 +108,8 @@ export class UsageRecorder {
    * without a database (the record is kept for the next flush).
    */
   commit(usage: UsageRecord): Promise<void> {
-    const line = JSON.stringify(toRow(usage));
-    this.#buffer.push(line);
-    const group = this.#journal?.append(line);
+    const group = this.#take(usage);
     if (!group) return this.#committed();
-    if (this.#buffer.length >= 500) void this.flush();
     // One promise per group of records journaled together.
     if (group !== this.#journaling) {
       this.#journaling = group;
@@ -130,10 +127,16 @@ export class UsageRecorder {
   }
 
   record(usage: UsageRecord): void {
+    void this.#take(usage);
+  }
+
+  /** Buffers the record as its JSON text and appends it to the journal: the journal's group, when it took it. */
+  #take(usage: UsageRecord): Promise<boolean> | undefined {
     const line = JSON.stringify(toRow(usage));
     this.#buffer.push(line);
-    void this.#journal?.append(line);
+    const group = this.#journal?.append(line);
     if (this.#buffer.length >= 500) void this.flush();
+    return group;
   }
 
   /** Writes what is buffered; concurrent calls run one after the other. */

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import type { Principal } from '../accounts/principal.ts';
+import type { Operation } from 'openapi-backend';
+import type { Principal, SessionPrincipal } from '../accounts/principal.ts';
 import type { ErrorFormat, OperationRules } from './operations.ts';
 
 declare global {
@@ -11,12 +12,22 @@ declare global {
       log: Logger;
       /** The operation the request matched, with its rules (set by the binding's route middleware, before the body is read). */
       operation?: OperationRules;
+      /** That operation as openapi-backend describes it (the route middleware's match, reused by its dispatch). */
+      matchedOperation?: Operation;
       /** The shape of this request's errors: its operation's, or on a 405 its path's; `problem` otherwise. */
       errorFormat?: ErrorFormat;
       /** The unparsed JSON body, kept for the signature check of an `x-csrf-exempt` operation (webhooks). */
       rawBody?: Buffer;
       /** The caller of an API-key route, authenticated before the body was read (request-body.ts). */
       principal?: Principal;
+      /**
+       * This request's one validation of its session cookie, shared by the security handlers that
+       * ask for it (security.ts). A property of the request, not a WeakMap keyed by it: a young
+       * key's entry in a long-lived WeakMap survived the young generation's collections and took
+       * the request's objects into the old generation with it (~0.5 MB per scavenge at one
+       * request at a time; `--trace-gc-nvp`'s `promoted`).
+       */
+      sessionValidation?: Promise<SessionPrincipal | undefined>;
     }
   }
 }

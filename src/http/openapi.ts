@@ -145,7 +145,6 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
 
   await api.init();
   const router = fixedRouting(api);
-  const matched = new WeakMap<Request, Operation>();
   const direct = directDispatch(api, rules, handlers, validateResponses);
 
   return {
@@ -153,7 +152,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
       const { operation, atPath } = router.match(req.method, req.path);
       if (operation) {
         req.operation = rulesOf(operation);
-        matched.set(req, operation);
+        req.matchedOperation = operation;
         setRoute(res, req.operation.route);
         // On every answer of a deprecated operation, errors included (README: deprecation policy).
         if (req.operation.deprecationHeaders) res.set(req.operation.deprecationHeaders);
@@ -164,11 +163,11 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
     },
     dispatch: async function dispatchMiddleware(req: Request, res: Response, next: NextFunction) {
       try {
-        const operation = matched.get(req);
+        const operation = req.matchedOperation;
         const fast = req.principal && operation ? direct.get(operation.operationId ?? '') : undefined;
         if (fast && operation) return await fast(req, res, operation);
         const request = { method: req.method, path: req.path, body: req.body, query: req.query as Record<string, string>, headers: req.headers as Record<string, string> };
-        await api.handleRequest(Object.assign(request, { [MATCHED]: matched.get(req) }), req, res);
+        await api.handleRequest(Object.assign(request, { [MATCHED]: operation }), req, res);
       } catch (error) {
         next(error);
       }

@@ -34,15 +34,8 @@ export function originCheck(allowedOrigins: readonly string[]) {
  * session extended by this request gets its cookies again.
  */
 export function sessionSecurity(deps: { sessions: SessionStore; cookies: SessionCookies }): Pick<SecurityHandlers, 'SessionCookie' | 'CsrfToken'> {
-  const validated = new WeakMap<Request, Promise<SessionPrincipal | undefined>>();
-  const session = (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> => {
-    let principal = validated.get(req);
-    if (!principal) {
-      principal = validateSession(deps, context, req, res);
-      validated.set(req, principal);
-    }
-    return principal;
-  };
+  const session = (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> =>
+    (req.sessionValidation ??= validateSession(deps, context, req, res));
   return {
     SessionCookie: session,
     CsrfToken: async (context: Context, req: Request, res: Response): Promise<SessionPrincipal | undefined> => {

@@ -78,6 +78,7 @@ const schema = z.object({
   WEBHOOK_DISABLE_AFTER_FAILURES: z.coerce.number().int().min(1).max(1000).default(5),
   USAGE_RETENTION_MONTHS: z.coerce.number().int().min(2).max(1200).default(13),
   USAGE_JOURNAL_DIR: z.string().min(1).optional(),
+  LIST_CACHE_MIN_ITEMS: z.coerce.number().int().min(0).optional(),
 });
 
 export interface Config {
@@ -187,6 +188,12 @@ export interface Config {
    * complete answer waits for its usage's group commit instead).
    */
   usageJournalDir: string | undefined;
+  /**
+   * An organization's whole list (invitations, API keys, deployment options) of at least this many
+   * items is kept per process between its changes (`OrganizationListCache`). 200 by default; 0 in
+   * test, so that every list the suite reads after a change goes through the kept copy's checks.
+   */
+  listCacheMinItems: number;
 }
 
 export class ConfigError extends Error {}
@@ -313,6 +320,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     },
     usageRetentionMonths: e.USAGE_RETENTION_MONTHS,
     usageJournalDir: e.USAGE_JOURNAL_DIR,
+    listCacheMinItems: e.LIST_CACHE_MIN_ITEMS ?? (e.NODE_ENV === 'test' ? 0 : 200),
   };
 }
 

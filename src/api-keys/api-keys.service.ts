@@ -27,6 +27,7 @@ import {
   updateKey,
 } from './api-keys.repository.ts';
 import { generateKey, isWellFormedKey, keyPrefixOf } from './key-format.ts';
+import { OrganizationListCache } from '../organizations/list-cache.ts';
 
 type ApiKey = components['schemas']['ApiKey'];
 type CreateApiKeyRequest = components['schemas']['CreateApiKeyRequest'];
@@ -77,15 +78,22 @@ export class ApiKeysService {
   readonly #lastUsedWrites = new Map<number, number>();
   readonly #failures = new RateLimiterMemory({ points: FAILED_KEY_LIMIT.points, duration: FAILED_KEY_LIMIT.windowSeconds });
 
-  constructor(db: Knex) {
+  readonly #lists: OrganizationListCache;
+
+  /** `lists` keeps an organization's large lists between its changes; by default none is kept. */
+  constructor(db: Knex, lists = new OrganizationListCache(db, { minItems: Infinity })) {
     this.#db = db;
+    this.#lists = lists;
   }
 
   /** The organization's keys, newest first, each with its scope: two indexed reads, whatever the number of keys. */
   async list(principal: SessionPrincipal): Promise<{ items: ApiKey[] }> {
     const organizationId = requireOrganization(principal).id;
-    const [rows, scopes] = await Promise.all([listKeysOf(this.#db, organizationId), scopesInOrganization(this.#db, organizationId)]);
-    return { items: toApiKeys(rows, scopes) };
+    const items = await this.#lists.get(organizationId, 'api-keys', async () => {
+      const [rows, scopes] = await Promise.all([listKeysOf(this.#db, organizationId), scopesInOrganization(this.#db, organizationId)]);
+      return { items: toApiKeys(rows, scopes) };
+    });
+    return { items };
   }
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
@@ -112,7 +120,8 @@ export class ApiKeysService {
   }
 
   async deploymentOptions(principal: SessionPrincipal): Promise<{ items: ApiKeyDeployment[] }> {
-    return { items: await scopableDeployments(this.#db, requireOrganization(principal).id) };
+    const organizationId = requireOrganization(principal).id;
+    return { items: await this.#lists.get(organizationId, 'deployment-options', async () => ({ items: await scopableDeployments(this.#db, organizationId) })) };
   }
 
   async update(principal: SessionPrincipal, id: number, input: UpdateApiKeyRequest): Promise<ApiKey> {

@@ -12,10 +12,11 @@ import type { EmailOutbox } from '../email/email.outbox.ts';
 import { invitationEmail } from '../email/templates.ts';
 import { AppError } from '../errors.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
+import type { OrganizationListCache } from '../organizations/list-cache.ts';
 import { findMembership, insertMembership, isMemberByEmail } from '../organizations/organizations.repository.ts';
 import type { RateLimiter } from '../rate-limit/rate-limiter.ts';
 import { normalizeEmail } from '../validation.ts';
-import { assertAnswerable, isUnanswered } from './invitation-status.ts';
+import { assertAnswerable, isUnanswered, LAPSE } from './invitation-status.ts';
 import {
   expireLapsed,
   findInvitation,
@@ -50,13 +51,15 @@ export class InvitationsService {
   readonly #outbox: EmailOutbox;
   readonly #sessions: SessionStore;
   readonly #limiter: RateLimiter;
+  readonly #lists: OrganizationListCache;
   readonly #webAppUrl: string;
 
-  constructor(deps: { db: Knex; outbox: EmailOutbox; sessions: SessionStore; limiter: RateLimiter; webAppUrl: string }) {
+  constructor(deps: { db: Knex; outbox: EmailOutbox; sessions: SessionStore; limiter: RateLimiter; webAppUrl: string; lists: OrganizationListCache }) {
     this.#db = deps.db;
     this.#outbox = deps.outbox;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
+    this.#lists = deps.lists;
     this.#webAppUrl = deps.webAppUrl;
   }
 
@@ -96,7 +99,12 @@ export class InvitationsService {
 
   async list(principal: SessionPrincipal): Promise<Invitation[]> {
     const organization = requireOrganization(principal);
-    return (await listInvitationsOf(this.#db, organization.id)).map(toInvitation);
+    return this.#lists.get(organization.id, 'invitations', async () => {
+      const items = (await listInvitationsOf(this.#db, organization.id)).map(toInvitation);
+      // A pending invitation reads as expired from its expiry on, with no change to its row.
+      const lapses = items.filter((item) => item.status === LAPSE.from).map((item) => Date.parse(item.expires_at));
+      return { items, validUntil: Math.min(...lapses) };
+    });
   }
 
   /** A new token and a new 7-day expiry, and the email again; an expired invitation becomes pending. */

@@ -53,6 +53,21 @@ describe('API key management', () => {
     expect(offered).not.toContain(terminated.id);
   });
 
+  it('lists follow a change another process makes to the deployments a scope names (kept lists: LIST_CACHE_MIN_ITEMS=0 in test)', async () => {
+    const team = await registeredUser(app);
+    const scoped = await deployment(app, team, 'requested');
+    await createKey(team.api, { name: 'kept', deployment_ids: [scoped.id] });
+    const scopeStatus = async () => (await team.api.GET('/v1/organization/api-keys')).data?.items[0]?.deployments[0]?.status;
+    const offered = async () => (await team.api.GET('/v1/organization/api-keys/deployment-options')).data?.items.map((d) => d.status);
+    // Read three times: the first read marks the organization's lists, the second keeps them, the third reuses them.
+    for (let i = 0; i < 3; i++) expect([await scopeStatus(), await offered()]).toEqual(['requested', ['requested']]);
+    // As a worker in another process would: straight to the database, no call through this one.
+    await app.db('deployments').where({ id: scoped.id }).update({ status: 'provisioning' });
+    expect([await scopeStatus(), await offered()]).toEqual(['provisioning', ['provisioning']]);
+    await app.db('deployments').where({ id: scoped.id }).update({ status: 'terminated' });
+    expect([await scopeStatus(), await offered()]).toEqual(['terminated', []]);
+  });
+
   it('refuses a scope outside the organization, a past expiry and unknown fields with 422', async () => {
     const stranger = await registeredUser(app);
     const theirs = (await deployment(app, stranger, 'requested')).id;

@@ -291,3 +291,17 @@ describe('delivery status', () => {
     }
   });
 });
+
+describe('the organization’s list', () => {
+  it('follows the organization’s name and a revocation once it is kept (LIST_CACHE_MIN_ITEMS=0 in test)', async () => {
+    const owner = await registeredUser(app, { organization: 'Before Ltd' });
+    const { invitation } = await invite(app, owner, uniqueEmail('kept'));
+    // The first read marks the organization's list, the second keeps it, the third reuses it.
+    for (let i = 0; i < 3; i++) expect(await invitationOf(owner, invitation.id)).toMatchObject({ organization_name: 'Before Ltd', status: 'pending' });
+    expect((await owner.api.PATCH('/v1/organization', { body: { name: 'After Ltd' } })).response.status).toBe(200);
+    expect(await invitationOf(owner, invitation.id)).toMatchObject({ organization_name: 'After Ltd', status: 'pending' });
+    // Straight to the database, as another process would.
+    await app.db('invitations').where({ id: invitation.id }).update({ status: 'revoked' });
+    expect(await invitationOf(owner, invitation.id)).toMatchObject({ organization_name: 'After Ltd', status: 'revoked' });
+  });
+});

@@ -1,0 +1,97 @@
+import type { Knex } from 'knex';
+
+/** The whole-list routes whose large answers are kept (each read once per change of the organization). */
+export type OrganizationList = 'invitations' | 'api-keys' | 'deployment-options';
+
+/** A list as its loader read it, and until when it reads the same if nothing changes (a time-based status). */
+export interface LoadedList<T> {
+  items: T[];
+  /** Epoch ms at which an item's status lapses by itself (an invitation's expiry); none when unset. */
+  validUntil?: number;
+}
+
+interface Entry {
+  version: string;
+  validUntil: number;
+  items: readonly unknown[];
+}
+
+/** Lists kept at most, in items of all entries (a heavy organization's 2,001 invitations are ~2 MB of objects). */
+const MAX_ITEMS = 50_000;
+
+/** Organizations remembered as having a large list, so that their next read is versioned. */
+const MAX_LARGE = 1_000;
+
+/**
+ * The large whole-list answers of organizations, kept per process and reused while the
+ * organization's list version (`organization_list_versions`, raised at the commit of every change
+ * to what those lists show) is unchanged and no item's status has lapsed since. A reuse costs one
+ * primary-key read of the version; a read of the heavy organization's 2,001 invitations cost 15 ms.
+ *
+ * The version is read before the list, so a list read after a change committed is never kept under
+ * an older version than the change's, and a change that commits between the two reads only makes
+ * the next call read the list again. Read-your-writes holds across processes: the version lives in
+ * the database. Lists below `minItems` are not kept, and cost no extra read: an organization's list
+ * is versioned from its second large read on.
+ *
+ * The items are shared by every answer that reuses them: they are serialized, never changed.
+ */
+export class OrganizationListCache {
+  readonly #db: Knex;
+  readonly #minItems: number;
+  readonly #entries = new Map<string, Entry>();
+  readonly #large = new Set<string>();
+  #items = 0;
+
+  constructor(db: Knex, options: { minItems: number }) {
+    this.#db = db;
+    this.#minItems = options.minItems;
+  }
+
+  async get<T>(organizationId: number, list: OrganizationList, load: () => Promise<LoadedList<T>>): Promise<T[]> {
+    const key = `${list}:${organizationId}`;
+    if (!this.#large.has(key)) {
+      const { items } = await load();
+      if (items.length >= this.#minItems) this.#remember(key);
+      return items;
+    }
+    const version = await this.#versionOf(organizationId);
+    const entry = this.#entries.get(key);
+    if (entry && entry.version === version && Date.now() < entry.validUntil) {
+      // Most recently used last: the first entries are the ones evicted.
+      this.#entries.delete(key);
+      this.#entries.set(key, entry);
+      return entry.items as T[];
+    }
+    const { items, validUntil = Infinity } = await load();
+    this.#drop(key);
+    if (items.length >= this.#minItems && items.length <= MAX_ITEMS) this.#keep(key, { version, validUntil, items });
+    return items;
+  }
+
+  async #versionOf(organizationId: number): Promise<string> {
+    const row = await this.#db('organization_list_versions').where({ organization_id: organizationId }).first('version');
+    return String(row?.version ?? 0);
+  }
+
+  #remember(key: string): void {
+    if (this.#large.size >= MAX_LARGE) this.#large.delete(this.#large.values().next().value as string);
+    this.#large.add(key);
+  }
+
+  #keep(key: string, entry: Entry): void {
+    this.#entries.set(key, entry);
+    this.#items += entry.items.length;
+    for (const [oldest] of this.#entries) {
+      if (this.#items <= MAX_ITEMS) break;
+      this.#drop(oldest);
+    }
+  }
+
+  #drop(key: string): void {
+    const entry = this.#entries.get(key);
+    if (!entry) return;
+    this.#entries.delete(key);
+    this.#items -= entry.items.length;
+  }
+}

@@ -13,6 +13,11 @@ import type { Knex } from 'knex';
  * bump to the commit, so bumping at the end keeps that lock short and taken after every row lock of
  * the transaction (two transactions of one organization cannot wait on each other through it). An
  * organization without a row is at version 0. Nothing to backfill: the first change creates the row.
+ *
+ * A key's use (`last_used_at`, written at most once a minute per key, and the `updated_at` that
+ * goes with it) raises nothing: with a thousand keys in use, the list would otherwise change every
+ * few milliseconds. The key list is instead kept at most a minute (`ApiKeysService.list`), so its
+ * `last_used_at` is at most a minute older than the stored one, itself written at most once a minute.
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`
@@ -50,8 +55,12 @@ export async function up(knex: Knex): Promise<void> {
       deferrable initially deferred for each row execute function organization_lists_changed();
     create constraint trigger organizations_lists_changed after update of name on organizations
       deferrable initially deferred for each row execute function organization_lists_changed();
-    create constraint trigger api_keys_lists_changed after insert or update or delete on api_keys
+    create constraint trigger api_keys_lists_changed after insert or delete on api_keys
       deferrable initially deferred for each row execute function organization_lists_changed();
+    create constraint trigger api_keys_lists_changed_but_use after update on api_keys
+      deferrable initially deferred for each row
+      when ((to_jsonb(old) - 'last_used_at' - 'updated_at') is distinct from (to_jsonb(new) - 'last_used_at' - 'updated_at'))
+      execute function organization_lists_changed();
     create constraint trigger api_key_deployments_lists_changed after insert or update or delete on api_key_deployments
       deferrable initially deferred for each row execute function organization_lists_changed();
     create constraint trigger deployments_lists_changed after insert or delete or update of status, model_name, organization_id, created_at on deployments
@@ -65,6 +74,7 @@ export async function down(knex: Knex): Promise<void> {
     drop trigger emails_lists_changed on emails;
     drop trigger organizations_lists_changed on organizations;
     drop trigger api_keys_lists_changed on api_keys;
+    drop trigger api_keys_lists_changed_but_use on api_keys;
     drop trigger api_key_deployments_lists_changed on api_key_deployments;
     drop trigger deployments_lists_changed on deployments;
     drop function organization_lists_changed();

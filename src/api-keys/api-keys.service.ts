@@ -89,11 +89,11 @@ export class ApiKeysService {
   /** The organization's keys, newest first, each with its scope: two indexed reads, whatever the number of keys. */
   async list(principal: SessionPrincipal): Promise<{ items: ApiKey[] }> {
     const organizationId = requireOrganization(principal).id;
-    const items = await this.#lists.get(organizationId, 'api-keys', async () => {
+    return this.#lists.get(organizationId, 'api-keys', async () => {
       const [rows, scopes] = await Promise.all([listKeysOf(this.#db, organizationId), scopesInOrganization(this.#db, organizationId)]);
-      return { items: toApiKeys(rows, scopes) };
+      // A key's use changes no list version (see 20261126100000): `last_used_at` may be a minute older than stored.
+      return { body: { items: toApiKeys(rows, scopes) }, size: rows.length, validUntil: Date.now() + LAST_USED_EVERY_MS };
     });
-    return { items };
   }
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
@@ -121,7 +121,10 @@ export class ApiKeysService {
 
   async deploymentOptions(principal: SessionPrincipal): Promise<{ items: ApiKeyDeployment[] }> {
     const organizationId = requireOrganization(principal).id;
-    return { items: await this.#lists.get(organizationId, 'deployment-options', async () => ({ items: await scopableDeployments(this.#db, organizationId) })) };
+    return this.#lists.get(organizationId, 'deployment-options', async () => {
+      const items = await scopableDeployments(this.#db, organizationId);
+      return { body: { items }, size: items.length };
+    });
   }
 
   async update(principal: SessionPrincipal, id: number, input: UpdateApiKeyRequest): Promise<ApiKey> {

@@ -9,6 +9,7 @@ import { authorize } from './authorization.ts';
 import { forJsonSchemaValidators } from '../openapi-document.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';
 import { logFailedAnswer, setRoute } from './request-log.ts';
+import { reusedJson } from './reused-body.ts';
 import type { Handlers, OperationId } from './types.ts';
 
 /** The handler shape the dispatcher works with; each handler's own type is checked in its map. */
@@ -319,8 +320,12 @@ function assertDocumented(api: OpenAPIBackend, operation: Operation, reply: Loos
 function send(res: Response, reply: LooseReply): void {
   res.status(reply.status);
   if (reply.headers) res.set(reply.headers);
+  const reused = reusedJson(reply.body);
   if (reply.body === undefined) {
     res.end();
+  } else if (reused) {
+    if (!res.get('Content-Type')) res.type('json');
+    res.send(reused);
   } else if (typeof reply.body === 'string' && res.get('Content-Type')) {
     res.send(reply.body);
   } else {

@@ -103,7 +103,7 @@ export class InvitationsService {
       const items = (await listInvitationsOf(this.#db, organization.id)).map(toInvitation);
       // A pending invitation reads as expired from its expiry on, with no change to its row.
       const lapses = items.filter((item) => item.status === LAPSE.from).map((item) => Date.parse(item.expires_at));
-      return { items, validUntil: Math.min(...lapses) };
+      return { body: items, size: items.length, validUntil: Math.min(...lapses) };
     });
   }
 

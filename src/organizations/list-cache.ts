@@ -1,11 +1,13 @@
 import type { Knex } from 'knex';
+import { markReused } from '../http/reused-body.ts';
 
 /** The whole-list routes whose large answers are kept (each read once per change of the organization). */
 export type OrganizationList = 'invitations' | 'api-keys' | 'deployment-options';
 
-/** A list as its loader read it, and until when it reads the same if nothing changes (a time-based status). */
-export interface LoadedList<T> {
-  items: T[];
+/** A list's answer as its loader read it, its number of items, and until when it reads the same if nothing changes. */
+export interface LoadedList<B extends object> {
+  body: B;
+  size: number;
   /** Epoch ms at which an item's status lapses by itself (an invitation's expiry); none when unset. */
   validUntil?: number;
 }
@@ -13,7 +15,8 @@ export interface LoadedList<T> {
 interface Entry {
   version: string;
   validUntil: number;
-  items: readonly unknown[];
+  body: object;
+  size: number;
 }
 
 /** Lists kept at most, in items of all entries (a heavy organization's 2,001 invitations are ~2 MB of objects). */
@@ -34,7 +37,8 @@ const MAX_LARGE = 1_000;
  * the database. Lists below `minItems` are not kept, and cost no extra read: an organization's list
  * is versioned from its second large read on.
  *
- * The items are shared by every answer that reuses them: they are serialized, never changed.
+ * A kept body is shared by every answer that reuses it, never changed, and serialized once
+ * (`markReused`).
  */
 export class OrganizationListCache {
   readonly #db: Knex;
@@ -48,12 +52,12 @@ export class OrganizationListCache {
     this.#minItems = options.minItems;
   }
 
-  async get<T>(organizationId: number, list: OrganizationList, load: () => Promise<LoadedList<T>>): Promise<T[]> {
+  async get<B extends object>(organizationId: number, list: OrganizationList, load: () => Promise<LoadedList<B>>): Promise<B> {
     const key = `${list}:${organizationId}`;
     if (!this.#large.has(key)) {
-      const { items } = await load();
-      if (items.length >= this.#minItems) this.#remember(key);
-      return items;
+      const { body, size } = await load();
+      if (size >= this.#minItems) this.#remember(key);
+      return body;
     }
     const version = await this.#versionOf(organizationId);
     const entry = this.#entries.get(key);
@@ -61,12 +65,12 @@ export class OrganizationListCache {
       // Most recently used last: the first entries are the ones evicted.
       this.#entries.delete(key);
       this.#entries.set(key, entry);
-      return entry.items as T[];
+      return entry.body as B;
     }
-    const { items, validUntil = Infinity } = await load();
+    const { body, size, validUntil = Infinity } = await load();
     this.#drop(key);
-    if (items.length >= this.#minItems && items.length <= MAX_ITEMS) this.#keep(key, { version, validUntil, items });
-    return items;
+    if (size >= this.#minItems && size <= MAX_ITEMS) this.#keep(key, { version, validUntil, body: markReused(body), size });
+    return body;
   }
 
   async #versionOf(organizationId: number): Promise<string> {
@@ -81,7 +85,7 @@ export class OrganizationListCache {
 
   #keep(key: string, entry: Entry): void {
     this.#entries.set(key, entry);
-    this.#items += entry.items.length;
+    this.#items += entry.size;
     for (const [oldest] of this.#entries) {
       if (this.#items <= MAX_ITEMS) break;
       this.#drop(oldest);
@@ -92,6 +96,6 @@ export class OrganizationListCache {
     const entry = this.#entries.get(key);
     if (!entry) return;
     this.#entries.delete(key);
-    this.#items -= entry.items.length;
+    this.#items -= entry.size;
   }
 }

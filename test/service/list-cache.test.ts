@@ -24,9 +24,9 @@ const versionOf = async (id: number): Promise<number> =>
 
 /** A loader that counts its reads and returns `size` items. */
 function counted(size: number, validUntil?: number) {
-  const loader = { reads: 0, load: async (): Promise<LoadedList<number>> => {
+  const loader = { reads: 0, load: async (): Promise<LoadedList<number[]>> => {
     loader.reads++;
-    return { items: Array.from({ length: size }, (_, i) => i), ...(validUntil === undefined ? {} : { validUntil }) };
+    return { body: Array.from({ length: size }, (_, i) => i), size, ...(validUntil === undefined ? {} : { validUntil }) };
   } };
   return loader;
 }
@@ -55,13 +55,16 @@ describe('the organization list version', () => {
     expect(await versionOf(organizationId)).toBe(delivered);
   });
 
-  it('is raised by keys, their scopes and the deployments they name, in the organization of the change only', async () => {
+  it('is raised by keys (not by their use), their scopes and the deployments they name, in the organization of the change only', async () => {
     const other = await services.owner();
     const otherStart = await versionOf(other.organization?.id as number);
     const start = await versionOf(organizationId);
     const { api_key: key } = await services.container.apiKeys.create(owner, { name: 'listed', deployment_ids: [], allow_hosted_models: true });
     const created = await versionOf(organizationId);
     expect(created).toBeGreaterThan(start);
+    // Its use does not (the key list is kept at most a minute instead).
+    await services.db('api_keys').where({ id: key.id }).update({ last_used_at: services.db.fn.now() });
+    expect(await versionOf(organizationId)).toBe(created);
     await services.container.apiKeys.revoke(owner, key.id);
     expect(await versionOf(organizationId)).toBeGreaterThan(created);
     expect(await versionOf(other.organization?.id as number)).toBe(otherStart);

@@ -87,6 +87,11 @@ function toAppError(error: unknown, req: express.Request): AppError {
     const limit = bytesInWords(req.operation?.bodyLimit ?? bodyError.limit ?? 0);
     return new AppError('PAYLOAD_TOO_LARGE', `The request body is larger than ${limit}.`, { inference: { code: 'request_too_large' } });
   }
+  if (bodyError.type === 'request.aborted') {
+    // The client closed the connection before the end of its body: nobody reads this answer, and
+    // nothing failed on our side (its access line says 499).
+    return new AppError('MALFORMED_REQUEST', 'The request body ended before its declared length.');
+  }
   if (bodyError.type === 'entity.parse.failed') {
     return new AppError('MALFORMED_REQUEST', 'The request body is not valid JSON.');
   }

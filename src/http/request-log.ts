@@ -12,8 +12,9 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
  * `X-Request-Id` is kept), echoed on the response. `req.log` is a child logger bound to that id,
  * made the first time something logs with it. One line per answer names the route template, never
  * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for
- * every request (a 5xx at level error), from a finish listener; at `warn` and `error` only the 5xx
- * answers, written by the code that sends them (`logFailedAnswer`), so there is no listener.
+ * every request (a 5xx at level error; 499 when the client left before its answer was sent), from a
+ * close listener; at `warn` and `error` only the 5xx answers, written by the code that sends them
+ * (`logFailedAnswer`), so there is no listener.
  * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
  * `close` listener (one function for every request: nothing is allocated for it per request).
  * Returns the middleware that starts each request's record (the first of the pipeline).
@@ -37,7 +38,7 @@ export function installRequestLog(app: Express, logger: Logger, metrics?: Metric
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
     res.setHeader('X-Request-Id', req.id);
     res.locals.startedAt = performance.now();
-    if (everyAnswer) res.once('finish', () => accessLine(req, res));
+    if (everyAnswer) res.once('close', () => accessLine(req, res, res.writableFinished ? res.statusCode : CLIENT_CLOSED));
     if (measured) res.on('close', measured);
     next();
   };
@@ -57,13 +58,13 @@ function measureAnswer(metrics: Metrics): (this: Response) => void {
 
 /** The access line of a 5xx answer, where no finish listener writes one (`warn` and `error`); call it once the status is set. */
 export function logFailedAnswer(req: Request, res: Response): void {
-  if (res.statusCode >= 500 && !req.log.isLevelEnabled('info')) accessLine(req, res);
+  if (res.statusCode >= 500 && !req.log.isLevelEnabled('info')) accessLine(req, res, res.statusCode);
 }
 
-function accessLine(req: Request, res: Response): void {
+function accessLine(req: Request, res: Response, status: number): void {
   const started = res.locals.startedAt as number;
-  const level = res.statusCode >= 500 ? 'error' : 'info';
-  req.log[level]({ method: req.method, route: routeOf(res), status: res.statusCode, duration_ms: Math.round((performance.now() - started) * 100) / 100 }, 'request');
+  const level = status >= 500 && status !== CLIENT_CLOSED ? 'error' : 'info';
+  req.log[level]({ method: req.method, route: routeOf(res), status, duration_ms: Math.round((performance.now() - started) * 100) / 100 }, 'request');
 }
 
 /** Handlers record the matched route template here; unmatched requests log as such. */

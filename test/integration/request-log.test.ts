@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import { connect } from 'node:net';
 import type { Logger } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
@@ -7,6 +8,7 @@ import { buildHandlers } from '../../src/http/handlers.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import { createLogger } from '../../src/logger.ts';
 import { offlineContainer } from '../helpers/app.ts';
+import { waitUntil } from '../helpers/net.ts';
 
 /**
  * Request ids and access lines (src/http/request-log.ts) on the real document, with a container
@@ -60,6 +62,20 @@ describe('request log at info', () => {
     const line = app.lines().find((entry) => entry.msg === 'request' && entry.request_id === 'client-request-0001');
     expect(line).toMatchObject({ level: 30, method: 'GET', route: 'GET /v1/invitations/by-token/{token}', status: 422 });
     expect(app.raw()).not.toMatch(/inv-secret-token|also-secret|svc-sk-notarealkey|session-secret/);
+  });
+
+  it('logs a client that left in the middle of its body as 499, not as an unhandled error', async () => {
+    const { port } = new URL(app.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    // 10 of the 100 bytes it announced, then gone.
+    socket.write('POST /v1/user/signin HTTP/1.1\r\nHost: localhost\r\nX-Request-Id: client-left-midway-01\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"email":"');
+    socket.destroy();
+    const ours = () => app.lines().filter((entry) => entry.request_id === 'client-left-midway-01');
+    await waitUntil(async () => ours().some((entry) => entry.msg === 'request'), 'the request line of the client that left');
+    expect(ours().find((entry) => entry.msg === 'request')).toMatchObject({ level: 30, status: 499, route: 'POST /v1/user/signin' });
+    expect(ours().filter((entry) => entry.msg !== 'request')).toEqual([]);
+    expect(app.raw()).not.toContain('unhandled error');
   });
 
   it('replaces a malformed inbound X-Request-Id with its own', async () => {

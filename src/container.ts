@@ -6,7 +6,7 @@ import { AccountsService } from './accounts/accounts.service.ts';
 import { SessionCookies } from './accounts/cookies.ts';
 import { EmailVerificationService } from './accounts/email-verification.service.ts';
 import { PasswordResetService, passwordResetJob } from './accounts/password-reset.service.ts';
-import { SessionStore } from './accounts/sessions.ts';
+import { pruneEndedSessionsJob, SessionStore } from './accounts/sessions.ts';
 import { SsoService } from './accounts/sso.service.ts';
 import { Mailer } from './adapters/mailer.ts';
 import type { Config } from './config.ts';
@@ -168,6 +168,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
     deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
     pruneWebhookDeliveriesJob(c.db),
+    pruneEndedSessionsJob(c.sessions),
     compactUsageRollupsJob(c.db),
     maintainUsagePartitionsJob(c.db, { retentionMonths: c.config.usageRetentionMonths, reportsUsage: c.usageReporter !== undefined }),
   ] as JobDefinition[];

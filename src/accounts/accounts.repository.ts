@@ -136,6 +136,18 @@ export async function listLiveSessionsOfUser(db: Db, userId: number, absoluteLif
     .orderBy([{ column: 'created_at', order: 'desc' }, { column: 'public_id' }]);
 }
 
+/**
+ * Deletes up to `limit` sessions that have ended: past their expiry, or `absoluteLifetimeSeconds`
+ * after sign-in (an older session may carry a later expiry). Returns how many went.
+ */
+export async function deleteEndedSessions(db: Db, absoluteLifetimeSeconds: number, limit: number): Promise<number> {
+  const { rowCount } = await db.raw<{ rowCount: number }>(
+    'delete from sessions where id in (select id from sessions where expires_at <= now() or created_at <= now() - make_interval(secs => ?) limit ?)',
+    [absoluteLifetimeSeconds, limit],
+  );
+  return rowCount;
+}
+
 /** Deletes the user's session with this public id; its id, or null when the user has none such. */
 export async function deleteSessionOfUser(db: Db, userId: number, publicId: string): Promise<string | null> {
   const [deleted] = await SessionRow.query(db).where({ user_id: userId, public_id: publicId }).delete().returning('id');

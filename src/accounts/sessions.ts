@@ -1,6 +1,8 @@
 import type { Knex } from 'knex';
 import { hashToken, randomToken } from '../crypto.ts';
+import type { JobDefinition } from '../jobs/queue.ts';
 import {
+  deleteEndedSessions,
   deleteSession,
   deleteSessionOfUser,
   deleteSessionsOfUser,
@@ -104,6 +106,16 @@ export class SessionStore {
     return deleteSessionOfUser(this.#db, userId, publicId);
   }
 
+  /** Deletes the rows of sessions that have ended, in batches; returns how many went. */
+  async pruneEnded(): Promise<number> {
+    let deleted = 0;
+    for (;;) {
+      const batch = await deleteEndedSessions(this.#db, SESSION_ABSOLUTE_LIFETIME_MS / 1000, PRUNE_BATCH);
+      deleted += batch;
+      if (batch < PRUNE_BATCH) return deleted;
+    }
+  }
+
   /** Ends every session of the user but one; returns how many ended. */
   async invalidateOthersOfUser(userId: number, keptSessionId: string): Promise<number> {
     return deleteSessionsOfUserExcept(this.#db, userId, keptSessionId);
@@ -142,4 +154,26 @@ export class SessionStore {
   async invalidateAllOfUser(db: Knex | Knex.Transaction, userId: number): Promise<void> {
     await deleteSessionsOfUser(db, userId);
   }
+}
+
+/** Ended sessions deleted per statement by the daily prune. */
+const PRUNE_BATCH = 10_000;
+
+export const PRUNE_SESSIONS_QUEUE = 'prune-ended-sessions';
+
+/**
+ * Daily: the rows of ended sessions go (they are refused anyway; one row per sign-in otherwise
+ * stays for good). A session ends 30 days after its last extension and at most 90 after sign-in.
+ */
+export function pruneEndedSessionsJob(sessions: SessionStore): JobDefinition {
+  return {
+    queue: PRUNE_SESSIONS_QUEUE,
+    schedule: '41 3 * * *',
+    policy: 'short',
+    retryLimit: 2,
+    async handle(_data, { log }) {
+      const deleted = await sessions.pruneEnded();
+      if (deleted) log.info({ deleted }, 'ended sessions deleted');
+    },
+  };
 }

@@ -12,7 +12,7 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
  * `X-Request-Id` is kept), echoed on the response. `req.log` is a child logger bound to that id,
  * made the first time something logs with it. One line per answer names the route template, never
  * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for
- * every request (a 5xx at level error; 499 when the client left before its answer was sent), from a
+ * every request (a 5xx at level error; 499 when the client left before its answer began), from a
  * close listener; at `warn` and `error` only the 5xx answers, written by the code that sends them
  * (`logFailedAnswer`), so there is no listener.
  * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
@@ -38,7 +38,7 @@ export function installRequestLog(app: Express, logger: Logger, metrics?: Metric
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
     res.setHeader('X-Request-Id', req.id);
     res.locals.startedAt = performance.now();
-    if (everyAnswer) res.once('close', () => accessLine(req, res, res.writableFinished ? res.statusCode : CLIENT_CLOSED));
+    if (everyAnswer) res.once('close', () => accessLine(req, res, res.headersSent ? res.statusCode : CLIENT_CLOSED));
     if (measured) res.on('close', measured);
     next();
   };

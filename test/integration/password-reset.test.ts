@@ -180,7 +180,8 @@ describe('email delivery failures', () => {
     } finally {
       await app.close();
     }
-  });
+    // Its two waits allow 60 s each: a retry no wake-up reached is fetched by the worker's 30 s poll.
+  }, 150_000);
 
   it('records the SMTP error, retries, and marks the email failed after the last attempt', async () => {
     const failing = await startTestApp({ EMAIL_RETRY_LIMIT: '1', EMAIL_RETRY_DELAY_SECONDS: '1' }, { workers: true });

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { hashToken, randomToken } from '../crypto.ts';
+import { deleteInBatches } from '../db/query.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import {
   deleteEndedSessions,
@@ -108,12 +109,7 @@ export class SessionStore {
 
   /** Deletes the rows of sessions that have ended, in batches; returns how many went. */
   async pruneEnded(): Promise<number> {
-    let deleted = 0;
-    for (;;) {
-      const batch = await deleteEndedSessions(this.#db, SESSION_ABSOLUTE_LIFETIME_MS / 1000, PRUNE_BATCH);
-      deleted += batch;
-      if (batch < PRUNE_BATCH) return deleted;
-    }
+    return deleteInBatches((limit) => deleteEndedSessions(this.#db, SESSION_ABSOLUTE_LIFETIME_MS / 1000, limit));
   }
 
   /** Ends every session of the user but one; returns how many ended. */
@@ -155,9 +151,6 @@ export class SessionStore {
     await deleteSessionsOfUser(db, userId);
   }
 }
-
-/** Ended sessions deleted per statement by the daily prune. */
-const PRUNE_BATCH = 10_000;
 
 export const PRUNE_SESSIONS_QUEUE = 'prune-ended-sessions';
 

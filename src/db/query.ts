@@ -61,3 +61,13 @@ export function isoTimes<Row extends object>(rows: Row[], columns: ReadonlyArray
 export function isoTime(value: Date | string): string {
   return typeof value === 'string' ? value : value.toISOString();
 }
+
+/** Runs `deleteBatch` (deleting at most `limit` rows) until a batch comes back short; how many went in all. */
+export async function deleteInBatches(deleteBatch: (limit: number) => Promise<number>, limit = 10_000): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const batch = await deleteBatch(limit);
+    deleted += batch;
+    if (batch < limit) return deleted;
+  }
+}

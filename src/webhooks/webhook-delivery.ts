@@ -1,3 +1,4 @@
+import { deleteInBatches } from '../db/query.ts';
 import type { Knex } from 'knex';
 import { adminsOf } from '../organizations/organizations.repository.ts';
 import type { PgBoss } from 'pg-boss';
@@ -158,8 +159,7 @@ export function pruneWebhookDeliveriesJob(db: Knex): JobDefinition {
     retryLimit: 2,
     async handle(_data, { log }) {
       const before = new Date(Date.now() - DELIVERY_RETENTION_DAYS * 86_400_000);
-      let deleted = 0;
-      for (let batch = await pruneDeliveries(db, before, 10_000); batch > 0; batch = await pruneDeliveries(db, before, 10_000)) deleted += batch;
+      const deleted = await deleteInBatches((limit) => pruneDeliveries(db, before, limit));
       if (deleted) log.info({ deleted }, 'old webhook deliveries deleted');
     },
   };

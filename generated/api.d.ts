@@ -5787,7 +5787,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -5802,7 +5802,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -5944,7 +5944,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -5959,7 +5959,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -7770,7 +7770,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -7785,7 +7785,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -7927,7 +7927,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -7942,7 +7942,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -8057,7 +8057,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -8072,7 +8072,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -8230,7 +8230,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -8245,7 +8245,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -8363,7 +8363,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -8378,7 +8378,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -8524,7 +8524,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -8539,7 +8539,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -9585,7 +9585,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -9600,7 +9600,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -12148,7 +12148,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -12163,7 +12163,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;
@@ -12326,7 +12326,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-requests"?: number;
                     /**
-                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`).
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
                      * @example 100ms
                      */
                     "x-ratelimit-reset-requests"?: string;
@@ -12341,7 +12341,7 @@ export interface operations {
                      */
                     "x-ratelimit-remaining-tokens"?: number;
                     /**
-                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`).
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
                      * @example 12ms
                      */
                     "x-ratelimit-reset-tokens"?: string;

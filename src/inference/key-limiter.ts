@@ -219,12 +219,15 @@ export class KeyLimiter {
     return share;
   }
 
-  /** What is left of `limit` as far as this process knows: the count's remainder, what leaked since, and its own share. */
+  /**
+   * What is left of `limit` as far as this process knows, in fractions of a unit: the count's
+   * remainder, what leaked since, and its own share.
+   */
   #peek(keyId: number, limit: Limit): number {
     const share = this.#shares.get(keyId)?.get(limit.bucket);
     if (!share || !Number.isFinite(share.remaining)) return limit.capacity;
     const leaked = (limit.leakPerSecond * (Date.now() - share.takenAt)) / 1000;
-    return Math.max(0, Math.min(limit.capacity, Math.floor(share.remaining + leaked + Math.max(0, share.local))));
+    return Math.max(0, Math.min(limit.capacity, share.remaining + leaked + Math.max(0, share.local)));
   }
 
   /** Dollars per token of each hosted model, from the price table. */
@@ -268,15 +271,22 @@ function limitsOf(limits: EffectiveLimits, month: { name: string; endsAt: number
   return result;
 }
 
-/** OpenAI's `x-ratelimit-*` trios for the per-minute limits. */
-function headersOf(limits: readonly Limit[], remainingOf: (limit: Limit) => number): Record<string, string> {
+/**
+ * OpenAI's `x-ratelimit-*` trios for the per-minute limits, from what is left of each (`leftOf`, in
+ * fractions of a unit). `remaining` is the whole units left; `reset` the time until the limit is
+ * whole again, or, with nothing remaining, until one more unit has refilled: when the next request
+ * would be admitted, the wait a 429 gives in `Retry-After`.
+ */
+function headersOf(limits: readonly Limit[], leftOf: (limit: Limit) => number): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const limit of limits) {
     if (limit.kind !== 'requests' && limit.kind !== 'tokens') continue;
-    const remaining = remainingOf(limit);
+    const left = leftOf(limit);
+    const remaining = Math.floor(left);
+    const missing = remaining >= 1 ? limit.capacity - left : 1 - left;
     headers[`x-ratelimit-limit-${limit.kind}`] = String(limit.capacity);
     headers[`x-ratelimit-remaining-${limit.kind}`] = String(remaining);
-    headers[`x-ratelimit-reset-${limit.kind}`] = formatResetDuration(((limit.capacity - remaining) / limit.leakPerSecond) * 1000);
+    headers[`x-ratelimit-reset-${limit.kind}`] = formatResetDuration((missing / limit.leakPerSecond) * 1000);
   }
   return headers;
 }
@@ -290,11 +300,17 @@ function refusal(limit: Limit, share: Share, headers: Record<string, string>, no
       inference: { code: 'insufficient_quota' },
     });
   }
-  // Until enough has leaked for one more unit (what is owed paid off first).
+  // Until enough has leaked for one more unit (what is owed paid off first); the limit's reset
+  // header says the same wait.
   const missing = Math.max(1 - share.remaining, 0.001);
   const waitMs = Math.max(1, Math.ceil((missing / limit.leakPerSecond) * 1000));
   return new AppError('RATE_LIMITED', `This API key is over its limit of ${limit.capacity} ${limit.kind} per minute. Retry after ${Math.ceil(waitMs / 1000)} seconds.`, {
-    headers: { ...headers, 'Retry-After': String(Math.ceil(waitMs / 1000)), 'retry-after-ms': String(waitMs) },
+    headers: {
+      ...headers,
+      [`x-ratelimit-reset-${limit.kind}`]: formatResetDuration(waitMs),
+      'Retry-After': String(Math.ceil(waitMs / 1000)),
+      'retry-after-ms': String(waitMs),
+    },
     inference: { code: 'rate_limit_exceeded' },
   });
 }

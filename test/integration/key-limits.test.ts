@@ -50,6 +50,14 @@ async function chat(key: string, on: 'A' | 'B' = 'A', model = deploymentId): Pro
   return { status: response.status, headers: response.headers, body: (await response.json()) as { error?: { code: string; type: string } } };
 }
 
+/** An `x-ratelimit-reset-*` duration (`20ms`, `1.5s`, `1m0s`, `1h2m3s`) in milliseconds. */
+function durationMs(text: string | null): number {
+  const match = /^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$/.exec(text ?? '');
+  if (!text || !match) throw new Error(`not a reset duration: ${String(text)}`);
+  const [, hours = '0', minutes = '0', seconds = '0', ms = '0'] = match;
+  return Math.round(Number(hours) * 3_600_000 + Number(minutes) * 60_000 + Number(seconds) * 1000 + Number(ms));
+}
+
 /** The tokens the key's answers used, as the usage records count them. */
 async function tokensUsedBy(keyId: number): Promise<number> {
   await app.container.usage.flush();
@@ -129,6 +137,32 @@ describe('enforcing limits on the inference routes', () => {
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(Number(refused.headers.get('retry-after-ms'))).toBeGreaterThan(0);
     expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+  });
+
+  it('says on a 429 the same wait in x-ratelimit-reset-requests as in Retry-After and retry-after-ms', async () => {
+    // Refills one request every 30 s: the second answer leaves nothing, the third is refused.
+    const { key } = await apiKey(owner, [deploymentId], { limits: { requests_per_minute: 2 } });
+    const first = await chat(key);
+    expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+    // One request used: whole again once it has refilled.
+    expect(durationMs(first.headers.get('x-ratelimit-reset-requests'))).toBeGreaterThan(29_000);
+    expect(durationMs(first.headers.get('x-ratelimit-reset-requests'))).toBeLessThanOrEqual(30_000);
+    const second = await chat(key);
+    expect(second.status).toBe(200);
+    expect(second.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    // Nothing left: the time until the next request is admitted, not until the limit is whole (60 s).
+    const lastAllowedReset = durationMs(second.headers.get('x-ratelimit-reset-requests'));
+    expect(lastAllowedReset).toBeGreaterThan(29_000);
+    expect(lastAllowedReset).toBeLessThanOrEqual(30_000);
+    const refused = await chat(key);
+    expect(refused.status).toBe(429);
+    expect(refused.body.error?.code).toBe('rate_limit_exceeded');
+    const waitMs = Number(refused.headers.get('retry-after-ms'));
+    expect(waitMs).toBeGreaterThan(29_000);
+    expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(durationMs(refused.headers.get('x-ratelimit-reset-requests'))).toBe(waitMs);
+    expect(Number(refused.headers.get('retry-after'))).toBe(Math.ceil(waitMs / 1000));
+    expect(lastAllowedReset).toBeGreaterThanOrEqual(waitMs);
   });
 
   it('admits no more than the limit across two API processes', async () => {

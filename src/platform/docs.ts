@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import express, { type Router } from 'express';
+import type { Document } from 'openapi-backend';
 
 const require = createRequire(import.meta.url);
 
@@ -21,6 +22,16 @@ const SWAGGER_UI_INIT_SCRIPT = `window.ui = SwaggerUIBundle({
   validatorUrl: null,
 });
 `;
+
+/**
+ * The document as the service serves it (`GET /openapi.json`, read by both pages): its one server
+ * is `/`, the origin the document is read from, so Swagger UI's "Try it out" calls the service that
+ * served the page (the only origin the page's CSP lets it reach), at whatever address it runs. The
+ * published file (generated/openapi.json) keeps its `{baseUrl}` server for generated clients.
+ */
+export function servedDocument(document: Document): Document {
+  return { ...document, servers: [{ url: '/', description: 'This service: the origin this document was read from.' }] };
+}
 
 /**
  * The Content-Security-Policy of each page: scripts only from this origin (no inline script, no

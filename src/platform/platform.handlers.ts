@@ -4,7 +4,7 @@ import { AppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
 import { databaseAnswers } from '../db/database.ts';
 import type { NotReadyReason, Readiness } from './readiness.ts';
-import { REDOC_CSP, redocPage, SWAGGER_UI_CSP, swaggerUiPage } from './docs.ts';
+import { REDOC_CSP, redocPage, servedDocument, SWAGGER_UI_CSP, swaggerUiPage } from './docs.ts';
 
 type PlatformHandlers = Pick<Handlers, 'getHealth' | 'getReadiness' | 'getOpenApiDocument' | 'getDocs' | 'getRedoc'>;
 
@@ -21,6 +21,7 @@ export function platformHandlers(deps: { db: Knex; document: Document; readiness
   const title = deps.document.info.title;
   const docsHtml = swaggerUiPage(title);
   const redocHtml = redocPage(title);
+  const served = servedDocument(deps.document);
   return {
     getHealth: async () => {
       if (!(await databaseAnswers(deps.db))) {
@@ -33,7 +34,7 @@ export function platformHandlers(deps: { db: Knex; document: Document; readiness
       if (reason) throw new AppError('SERVICE_UNAVAILABLE', NOT_READY[reason], { headers: { 'Retry-After': '5' } });
       return { status: 200, body: { status: 'ready' } };
     },
-    getOpenApiDocument: () => ({ status: 200, body: deps.document as unknown as Record<string, unknown> }),
+    getOpenApiDocument: () => ({ status: 200, body: served as unknown as Record<string, unknown> }),
     getDocs: () => ({ status: 200, body: docsHtml, headers: { ...HTML, 'Content-Security-Policy': SWAGGER_UI_CSP } }),
     getRedoc: () => ({ status: 200, body: redocHtml, headers: { ...HTML, 'Content-Security-Policy': REDOC_CSP } }),
   };

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listenOn, offlineContainer } from '../helpers/app.ts';
+import { startTestApp, type TestApp } from '../helpers/app.ts';
 
 /** Debian's chromium (`apt-get install -y chromium`; .ci/run installs it when missing). */
 const CHROMIUM = '/usr/bin/chromium';
@@ -9,15 +9,17 @@ const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-backgrou
 
 /**
  * The documentation pages in a real browser, under their Content-Security-Policy: they must render
- * the operations, and the browser must report no CSP violation and no script error.
+ * the operations, Swagger UI's "Try it out" must reach the service that serves the page, and the
+ * browser must report no CSP violation and no script error.
  */
 const missing = existsSync(CHROMIUM) ? '' : ` (SKIPPED: ${CHROMIUM} is missing; apt-get install -y chromium, as .ci/run does)`;
 
 describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${missing}`, () => {
-  let app: { url: string; close(): Promise<void> };
+  let app: TestApp;
   let browser: Browser;
   beforeAll(async () => {
-    app = await listenOn(offlineContainer());
+    // On a random port, with a database: the page's origin is not the document's default server.
+    app = await startTestApp();
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
   });
   afterAll(async () => {
@@ -59,6 +61,20 @@ describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${m
     await page.locator('.opblock-summary-description', { hasText: 'List my sessions' }).first().waitFor({ state: 'visible', timeout: 30_000 });
     expect(await page.locator('.opblock').count()).toBeGreaterThan(50);
     expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it("sends Swagger UI's Try it out to the page's own origin: GET /healthz answers 200 in the page", async () => {
+    const { page, problems } = await open('/docs');
+    const operation = page.locator('#operations-Platform-getHealth');
+    await operation.locator('.opblock-summary').click();
+    await operation.locator('button.try-out__btn').click();
+    await operation.locator('button.execute').click();
+    const status = operation.locator('.live-responses-table .response .response-col_status');
+    await status.waitFor({ state: 'visible', timeout: 30_000 });
+    expect(problems).toEqual([]);
+    expect(await operation.locator('.request-url pre').textContent()).toBe(`${app.url}/healthz`);
+    expect((await status.textContent())?.trim()).toBe('200');
     await page.close();
   });
 

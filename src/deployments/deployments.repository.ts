@@ -1,9 +1,9 @@
 import type { Knex } from 'knex';
+import { bookGpus, lockGpuLedger, placementOptions, releaseGpus, type PlacementOption } from '../clusters/gpu-ledger.ts';
 import type { components } from '../../generated/api.d.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
 import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
-import { InstanceRow } from '../db/models/instances.ts';
-import { forUpdateOf, isoTime, isoTimes, utcTextSql } from '../db/query.ts';
+import { isoTime, isoTimes, utcTextSql } from '../db/query.ts';
 import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
@@ -308,52 +308,20 @@ export async function recordEngineHealth(db: Db, id: string, status: DeploymentS
 
 // ---- GPU allocations and placement
 
-/** An available instance of an active, dedicated cluster, with its type and the GPUs allocated on it. */
-export interface PlacementOption {
-  id: string;
-  cluster_id: string;
-  provider: string;
-  region: string;
-  name: string;
-  gpu_type: string;
-  gpu_count: number;
-  gpu_memory_gb: number;
-  price_per_second: string;
-  used_gpus: number;
-}
+export type { PlacementOption };
 
 /**
- * The instances a deployment may be placed on, locked until the transaction ends: locking them
- * serialises allocation, so no GPU is booked twice.
+ * The instances a deployment may be placed on (every dedicated cluster's), under the GPU ledger's
+ * lock until the transaction ends: one allocation at a time, so no GPU is booked twice.
  */
 export async function lockPlacementCandidates(trx: Knex.Transaction): Promise<PlacementOption[]> {
-  return placementCandidates(trx, { lock: true });
+  await lockGpuLedger(trx);
+  return placementOptions(trx, { dedicated: true });
 }
 
-/** The same instances as `lockPlacementCandidates`, read without locking (a plan books nothing). */
+/** The same instances as `lockPlacementCandidates`, read without the lock (a plan books nothing). */
 export async function readPlacementCandidates(db: Db): Promise<PlacementOption[]> {
-  return placementCandidates(db, { lock: false });
-}
-
-async function placementCandidates(db: Db, options: { lock: boolean }): Promise<PlacementOption[]> {
-  const query = InstanceRow.query(db)
-    .alias('i')
-    .join('instance_types as t', 't.id', 'i.instance_type_id')
-    .join('clusters as c', 'c.id', 'i.cluster_id')
-    .where({ 'i.status': 'available', 'c.status': 'active', 'c.hosted': false });
-  const rows = await (options.lock ? forUpdateOf(query, 'i') : query)
-    .select('i.id', 'i.cluster_id', 'c.provider', 'c.region', 't.name', 't.gpu_type', 't.gpu_count', 't.gpu_memory_gb', 't.price_per_second')
-    .castTo<Array<Omit<PlacementOption, 'used_gpus'>>>();
-  const used = rows.length
-    ? await GpuAllocationRow.query(db)
-        .where({ status: 'active' })
-        .whereIn('instance_id', rows.map((row) => row.id))
-        .groupBy('instance_id')
-        .select('instance_id', db.raw('sum(gpu_count) as gpus'))
-        .castTo<Array<{ instance_id: string; gpus: string }>>()
-    : [];
-  const usedBy = new Map(used.map((row) => [row.instance_id, Number(row.gpus)]));
-  return rows.map((row) => ({ ...row, used_gpus: usedBy.get(row.id) ?? 0 }));
+  return placementOptions(db, { dedicated: true });
 }
 
 /** A placement option as instance selection sees it. */
@@ -411,10 +379,9 @@ export async function gpuServicePrices(db: Db, services: ReadonlyArray<{ instanc
   return rows;
 }
 
-/** Books GPUs of an instance for the deployment; the allocation's id. */
-export async function insertAllocation(db: Db, allocation: Pick<GpuAllocationRow, 'deployment_id' | 'instance_id' | 'gpu_count'>): Promise<string> {
-  const { id } = await GpuAllocationRow.query(db).insert(allocation);
-  return id;
+/** Books GPUs of an instance for the deployment (under the ledger's lock); the allocation's id. */
+export async function insertAllocation(db: Db, allocation: { deployment_id: string; instance_id: string; gpu_count: number }): Promise<string> {
+  return bookGpus(db, { deploymentId: allocation.deployment_id }, allocation.instance_id, allocation.gpu_count);
 }
 
 export async function holdsGpus(db: Db, deploymentId: string): Promise<boolean> {
@@ -423,7 +390,7 @@ export async function holdsGpus(db: Db, deploymentId: string): Promise<boolean> 
 
 /** Releases the deployment's active allocation. */
 export async function releaseAllocation(db: Db, deploymentId: string): Promise<void> {
-  await GpuAllocationRow.query(db).where({ deployment_id: deploymentId, status: 'active' }).patch({ status: 'released', released_at: db.fn.now() });
+  await releaseGpus(db, { deploymentId });
 }
 
 /** What launching a placed deployment needs: its allocation's GPUs, its worker, the model's type. */

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import { ClusterRow } from '../db/models/clusters.ts';
 import { DeployableModelRow } from '../db/models/deployable-models.ts';
 import { HostedModelEndpointRow } from '../db/models/hosted-model-endpoints.ts';
+import { InstanceRow } from '../db/models/instances.ts';
 
 /** Every query of hosted models: the catalog's hosted models, the hosted clusters, their launches. */
 type Db = Knex | Knex.Transaction;
@@ -42,12 +43,30 @@ export async function activeHostedClusters(db: Db): Promise<ClusterRow[]> {
   return ClusterRow.query(db).where({ hosted: true, status: 'active' }).orderBy('name');
 }
 
-/** Records a launch of the model on the cluster (or its new state when launched before). */
+/** Records a launch of the model on the cluster (or its new state when launched before); its id. */
 export async function saveHostedEndpoint(
   db: Db,
   endpoint: Pick<HostedModelEndpointRow, 'model_name' | 'cluster_id' | 'engine_model_uid' | 'state' | 'state_reason'>,
-): Promise<void> {
-  await HostedModelEndpointRow.query(db).insert(endpoint).onConflict(['cluster_id', 'model_name']).merge(['engine_model_uid', 'state', 'state_reason']);
+): Promise<string> {
+  const row = await HostedModelEndpointRow.query(db)
+    .insert(endpoint)
+    .onConflict(['cluster_id', 'model_name'])
+    .merge(['engine_model_uid', 'state', 'state_reason'])
+    .returning('id')
+    .castTo<{ id: string }>();
+  return row.id;
+}
+
+/** Records the instance a launch was placed on. */
+export async function placeHostedEndpoint(db: Db, id: string, instanceId: string): Promise<void> {
+  await HostedModelEndpointRow.query(db).findById(id).patch({ instance_id: instanceId });
+}
+
+/** The engine worker of an instance (what a launch is pinned to). */
+export async function workerOf(db: Db, instanceId: string): Promise<string> {
+  const row = await InstanceRow.query(db).findById(instanceId).select('engine_worker');
+  if (!row) throw new Error(`instance ${instanceId} does not exist`);
+  return row.engine_worker;
 }
 
 /** Every launch of a hosted model, by model and cluster name. */

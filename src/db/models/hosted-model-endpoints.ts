@@ -7,6 +7,8 @@ export class HostedModelEndpointRow extends BaseModel {
   declare model_name: string;
   declare cluster_id: string;
   declare engine_model_uid: string;
+  /** The instance (engine worker) the launch was placed on; its GPUs are in `gpu_allocations`. */
+  declare instance_id: string | null;
   declare state: 'launching' | 'running' | 'failed';
   declare state_reason: string | null;
   declare created_at: Date;

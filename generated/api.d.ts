@@ -1066,6 +1066,11 @@ export interface paths {
          *     and the hosted models when its `allow_hosted_models` is on; for a session (role member or above),
          *     the caller's own `running` deployments and the hosted models. Each deployment is listed once, by
          *     deployment id, with its `model_name`; a hosted model by its model name (`owned_by` `system`).
+         *
+         *     For an API key a listing is a request under its limits, as at OpenAI: it counts against
+         *     `requests_per_minute` (uses no tokens), carries the `x-ratelimit-*` headers, and is refused with
+         *     429 `rate_limit_exceeded` over a per-minute limit and `insufficient_quota` once a monthly budget
+         *     is used up.
          */
         get: operations["listModels"];
         put?: never;
@@ -9482,6 +9487,36 @@ export interface operations {
             /** @description The request has succeeded. */
             200: {
                 headers: {
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
+                    "x-ratelimit-limit-requests"?: number;
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
+                     * @example 100ms
+                     */
+                    "x-ratelimit-reset-requests"?: string;
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
+                     * @example 12ms
+                     */
+                    "x-ratelimit-reset-tokens"?: string;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };

@@ -252,6 +252,12 @@ export function inferenceHandlers(deps: {
       }
       return STREAMED;
     },
-    listModels: async (context) => ({ status: 200, body: { object: 'list', data: await router.models(callerOf(context)) } }),
+    // A listing is a request under the key's limits (as at OpenAI): it counts against
+    // requests_per_minute, uses no tokens, and is refused once a monthly budget is used up.
+    listModels: async (context) => {
+      const principal = callerOf(context);
+      await admit(context, principal);
+      return { status: 200, body: { object: 'list', data: await router.models(principal) } };
+    },
   };
 }

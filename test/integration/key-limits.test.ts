@@ -50,6 +50,12 @@ async function chat(key: string, on: 'A' | 'B' = 'A', model = deploymentId): Pro
   return { status: response.status, headers: response.headers, body: (await response.json()) as { error?: { code: string; type: string } } };
 }
 
+/** `GET /v1/models` with the key, answers checked against the document: the raw response, its body read. */
+async function listModels(key: string): Promise<{ status: number; headers: Headers; body: { data?: Array<{ id: string }>; error?: { code: string; type: string } } }> {
+  const response = await contractFetch(app.url)(`${app.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+  return { status: response.status, headers: response.headers, body: (await response.json()) as { data?: Array<{ id: string }>; error?: { code: string; type: string } } };
+}
+
 /** An `x-ratelimit-reset-*` duration (`20ms`, `1.5s`, `1m0s`, `1h2m3s`) in milliseconds. */
 function durationMs(text: string | null): number {
   const match = /^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$/.exec(text ?? '');
@@ -217,6 +223,47 @@ describe('enforcing limits on the inference routes', () => {
     await waitUntil(async () => (await chat(key, 'A', HOSTED)).body.error?.code === 'insufficient_quota', 'the spend budget to refuse', 5_000);
     // A key whose budget is used is refused on every route, the organization's own deployments included.
     expect((await chat(key, 'A', deploymentId)).body.error?.code).toBe('insufficient_quota');
+  });
+});
+
+describe('listing models under the limits', () => {
+  it('counts a listing as a request against requests_per_minute, with the x-ratelimit headers, and refuses it over the limit', async () => {
+    const { key } = await apiKey(owner, [deploymentId], { limits: { requests_per_minute: 2 } });
+    const listed = await listModels(key);
+    expect(listed.status).toBe(200);
+    expect(listed.body.data?.map((model) => model.id)).toContain(deploymentId);
+    expect(listed.headers.get('x-ratelimit-limit-requests')).toBe('2');
+    expect(listed.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+    expect(durationMs(listed.headers.get('x-ratelimit-reset-requests'))).toBeGreaterThan(0);
+    // The listing and a chat completion share the minute's requests.
+    const chatted = await chat(key);
+    expect(chatted.status).toBe(200);
+    expect(chatted.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    const refused = await listModels(key);
+    expect(refused.status).toBe(429);
+    expect(refused.body.error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+  });
+
+  it('answers 429 insufficient_quota to a key whose monthly budget is used up', async () => {
+    const { key } = await apiKey(owner, [deploymentId], { limits: { monthly_token_budget: 1 } });
+    expect((await listModels(key)).status).toBe(200);
+    await waitUntil(async () => (await chat(key)).status === 429, 'the budget to be used up', 5_000);
+    const refused = await listModels(key);
+    expect(refused.status).toBe(429);
+    expect(refused.body.error).toMatchObject({ type: 'rate_limit_error', code: 'insufficient_quota' });
+    expect(refused.headers.get('x-should-retry')).toBe('false');
+    // As the official client meets it: a RateLimitError, not retried.
+    const client = new OpenAI({ apiKey: key, baseURL: `${app.url}/v1`, maxRetries: 2, fetch: contractFetch(app.url) });
+    await expect(client.models.list()).rejects.toMatchObject({ status: 429, code: 'insufficient_quota' });
+  });
+
+  it('sends no x-ratelimit headers on a listing for a key without limits', async () => {
+    const { key } = await apiKey(owner, [deploymentId]);
+    const listed = await listModels(key);
+    expect(listed.status).toBe(200);
+    expect([...listed.headers.keys()].filter((name) => name.startsWith('x-ratelimit'))).toEqual([]);
   });
 });
 

@@ -2,6 +2,7 @@ import express, { type ErrorRequestHandler, type Express } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { PaymentProcessorError } from './billing/payment-processor.ts';
+import { isTransactionConflict } from './db/transactions.ts';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
@@ -97,6 +98,13 @@ function toAppError(error: unknown, req: express.Request): AppError {
   }
   if (bodyError.type === 'encoding.unsupported' || bodyError.type === 'charset.unsupported') {
     return new AppError('MALFORMED_REQUEST', 'The request body has an unsupported encoding.');
+  }
+  if (isTransactionConflict(error)) {
+    // Still colliding after its retries (retryingTransaction): nothing was changed, and trying again works.
+    req.log.warn({ err: error }, 'a transaction kept colliding with others');
+    return new AppError('SERVICE_UNAVAILABLE', 'Your change collided with other changes made at the same moment; nothing was changed. Try again.', {
+      headers: { 'Retry-After': '1' },
+    });
   }
   req.log.error({ err: error }, 'unhandled error');
   return new AppError('INTERNAL_ERROR', 'Something went wrong on our side. Quote the request id if you contact support.');

@@ -5,6 +5,7 @@ import { EngineError, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
+import { retryingTransaction } from '../db/transactions.ts';
 import { sendLater, type JobDefinition } from '../jobs/queue.ts';
 import {
   allows,
@@ -76,6 +77,9 @@ export function engineModelUid(deploymentId: string): string {
  * terminate. Every step re-reads the deployment under a row lock and acts only from the state it
  * expects, so a retried, duplicated or resumed step does nothing twice. A periodic reconciler
  * resumes steps a dead worker left behind and notices engines that lost a running model.
+ *
+ * Each step's transaction takes the deployment's row lock first, then what it books or releases;
+ * one Postgres breaks on a deadlock or a serialization failure runs again (`retryingTransaction`).
  *
  * GPUs are freed in our database only once the engine confirms the model is gone: a launch in
  * progress is waited out, then deleted (see `XinferenceClient.stop`). A failed deployment whose
@@ -195,7 +199,7 @@ export class Provisioner {
       await this.#soon(TERMINATE_QUEUE, deploymentId, this.#settings.readinessPollSeconds);
       return;
     }
-    await this.#db.transaction(async (trx) => {
+    await retryingTransaction(this.#db, async (trx) => {
       const status = await lockInStatus(trx, deploymentId, [deployment.status]);
       if (!status) return;
       await releaseAllocation(trx, deploymentId);
@@ -218,7 +222,7 @@ export class Provisioner {
     } catch (error) {
       log.warn({ deployment_id: deploymentId, err: String(error) }, 'could not stop the model; its GPUs stay allocated until the engine confirms');
     }
-    const failed = await this.#db.transaction(async (trx) => {
+    const failed = await retryingTransaction(this.#db, async (trx) => {
       const status = await lockInStatus(trx, deploymentId, statusesAllowing('fail'));
       if (!status) return false;
       if (stopped) await releaseAllocation(trx, deploymentId);
@@ -289,7 +293,7 @@ export class Provisioner {
 
   /** Chooses the instance and allocates GPUs once; returns what the launch needs, or nothing to do. */
   async #place(deploymentId: string, log: Logger): Promise<PlacedDeployment | undefined> {
-    return this.#db.transaction(async (trx) => {
+    return retryingTransaction(this.#db, async (trx) => {
       const deployment = await findDeployment(trx, deploymentId, { forUpdate: true });
       if (!deployment) return undefined;
       if (allows(deployment.status, 'placed')) {
@@ -334,7 +338,7 @@ export class Provisioner {
   /** Takes the state machine's `event` from `from`, if the deployment is still there. */
   async #move(deploymentId: string, from: DeploymentStatus, event: DeploymentEvent): Promise<boolean> {
     const to = transition(from, event);
-    return to !== null && moveDeployment(this.#db, deploymentId, { from, to });
+    return to !== null && retryingTransaction(this.#db, (trx) => moveDeployment(trx, deploymentId, { from, to }));
   }
 
   async #soon(queue: string, deploymentId: string, afterSeconds: number): Promise<void> {

@@ -32,9 +32,15 @@ export async function updateOrganization(
   return row;
 }
 
-/** Locks the organization's row: changes to its members run one at a time. */
+/**
+ * Locks the organization's row against other member changes: they run one at a time. The lock is
+ * FOR NO KEY UPDATE, which a foreign key check (FOR KEY SHARE) does not wait for: a provisioning step
+ * holds its deployment's row, then appends an event that names the organization, while a member
+ * change holds this lock, then hands the member's deployments on; with FOR UPDATE here each waited
+ * for the other (a deadlock, 40P01).
+ */
 export async function lockOrganization(trx: Knex.Transaction, organizationId: number): Promise<void> {
-  await OrganizationRow.query(trx).findById(organizationId).forUpdate().select('id');
+  await OrganizationRow.query(trx).findById(organizationId).forNoKeyUpdate().select('id');
 }
 
 // ---- members

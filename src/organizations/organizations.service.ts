@@ -6,6 +6,7 @@ import type { SessionStore } from '../accounts/sessions.ts';
 import { insertBillingAccount } from '../billing/billing.repository.ts';
 import { randomToken } from '../crypto.ts';
 import type { OrganizationRow } from '../db/models/organizations.ts';
+import { retryingTransaction } from '../db/transactions.ts';
 import { transferDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
 import { notBlank } from '../validation.ts';
@@ -86,7 +87,7 @@ export class OrganizationsService {
   /** Gives a member another role; only a super_admin touches admins and super_admins. */
   async changeRole(principal: SessionPrincipal, userId: number, role: Role): Promise<Member> {
     const organization = requireOrganization(principal);
-    return this.#db.transaction(async (trx) => {
+    return retryingTransaction(this.#db, async (trx) => {
       const { member, actorRole } = await lockForChange(trx, organization, principal, userId);
       if (!roleAtLeast(actorRole, 'admin')) throw new AppError('FORBIDDEN', 'Changing a role needs the role admin or higher.');
       if ((GUARDED_ROLES.has(member.role) || GUARDED_ROLES.has(role)) && !roleAtLeast(actorRole, 'super_admin')) {
@@ -104,6 +105,8 @@ export class OrganizationsService {
    * Removes a member (or the caller, who leaves). In the same transaction their sessions in this
    * organization end, and their deployments here pass to the caller (or, when they leave, to the
    * longest-standing super_admin). API keys and invitations belong to the organization and stay.
+   * A transaction Postgres breaks on a deadlock with another one (a provisioning step of one of the
+   * deployments, say) runs again.
    */
   async removeMember(principal: SessionPrincipal, userId: number): Promise<void> {
     const organization = requireOrganization(principal);
@@ -111,7 +114,7 @@ export class OrganizationsService {
     if (!leaving && !roleAtLeast(principal.role, 'admin')) {
       throw new AppError('FORBIDDEN', `Removing a member needs the role admin or higher in ${organization.name}; you may only leave it yourself.`);
     }
-    await this.#db.transaction(async (trx) => {
+    await retryingTransaction(this.#db, async (trx) => {
       const { member, actorRole } = await lockForChange(trx, organization, principal, userId);
       if (!leaving && !roleAtLeast(actorRole, 'admin')) throw new AppError('FORBIDDEN', 'Removing a member needs the role admin or higher.');
       if (!leaving && GUARDED_ROLES.has(member.role) && !roleAtLeast(actorRole, 'super_admin')) {

@@ -1,4 +1,4 @@
-import express, { type ErrorRequestHandler, type Express } from 'express';
+import express, { type ErrorRequestHandler, type Express, type RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { PaymentProcessorError } from './billing/payment-processor.ts';
@@ -27,6 +27,12 @@ export interface AppOptions {
   hsts?: boolean;
   /** Where each answer is measured (README: Metrics); none when metrics are off. */
   metrics?: Metrics | undefined;
+  /**
+   * Pages of a local stand-in answered before the API's routes: the local web app's landings
+   * (src/local/web-app/), which only the composition root passes, under `make run`
+   * (Config.localWebApp). Without them those paths are unknown to the API (404).
+   */
+  localPages?: RequestHandler | undefined;
 }
 
 /** Where docsAssets() serves (its router matches paths case-insensitively, as Express does). */
@@ -58,6 +64,7 @@ export async function createApp(options: AppOptions): Promise<Express> {
         setRoute(res, 'GET (docs assets)');
         assets(req, res, next);
       },
+      ...(options.localPages ? [options.localPages] : []),
       // Each request is matched to its operation once, before anything reads its body: the Origin
       // check, early authentication, body parsing and error answers follow that operation's rules.
       binding.route,

@@ -42,6 +42,7 @@ const schema = z.object({
   MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
   MAILDEV_WEB_PORT: z.coerce.number().int().min(1).max(65535).default(1080),
   WEB_APP_URL: z.url().optional(),
+  LOCAL_WEB_APP: booleanFlag.optional(),
   OIDC_ISSUER: z.url().optional(),
   OIDC_CLIENT_ID: z.string().min(1).optional(),
   OIDC_CLIENT_SECRET: z.string().min(1).optional(),
@@ -115,6 +116,14 @@ export interface Config {
   maildev: { smtpPort: number; webPort: number };
   /** Where links in emails and SSO redirects land (the web app); defaults to PUBLIC_URL. */
   webAppUrl: string;
+  /**
+   * Serve the local stand-in for the web app (src/local/web-app/): minimal pages at the landings of
+   * the emails' and Checkout's links (`/verify-email`, `/reset-password`, `/invitations/{token}`,
+   * `/settings/billing`), so that they work under `make run`. `LOCAL_WEB_APP`; by default on exactly
+   * when NODE_ENV is development and WEB_APP_URL is unset (the links then point at this service);
+   * never in production, where those paths answer 404.
+   */
+  localWebApp: boolean;
   oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
   /** Active deployments a new billing account may hold. */
   maxActiveResources: number;
@@ -231,6 +240,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.STRIPE_SECRET_KEY && e.STRIPE_EMULATOR) {
     throw new ConfigError('Invalid configuration:\n  STRIPE_EMULATOR: the Stripe emulator stands in only when STRIPE_SECRET_KEY is unset');
   }
+  if (e.LOCAL_WEB_APP && e.NODE_ENV === 'production') {
+    throw new ConfigError('Invalid configuration:\n  LOCAL_WEB_APP: the local stand-in for the web app runs only in development or test, never in production');
+  }
+  if (e.LOCAL_WEB_APP && e.WEB_APP_URL && new URL(e.WEB_APP_URL).origin !== new URL(publicUrl).origin) {
+    throw new ConfigError("Invalid configuration:\n  LOCAL_WEB_APP: the links of emails go to WEB_APP_URL, another origin than this service's; unset one of them");
+  }
   if (e.METRICS_HOST !== undefined && e.METRICS_PORT === undefined) {
     throw new ConfigError('Invalid configuration:\n  METRICS_HOST: set METRICS_PORT too (without it no metrics listener starts)');
   }
@@ -274,6 +289,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS, maxDelaySeconds: e.EMAIL_RETRY_MAX_DELAY_SECONDS },
     maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
     webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),
+    localWebApp: e.LOCAL_WEB_APP ?? (e.NODE_ENV === 'development' && !e.WEB_APP_URL),
     oidc: {
       providerName: e.OIDC_PROVIDER_NAME,
       displayName: e.OIDC_DISPLAY_NAME ?? titleCase(e.OIDC_PROVIDER_NAME),

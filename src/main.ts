@@ -6,6 +6,7 @@ import { launchHostedModels } from './hosted/hosted-launch.ts';
 import { LOCAL_CLUSTER_NAME, LOCAL_HOSTED_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
 import { startLocalStripe, withLocalStripe } from './local/local-stripe.ts';
 import { startMailDev } from './local/maildev.ts';
+import { localWebApp } from './local/web-app/web-app.ts';
 import { createLogger } from './logger.ts';
 import { startRuntime } from './runtime.ts';
 
@@ -41,7 +42,10 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
         )
       : undefined;
 
-  const runtime = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl, lifecycle });
+  // The links of emails and of Checkout point at this service when no web app is configured: pages of a stand-in answer them.
+  const localPages = config.localWebApp && config.role !== 'worker' ? localWebApp() : undefined;
+  if (localPages) log.info('serving the local stand-in for the web app (LOCAL_WEB_APP): /verify-email, /reset-password, /invitations/{token}, /settings/billing');
+  const runtime = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl, lifecycle, localPages });
   if (simulator) {
     await registerLocalCluster(runtime.container.clusters, simulator, log);
     // The catalog's hosted models load in the background, as an operator's `hosted launch` would.

@@ -1,4 +1,5 @@
 import type { Server } from 'node:http';
+import type { RequestHandler } from 'express';
 import type { Logger } from 'pino';
 import { ALL_KEYS } from './api-keys/api-keys.service.ts';
 import { createApp } from './app.ts';
@@ -25,6 +26,8 @@ export interface RuntimeOptions {
    * start-up stops those already started. Without one, `stop()` of the runtime is the only way.
    */
   lifecycle?: Lifecycle;
+  /** Pages of a local stand-in the API answers before its routes (createApp's `localPages`): the composition root's choice. */
+  localPages?: RequestHandler | undefined;
 }
 
 export interface Runtime {
@@ -110,6 +113,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       validateResponses: config.responseValidation,
       hsts: config.env === 'production',
       metrics: container.metrics,
+      localPages: options.localPages,
     });
     await container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());

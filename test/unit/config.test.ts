@@ -120,4 +120,16 @@ describe('configuration', () => {
     expect(loadConfig({ NODE_ENV: 'development', BILLING_ENFORCEMENT: 'on' }).billingEnforcement).toBe(true);
     expect(loadConfig({ NODE_ENV: 'development', ...stripe, BILLING_ENFORCEMENT: 'false' }).billingEnforcement).toBe(false);
   });
+
+  it('serves the local stand-in for the web app by default only under make run (development, no WEB_APP_URL), never in production (LOCAL_WEB_APP)', () => {
+    expect(loadConfig(development).localWebApp).toBe(true);
+    expect(loadConfig({ ...development, WEB_APP_URL: 'https://app.example.com' }).localWebApp).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'test' }).localWebApp).toBe(false);
+    expect(loadConfig(production).localWebApp).toBe(false);
+    expect(loadConfig({ ...development, LOCAL_WEB_APP: 'false' }).localWebApp).toBe(false);
+    expect(loadConfig({ NODE_ENV: 'test', LOCAL_WEB_APP: 'true' }).localWebApp).toBe(true);
+    expect(loadConfig({ ...development, WEB_APP_URL: 'http://localhost:8080/', LOCAL_WEB_APP: 'true' }).localWebApp).toBe(true);
+    expect(() => loadConfig({ ...production, LOCAL_WEB_APP: 'true' })).toThrow(/LOCAL_WEB_APP: the local stand-in for the web app runs only in development or test/);
+    expect(() => loadConfig({ ...development, WEB_APP_URL: 'https://app.example.com', LOCAL_WEB_APP: 'true' })).toThrow(/LOCAL_WEB_APP: the links of emails go to WEB_APP_URL/);
+  });
 });

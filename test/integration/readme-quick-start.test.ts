@@ -14,6 +14,10 @@ import { missingOutcomes, readmeBlocks, runWalkthrough } from '../helpers/readme
  * the environment. A README that drifts from the product fails here. Only the database differs from
  * `make run`: a fresh copy of the suite's migrated one instead of an embedded Postgres of its own.
  */
+/** The environment without these variables (the machine's own must not leak into a run of the README). */
+const withoutVariables = (env: NodeJS.ProcessEnv, names: readonly string[]): NodeJS.ProcessEnv =>
+  Object.fromEntries(Object.entries(env).filter(([name]) => !names.includes(name)));
+
 let service: ChildProcess;
 let output = '';
 let port: number;
@@ -31,8 +35,8 @@ beforeAll(async () => {
     MAILDEV_SMTP_PORT: await freePort(),
     MAILDEV_WEB_PORT: await freePort(),
   };
-  const env: NodeJS.ProcessEnv = { ...process.env, NODE_ENV: 'development', LOG_LEVEL: 'info', DATABASE_URL: database.url };
-  for (const name of ['METRICS_PORT', 'PUBLIC_URL', 'WEB_APP_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'APP_SECRET']) delete env[name];
+  const env = withoutVariables(process.env, ['METRICS_PORT', 'PUBLIC_URL', 'WEB_APP_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'APP_SECRET']);
+  Object.assign(env, { NODE_ENV: 'development', LOG_LEVEL: 'info', DATABASE_URL: database.url });
   service = spawn(process.execPath, ['src/main.ts'], { env: { ...env, ...Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])) }, stdio: ['ignore', 'pipe', 'pipe'] });
   service.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   service.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
@@ -56,8 +60,7 @@ describe('the README quick start, as a reader runs it', () => {
   it('registers, plans, deploys to running and answers the openai call, each step printing what the README says', async () => {
     const blocks = await readmeBlocks('quick-start');
     // The test's own Node first on PATH (the project's Node 24, as `make run` puts it first).
-    const env = { ...process.env, PORT: String(port), PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}` };
-    for (const name of ['OPENAI_API_KEY', 'OPENAI_BASE_URL']) delete env[name];
+    const env = { ...withoutVariables(process.env, ['OPENAI_API_KEY', 'OPENAI_BASE_URL']), PORT: String(port), PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}` };
     const result = await runWalkthrough(blocks, { cwd: work, env, timeoutMs: 120_000, writeFile: (name, text) => writeFile(path.join(work, name), text) });
     const report = () => `exit ${result.code}\n${result.runs.map((run) => `--- README.md:${run.block.line}\n${run.output}`).join('\n')}\nstderr:\n${result.stderr}\nservice:\n${output.slice(-4000)}`;
     expect(result.code, report()).toBe(0);

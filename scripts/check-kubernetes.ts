@@ -47,6 +47,7 @@ export const LOCAL_ONLY_SETTINGS = [
   'CLUSTER_SIMULATOR',
   'CLUSTER_SIMULATOR_PORT',
   'CLUSTER_SIMULATOR_MODEL_LOAD_MS',
+  'LOCAL_WEB_APP',
 ];
 /** Set by each workload itself, not by the ConfigMap. */
 const PER_WORKLOAD_SETTINGS = ['ROLE'];

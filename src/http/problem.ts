@@ -68,15 +68,16 @@ export function toInferenceError(error: AppError): InferenceError {
   };
 }
 
+/** What a caller that is not authenticated may make the service discard of a body it did not read. */
+export const UNREAD_BODY_DRAIN_BYTES = 1024 * 1024;
+
 /** Writes an error in the shape of the route it answers. */
 export function sendError(req: Request, res: Response, error: AppError): void {
   if (res.headersSent) {
     res.destroy(error);
     return;
   }
-  // A body left unread (refused before it was read: no credentials, a bad upload) is not drained:
-  // the connection closes after the answer.
-  if (!req.complete) res.setHeader('Connection', 'close');
+  if (!req.complete) settleUnreadBody(req, res, error);
   // Inference routes answer in the hosted-inference shape OpenAI-compatible clients parse (`x-error-format`).
   if (req.errorFormat === 'inference') {
     res.status(inferenceStatus(error)).set(error.headers).json(toInferenceError(error));
@@ -84,4 +85,31 @@ export function sendError(req: Request, res: Response, error: AppError): void {
     res.status(error.status).set(error.headers).json(toProblem(error, req.id));
   }
   logFailedAnswer(req, res);
+}
+
+/**
+ * A body left unread by an answer given before it (no credentials, a model nothing serves, a bad
+ * upload part, a limit): its client may still be sending it. Closing the connection at once resets
+ * it under the client's write (EPIPE), and a client that writes before it reads (the openai SDK's
+ * fetch, one call in a few) never sees the answer. So the rest of the body is drained as it comes,
+ * never parsed, and the connection stays open for the next request: up to the operation's body limit
+ * for an authenticated caller (what the route would have read anyway), else
+ * `UNREAD_BODY_DRAIN_BYTES`. A body over the limit (413), or declared longer than that, is not
+ * drained: the connection closes after the answer. One that grows beyond it while drained is cut off
+ * then.
+ */
+function settleUnreadBody(req: Request, res: Response, error: AppError): void {
+  const limit = req.principal ? (req.operation?.bodyLimit ?? UNREAD_BODY_DRAIN_BYTES) : Math.min(req.operation?.bodyLimit ?? UNREAD_BODY_DRAIN_BYTES, UNREAD_BODY_DRAIN_BYTES);
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (error.code === 'PAYLOAD_TOO_LARGE' || !(declared <= limit) || req.destroyed) {
+    res.setHeader('Connection', 'close');
+    return;
+  }
+  let drained = 0;
+  req.on('data', (chunk: Buffer) => {
+    drained += chunk.length;
+    if (drained > limit) req.socket.destroy();
+  });
+  // Unpiped from a reader that stopped (an upload's parser), the request is paused.
+  req.resume();
 }

@@ -294,6 +294,40 @@ function partialPost(path: string, headers: Record<string, string>, declared: nu
   });
 }
 
+/**
+ * Sends a chunked body (no declared length) with no credentials, 64 KiB at a time, on past the
+ * answer until the server closes the connection or `most` bytes are sent; resolves with the answer
+ * and how the sending ended.
+ */
+function sendAfterRefusal(path: string, most: number) {
+  return new Promise<{ status: number; headers: IncomingHttpHeaders; body: string; sent: number; ended: string }>((resolve) => {
+    const req = request(`${app.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+    const chunk = Buffer.alloc(64 * 1024, 0x20);
+    let sent = 0;
+    let answer: { status: number; headers: IncomingHttpHeaders; body: string } | undefined;
+    const finish = (ended: string) => {
+      req.destroy();
+      resolve({ ...(answer ?? { status: 0, headers: {}, body: '' }), sent, ended });
+    };
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (data: Buffer) => chunks.push(data));
+      res.on('end', () => (answer = { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', (error: NodeJS.ErrnoException) => finish(error.code ?? error.message));
+    req.on('close', () => finish('closed'));
+    const send = () => {
+      while (sent < most) {
+        sent += chunk.length;
+        if (!req.write(chunk)) return void req.once('drain', send);
+      }
+      finish('sent everything');
+    };
+    req.write('{"model":"x","messages":[{"role":"user","content":"');
+    send();
+  });
+}
+
 describe('authentication comes before the body (finding 3)', () => {
   it('refuses an unauthenticated 9 MB body with 401 before the body is sent, and closes the connection', async () => {
     const answer = await partialPost('/v1/chat/completions', { 'content-type': 'application/json' }, 9 * 1000 * 1000);
@@ -301,6 +335,17 @@ describe('authentication comes before the body (finding 3)', () => {
     expect(JSON.parse(answer.body)).toMatchObject({ error: { code: 'missing_credentials', type: 'authentication_error' } });
     expect(answer.headers.connection).toBe('close');
     expect(answer.sent).toBeLessThan(100 * 1024);
+  });
+
+  it('discards at most 1 MiB of an unauthenticated body still being sent after the 401, then closes the connection', async () => {
+    const outcome = await sendAfterRefusal('/v1/chat/completions', 64 * MiB);
+    expect(outcome.status).toBe(401);
+    expect(outcome.headers.connection).not.toBe('close');
+    expect(JSON.parse(outcome.body)).toMatchObject({ error: { code: 'missing_credentials' } });
+    // Drained past the answer, never to the end: the server cut the connection off.
+    expect(outcome.ended).toMatch(/ECONNRESET|EPIPE|closed/);
+    expect(outcome.sent).toBeGreaterThan(MiB);
+    expect(outcome.sent).toBeLessThan(64 * MiB);
   });
 
   it('refuses a forged key and a cookie-less session the same way, before the body', async () => {

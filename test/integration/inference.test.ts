@@ -1,6 +1,7 @@
 import { request } from 'node:http';
 import { Readable } from 'node:stream';
 import type OpenAI from 'openai';
+import { NotFoundError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findKey, updateKey } from '../../src/api-keys/api-keys.repository.ts';
 import { apiKey } from '../factories/api-keys.ts';
@@ -13,6 +14,7 @@ import { contractFetch } from '../helpers/contract.ts';
 import { jsonOf, unchecked } from '../helpers/http.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 let app: TestApp;
 let owner: SignedInUser;
@@ -239,3 +241,37 @@ describe('streaming mechanics', () => {
     else expect(String(response)).toMatch(/fetch failed|socket|reset/i);
   });
 });
+
+describe('answers given before the body is read', () => {
+  // A separate API process, as production runs it: in one process with the client, the event loop
+  // reads the answer before it sees the closed connection, and the race never shows.
+  let api: ServiceProcess;
+  beforeAll(async () => {
+    api = await startServiceProcess(app, { ROLE: 'api' });
+  });
+  afterAll(() => api?.kill());
+
+  it('reach the openai client as the documented error every time, never as a connection error', async () => {
+    // The openai client sends `model` before `file`: the proxy refuses the model (nothing named so
+    // runs) before it reads the audio, while the client is still sending it.
+    const sdk = inferenceClient({ url: api.url as string }, key);
+    const audio = Buffer.alloc(3 * 1024 * 1024, 7);
+    const outcomes: string[] = [];
+    for (let i = 0; i < 30; i++) {
+      const failure = await sdk.audio.transcriptions
+        .create({ model: 'whisper-large-v3-turbo', file: await toFile(audio, 'speech.wav') })
+        .then(() => 'answered 200', (error: unknown) => error);
+      outcomes.push(failure instanceof NotFoundError && failure.code === 'model_not_found' ? 'model_not_found' : describeFailure(failure));
+    }
+    expect(outcomes).toEqual(Array.from({ length: 30 }, () => 'model_not_found'));
+  });
+});
+
+/** A failure with the chain of its causes (`Connection error. < fetch failed < EPIPE`). */
+function describeFailure(failure: unknown): string {
+  const chain: string[] = [];
+  for (let at = failure as { message?: string; code?: string; cause?: unknown } | undefined; at && chain.length < 5; at = at.cause as typeof at) {
+    chain.push(at.code ?? at.message ?? String(at));
+  }
+  return chain.join(' < ');
+}

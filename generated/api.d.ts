@@ -3693,12 +3693,15 @@ export interface components {
             id: number;
             /** @description Display name. */
             name: string;
-            /** @description URL-safe identifier derived from the name at creation; renaming does not change it. */
+            /**
+             * @description URL-safe identifier derived from the name at creation (lower-case ASCII letters and digits in
+             *     words joined by single dashes); renaming does not change it.
+             */
             slug: string;
             /** @description Free-text description; `null` when none was set. */
             description: string | null;
             /** @description Lifecycle status; `active` is the only value this version sets. */
-            status: string;
+            status: components["schemas"]["OrganizationStatus"];
             /** @description The caller's role in this organization. */
             role: components["schemas"]["Role"];
             /** Format: date-time */
@@ -3706,6 +3709,11 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        /**
+         * @description The lifecycle status of an organization.
+         * @enum {string}
+         */
+        OrganizationStatus: "active";
         /**
          * @description The answer of ending every other session.
          * @example {

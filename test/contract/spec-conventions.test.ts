@@ -195,6 +195,16 @@ describe('the OpenAPI document', () => {
     expect(wrong).toEqual([]);
   });
 
+  it('gives every integer id of a closed (management) schema a minimum of 1, so a dynamic mock invents no id the service never gives', () => {
+    const schemas = document.components.schemas as Record<string, { additionalProperties?: unknown; properties?: Record<string, { type?: string; minimum?: number }> }>;
+    const unbounded = Object.entries(schemas)
+      .filter(([, schema]) => schema.additionalProperties === false)
+      .flatMap(([name, schema]) => Object.entries(schema.properties ?? {}).map(([property, value]) => ({ at: `${name}.${property}`, property, value })))
+      .filter(({ property, value }) => (property === 'id' || property.endsWith('_id')) && value.type === 'integer' && !((value.minimum ?? 0) >= 1))
+      .map(({ at }) => at);
+    expect(unbounded).toEqual([]);
+  });
+
   it('declares X-Request-Id on every response', () => {
     const missing = operations.flatMap(({ route, operation }) =>
       Object.entries(operation.responses)

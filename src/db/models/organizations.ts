@@ -1,3 +1,4 @@
+import type { components } from '../../../generated/api.d.ts';
 import { BaseModel } from '../base-model.ts';
 
 /** `organizations`: a customer organization; its members, keys, deployments and billing account hang off it. */
@@ -7,7 +8,7 @@ export class OrganizationRow extends BaseModel {
   declare name: string;
   declare slug: string;
   declare description: string | null;
-  declare status: string;
+  declare status: components['schemas']['OrganizationStatus'];
   declare created_at: Date;
   declare updated_at: Date;
 }

@@ -82,7 +82,8 @@ async function linkIn(service: Service, to: string, subject: string): Promise<st
   return link;
 }
 
-describe.skipIf(missing !== '')(`the local stand-in for the web app under make run, in headless Chromium${missing}`, () => {
+// Each test drives Chromium through several pages and waits for emails and webhooks: more room than vitest's 30 s on a loaded machine.
+describe.skipIf(missing !== '')(`the local stand-in for the web app under make run, in headless Chromium${missing}`, { timeout: 60_000 }, () => {
   let service: Service;
   let stripeUrl: string;
   let chromiumBrowser: Chromium;

@@ -58,6 +58,7 @@ const schema = z.object({
   STRIPE_EMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(12111),
   CLUSTER_SIMULATOR: booleanFlag.optional(),
   CLUSTER_SIMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(9997),
+  CLUSTER_SIMULATOR_HOSTED_PORT: z.coerce.number().int().min(0).max(65535).default(9996),
   CLUSTER_SIMULATOR_MODEL_LOAD_MS: z.coerce.number().int().min(0).default(3000),
   RECONCILE_INTERVAL_SECONDS: z.coerce.number().min(0.2).default(30),
   DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
@@ -144,7 +145,8 @@ export interface Config {
     emulator: { enabled: boolean; port: number };
   };
   /** The local GPU cluster simulator (a stand-in) that `make run` starts and registers. */
-  clusterSimulator: { enabled: boolean; port: number; modelLoadMs: number };
+  /** `port` serves dedicated deployments, `hostedPort` the hosted models (a simulator of their own). */
+  clusterSimulator: { enabled: boolean; port: number; hostedPort: number; modelLoadMs: number };
   provisioning: {
     /** How often the reconciler looks for deployments stuck in a step or lost by their engine. */
     reconcileIntervalSeconds: number;
@@ -309,6 +311,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     clusterSimulator: {
       enabled: e.CLUSTER_SIMULATOR ?? e.NODE_ENV === 'development',
       port: e.CLUSTER_SIMULATOR_PORT,
+      hostedPort: e.CLUSTER_SIMULATOR_HOSTED_PORT,
       modelLoadMs: e.CLUSTER_SIMULATOR_MODEL_LOAD_MS,
     },
     provisioning: {

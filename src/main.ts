@@ -3,7 +3,7 @@ import { ConfigError, loadConfig, type Config } from './config.ts';
 import { resolveDatabase } from './db/resolve.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { launchHostedModels } from './hosted/hosted-launch.ts';
-import { LOCAL_CLUSTER_NAME, LOCAL_HOSTED_CLUSTER_NAME, registerLocalCluster, startLocalSimulator } from './local/local-cluster.ts';
+import { LOCAL_CLUSTER_NAME, LOCAL_HOSTED_CLUSTER_NAME, registerLocalCluster, startLocalSimulators } from './local/local-cluster.ts';
 import { startLocalStripe, withLocalStripe } from './local/local-stripe.ts';
 import { startMailDev } from './local/maildev.ts';
 import { localWebApp } from './local/web-app/web-app.ts';
@@ -33,12 +33,15 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
     : undefined;
   if (stripeEmulator) config = withLocalStripe(config, stripeEmulator);
 
-  const simulator =
+  // Two simulators: dedicated deployments on one, the hosted models on a worker of their own.
+  const simulators =
     config.clusterSimulator.enabled && config.role !== 'api'
       ? await lifecycle.start(
-          'cluster simulator',
-          () => startLocalSimulator({ log, port: config.clusterSimulator.port, modelLoadMs: config.clusterSimulator.modelLoadMs }),
-          (started) => started.stop(),
+          'cluster simulators',
+          () => startLocalSimulators({ log, ...config.clusterSimulator }),
+          async (started) => {
+            await Promise.all([started.dedicated.stop(), started.hosted.stop()]);
+          },
         )
       : undefined;
 
@@ -46,8 +49,8 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
   const localPages = config.localWebApp && config.role !== 'worker' ? localWebApp() : undefined;
   if (localPages) log.info('serving the local stand-in for the web app (LOCAL_WEB_APP): /verify-email, /reset-password, /invitations/{token}, /settings/billing');
   const runtime = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl, lifecycle, localPages });
-  if (simulator) {
-    await registerLocalCluster(runtime.container.clusters, simulator, log);
+  if (simulators) {
+    await registerLocalCluster(runtime.container.clusters, simulators.dedicated, log, simulators.hosted);
     // The catalog's hosted models load in the background, as an operator's `hosted launch` would.
     void launchHostedModels({ db: runtime.container.db, clusters: runtime.container.clusters }).then(
       (outcomes) => log.info({ hosted_models: outcomes }, 'hosted models launched on the GPU cluster simulator'),
@@ -68,7 +71,8 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
         `  Payments      ${stripeEmulator ? `Stripe emulator (local stand-in) at ${stripeEmulator.url}` : config.stripe.secretKey ? 'Stripe (STRIPE_SECRET_KEY)' : 'none configured'}`,
-        `  GPU cluster   ${simulator ? `simulator (local stand-in) at ${simulator.url}, registered as ${LOCAL_CLUSTER_NAME} (and ${LOCAL_HOSTED_CLUSTER_NAME})` : 'registered clusters'}`,
+        `  GPU cluster   ${simulators ? `simulator (local stand-in) at ${simulators.dedicated.url}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
+        ...(simulators ? [`  Hosted models simulator (local stand-in) at ${simulators.hosted.url}, registered as ${LOCAL_HOSTED_CLUSTER_NAME}`] : []),
         '',
         '',
       ].join('\n'),

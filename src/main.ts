@@ -68,9 +68,12 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
         `  Swagger UI    ${base}/docs`,
         `  ReDoc         ${base}/redoc`,
         `  OpenAPI       ${base}/openapi.json`,
+        ...(config.metrics && runtime.metricsPort !== undefined ? [`  Metrics       ${listenerUrl(config.metrics.host, runtime.metricsPort)}/metrics`] : []),
         `  Database      ${database.description}`,
         `  Email         ${inbox ? `MailDev (local stand-in) inbox at ${inbox}` : 'SMTP_URL'}`,
         `  Payments      ${stripeEmulator ? `Stripe emulator (local stand-in) at ${stripeEmulator.url}` : config.stripe.secretKey ? 'Stripe (STRIPE_SECRET_KEY)' : 'none configured'}`,
+        // The local stand-in's own key, new each start (not a Stripe key): its API and /_emulator/advance_time take it.
+        ...(stripeEmulator ? [`  Stripe key    ${stripeEmulator.secretKey} (the emulator's: Authorization: Bearer … for its API and /_emulator/advance_time)`] : []),
         `  GPU cluster   ${simulators ? `simulator (local stand-in) at ${simulators.dedicated.url}, registered as ${LOCAL_CLUSTER_NAME}` : 'registered clusters'}`,
         ...(simulators ? [`  Hosted models simulator (local stand-in) at ${simulators.hosted.url}, registered as ${LOCAL_HOSTED_CLUSTER_NAME}`] : []),
         '',
@@ -79,6 +82,12 @@ async function start(settings: Config, log: Logger, lifecycle: Lifecycle): Promi
     );
   }
   log.info({ role: config.role, port: runtime.port }, 'started');
+}
+
+/** `http://host:port` of a listener on `host` (one on every address is reached through loopback). */
+function listenerUrl(host: string, port: number): string {
+  const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+  return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
 }
 
 let config: Config;

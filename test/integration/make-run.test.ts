@@ -6,7 +6,7 @@ import { APP_ORIGIN, TEST_APP_SECRET } from '../helpers/app.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import { Inbox } from '../helpers/inbox.ts';
 import { startDevelopmentService, type DevelopmentService } from '../helpers/make-run.ts';
-import { waitUntil } from '../helpers/net.ts';
+import { freePort, waitUntil } from '../helpers/net.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /** The lines a crash leaves on the terminal (an unhandled error, a stack trace's frames), beside the JSON log lines. */
@@ -23,10 +23,29 @@ const register = (url: string, email: string, origin: string) =>
 
 describe('make run (NODE_ENV=development, every local stand-in)', () => {
   let service: DevelopmentService;
+  let metricsPort: number;
   beforeAll(async () => {
-    service = await startDevelopmentService();
+    metricsPort = await freePort();
+    service = await startDevelopmentService({ METRICS_PORT: String(metricsPort) });
   }, 180_000);
   afterAll(() => service?.cleanUp());
+
+  it('prints the metrics URL and the Stripe emulator’s secret key in its banner', async () => {
+    const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    expect(service.output()).toMatch(new RegExp(`^ {2}Metrics +${metricsUrl.replaceAll('.', '\\.')}$`, 'm'));
+    expect((await fetch(metricsUrl)).status).toBe(200);
+
+    const key = /^ {2}Stripe key +(sk_test_emulator_[0-9a-f]+)\b/m.exec(service.output())?.[1];
+    expect(key).toBeDefined();
+    const advance = (authorization: string) =>
+      fetch(`http://127.0.0.1:${service.env.STRIPE_EMULATOR_PORT}/_emulator/advance_time`, {
+        method: 'POST',
+        headers: { authorization, 'content-type': 'application/x-www-form-urlencoded' },
+        body: 'seconds=1',
+      });
+    expect((await advance(`Bearer ${key}`)).status).toBe(200);
+    expect((await advance('Bearer sk_test_emulator_not_the_key')).status).toBe(401);
+  });
 
   it('stops cleanly on Ctrl-C (SIGINT to its whole process group): exit code 0, no unhandled error, Postgres stopped', async () => {
     // Connections in the pools, idle when the signal comes.

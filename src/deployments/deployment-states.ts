@@ -67,5 +67,13 @@ export function maySoonServe(status: DeploymentStatus): boolean {
   return false;
 }
 
+/**
+ * Whether `status` is final: nothing the platform does moves a deployment out of it, only its
+ * owner's DELETE (`failed`, `terminated`). A deployment's event stream ends there.
+ */
+export function isFinal(status: DeploymentStatus): boolean {
+  return Object.keys(TRANSITIONS[status]).every((event) => event === 'delete');
+}
+
 /** Statuses that hold or may soon hold resources; they count against `max_active_resources`. */
 export const ACTIVE_STATUSES: readonly DeploymentStatus[] = ['requested', 'provisioning', 'starting', 'running', 'terminating'];

@@ -1,7 +1,9 @@
 import type { Request, Response } from 'express';
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
+import type { components } from '../../generated/api.d.ts';
 import type { DeploymentEventRow } from '../db/models/deployment-events.ts';
+import { isFinal, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { AppError } from '../errors.ts';
 import { eventsAfter, toDeploymentEvent } from './events.repository.ts';
 
@@ -12,6 +14,8 @@ const BACKLOG_LIMIT = 1024 * 1024;
 /** How long an EventSource waits before reconnecting (the stream's first line). */
 const RETRY_MS = 3000;
 
+type StreamEnd = components['schemas']['DeploymentEventStreamEnd'];
+
 /**
  * The open deployment event streams of this process (server-sent events). A stream is opened with
  * the id it resumes after; it sends the history from there, then whatever each notification says
@@ -21,7 +25,9 @@ const RETRY_MS = 3000;
  * so none is lost; after the listener reconnects (notifications may have been missed) every
  * stream re-reads. Events of one deployment commit in id order (events.repository.ts), so reading
  * "after the last id" never skips one. A `: keep-alive` comment goes out every heartbeat; at
- * shutdown every stream is ended (clients reconnect elsewhere and resume).
+ * shutdown every stream is ended (clients reconnect elsewhere and resume). Once a read finds
+ * nothing more and the deployment is in a final status (its last event's, or at open the
+ * deployment's own when nothing follows `lastEventId`), the stream sends `end` and closes.
  */
 export class DeploymentEventStreams {
   readonly #db: Knex;
@@ -36,8 +42,12 @@ export class DeploymentEventStreams {
     this.#heartbeatMs = deps.heartbeatMs;
   }
 
-  /** Starts the stream on `res`: headers, the history after `lastEventId`, then live events until the client leaves. */
-  open(req: Request, res: Response, deploymentId: string, lastEventId: string | undefined): void {
+  /**
+   * Starts the stream on `res`: headers, the history after `lastEventId`, then live events until
+   * the client leaves or the deployment is final. `status` is the deployment's, read before the
+   * stream opened (the events read after it are as new or newer).
+   */
+  open(req: Request, res: Response, deploymentId: string, lastEventId: string | undefined, status: DeploymentStatus): void {
     if (this.#closed) throw new AppError('SERVICE_UNAVAILABLE', 'The server is shutting down; reconnect.');
     res.statusCode = 200;
     res.setHeader('Content-Type', 'text/event-stream');
@@ -46,7 +56,7 @@ export class DeploymentEventStreams {
     res.setHeader('X-Accel-Buffering', 'no');
     res.flushHeaders();
     res.write(`retry: ${RETRY_MS}\n\n`);
-    const stream = new EventStream(res, deploymentId, lastEventId, {
+    const stream = new EventStream(res, deploymentId, lastEventId, status, {
       read: (after) => eventsAfter(this.#db, deploymentId, after, BATCH),
       closed: () => this.#remove(stream),
       log: this.#log,
@@ -96,6 +106,8 @@ class EventStream {
   readonly #deps: { read(after: string | undefined): Promise<DeploymentEventRow[]>; closed(): void; log: Logger };
   readonly #heartbeat: NodeJS.Timeout;
   #lastId: string | undefined;
+  /** The deployment's status as of the last event sent (at first, as of the stream's opening). */
+  #status: DeploymentStatus;
   #reading = false;
   #again = false;
   #closed = false;
@@ -104,11 +116,13 @@ class EventStream {
     res: Response,
     deploymentId: string,
     lastId: string | undefined,
+    status: DeploymentStatus,
     deps: { read(after: string | undefined): Promise<DeploymentEventRow[]>; closed(): void; log: Logger; heartbeatMs: number },
   ) {
     this.#res = res;
     this.deploymentId = deploymentId;
     this.#lastId = lastId;
+    this.#status = status;
     this.#deps = deps;
     this.#heartbeat = setInterval(() => this.#write(': keep-alive\n\n'), deps.heartbeatMs);
   }
@@ -145,9 +159,16 @@ class EventStream {
           if (this.#closed) return;
           this.#write(`id: ${row.id}\nevent: ${row.type}\ndata: ${JSON.stringify(toDeploymentEvent(row))}\n\n`);
           this.#lastId = row.id;
+          this.#status = row.to_status;
         }
-        if (rows.length < BATCH) return;
+        if (rows.length < BATCH) break;
       }
+      if (this.#closed || !isFinal(this.#status)) return;
+      // Caught up with a deployment nothing but its owner moves any more: the stream is done. No
+      // `id:`, so a client that reconnects resumes after the last event.
+      const end: StreamEnd = { type: 'end', deployment_id: this.deploymentId, status: this.#status };
+      this.#write(`event: end\ndata: ${JSON.stringify(end)}\n\n`);
+      this.close();
     } catch (error) {
       // The client reconnects with Last-Event-ID and misses nothing.
       this.#deps.log.warn({ err: error, deployment_id: this.deploymentId }, 'could not read deployment events; ending the stream');

@@ -13,9 +13,9 @@ export function eventHandlers(deps: { deployments: DeploymentsService; eventStre
     streamDeploymentEvents: async (context) => {
       const id = context.params.deployment_id;
       // Scoped as getDeployment: 404 for a deployment that is not the caller's.
-      await deployments.get(context.auth, id);
+      const deployment = await deployments.get(context.auth, id);
       const lastEventId = context.headers['last-event-id'];
-      eventStreams.open(context.req, context.res, id, typeof lastEventId === 'string' ? lastEventId : undefined);
+      eventStreams.open(context.req, context.res, id, typeof lastEventId === 'string' ? lastEventId : undefined, deployment.status);
       return STREAMED;
     },
   };

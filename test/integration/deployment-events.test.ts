@@ -28,6 +28,7 @@ import { startServiceProcess, type ServiceProcess } from '../helpers/service-pro
  * on the same database, so every live event crossed processes (LISTEN/NOTIFY).
  */
 type DeploymentEvent = components['schemas']['DeploymentEvent'];
+type DeploymentEventStreamEnd = components['schemas']['DeploymentEventStreamEnd'];
 const EVENTS_PATH = '/api/v1/model-deployments/{deployment_id}/events';
 
 let app: TestApp;
@@ -53,28 +54,47 @@ class StreamReader {
   readonly events: Array<{ id: string | undefined; event: string | undefined; data: DeploymentEvent }> = [];
   readonly comments: string[] = [];
   retry: number | undefined;
+  /** The stream's `end` event, once it came. */
+  end: { id: string | undefined; data: DeploymentEventStreamEnd } | undefined;
+  /** Resolves with how the stream ended: `closed` by the server, or `aborted` by the test. */
+  ended: Promise<'closed' | 'aborted'> = Promise.resolve('aborted');
   readonly #abort = new AbortController();
 
   static async open(browser: Browser, deploymentId: string, headers: Record<string, string> = {}): Promise<{ response: Response; reader: StreamReader }> {
     const reader = new StreamReader();
     const response = await browser.fetch(EVENTS_PATH.replace('{deployment_id}', deploymentId), { headers, signal: reader.#abort.signal });
     await checkResponse('GET', EVENTS_PATH, response);
-    if (response.status === 200) void reader.#read(response);
+    if (response.status === 200) reader.ended = reader.#read(response);
     return { response, reader };
   }
 
-  async #read(response: Response): Promise<void> {
+  async #read(response: Response): Promise<'closed' | 'aborted'> {
     const parser = createParser({
-      onEvent: (event) => this.events.push({ id: event.id, event: event.event, data: JSON.parse(event.data) as DeploymentEvent }),
+      onEvent: (event) => {
+        if (this.end) throw new Error(`an event after the end: ${event.data}`);
+        if (event.event === 'end') this.end = { id: event.id, data: JSON.parse(event.data) as DeploymentEventStreamEnd };
+        else this.events.push({ id: event.id, event: event.event, data: JSON.parse(event.data) as DeploymentEvent });
+      },
       onComment: (comment) => this.comments.push(comment),
       onRetry: (retry) => (this.retry = retry),
     });
     const decoder = new TextDecoder();
     try {
       for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) parser.feed(decoder.decode(chunk, { stream: true }));
+      return 'closed';
     } catch {
       // Closed by the test.
+      return 'aborted';
     }
+  }
+
+  /** Waits for the server to close the stream. */
+  async closedByServer(what: string, timeoutMs = 10_000): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<'timed out'>((resolve) => (timer = setTimeout(() => resolve('timed out'), timeoutMs)));
+    const how = await Promise.race([this.ended, timeout]);
+    clearTimeout(timer);
+    if (how !== 'closed') throw new Error(`${what}: the stream was ${how}; got ${JSON.stringify(this.events.map((e) => [e.id, e.data.type, e.data.to_status]))}`);
   }
 
   statuses(): string[] {
@@ -180,6 +200,59 @@ describe('the deployment event stream', () => {
     } finally {
       reader.close();
     }
+  });
+
+  it('ends with an end event and closes once the deployment fails while watched', async () => {
+    const created = await running();
+    const { reader } = await StreamReader.open(owner.browser, created.id);
+    try {
+      await reader.until((events) => events.some((e) => e.to_status === 'running'), 'the history');
+      expect(reader.end).toBeUndefined();
+      expect(await moveDeployment(otherConnection, created.id, { from: 'running', to: 'failed', changes: { failure_stage: 'health_check', failure_reason: 'The engine no longer serves the model.' } })).toBe(true);
+      await reader.closedByServer('the stream to end after the failure');
+      expect(reader.events.at(-1)?.data).toMatchObject({ type: 'deployment.status_changed', to_status: 'failed' });
+      // No id: a client that reconnects resumes after the failure.
+      expect(reader.end).toEqual({ id: undefined, data: { type: 'end', deployment_id: created.id, status: 'failed' } });
+      expect(reader.events.map((e) => e.id)).toEqual((await logOf(created.id)).map((row) => row.id));
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('ends with an end event and closes once the deployment is terminated while watched', async () => {
+    const created = await running();
+    const { reader } = await StreamReader.open(owner.browser, created.id);
+    try {
+      await reader.until((events) => events.some((e) => e.to_status === 'running'), 'the history');
+      await owner.api.DELETE('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: created.id } } });
+      await reader.closedByServer('the stream to end after the termination');
+      expect(reader.statuses().slice(-2)).toEqual(['terminating', 'terminated']);
+      expect(reader.end?.data).toEqual({ type: 'end', deployment_id: created.id, status: 'terminated' });
+    } finally {
+      reader.close();
+    }
+  });
+
+  it('sends the history of a deployment already failed, then end, and closes; resuming sends only what follows, then end', async () => {
+    const created = await running();
+    expect(await moveDeployment(otherConnection, created.id, { from: 'running', to: 'failed', changes: { failure_stage: 'health_check', failure_reason: 'Gone.' } })).toBe(true);
+    const log = await logOf(created.id);
+    const opened = await StreamReader.open(owner.browser, created.id);
+    await opened.reader.closedByServer('a stream on a failed deployment to end');
+    expect(opened.reader.events.map((e) => e.id)).toEqual(log.map((row) => row.id));
+    expect(opened.reader.end?.data).toEqual({ type: 'end', deployment_id: created.id, status: 'failed' });
+    // Resumed before the failure: the failure, then end.
+    const before = log.at(-2)?.id as string;
+    const resumed = await StreamReader.open(owner.browser, created.id, { 'Last-Event-ID': before });
+    await resumed.reader.closedByServer('a resumed stream to end');
+    expect(resumed.reader.events.map((e) => e.id)).toEqual([log.at(-1)?.id]);
+    expect(resumed.reader.end?.data.status).toBe('failed');
+    // Resumed after the last event (an EventSource reconnecting): only end.
+    const caughtUp = await StreamReader.open(owner.browser, created.id, { 'Last-Event-ID': log.at(-1)?.id as string });
+    await caughtUp.reader.closedByServer('a caught-up stream to end');
+    expect(caughtUp.reader.events).toEqual([]);
+    expect(caughtUp.reader.end?.data.status).toBe('failed');
+    expect(caughtUp.reader.retry).toBe(3000);
   });
 
   it('keeps an idle stream open with keep-alive comments', async () => {

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import {
   ACTIVE_STATUSES,
   allows,
+  isFinal,
   maySoonServe,
   nextStatus,
   statusesAllowing,
@@ -62,6 +63,10 @@ describe('the deployment state machine', () => {
 
   it('tells the deployments that serve or may soon serve from those that never will again', () => {
     expect(STATUSES.filter(maySoonServe)).toEqual(['requested', 'provisioning', 'starting', 'running']);
+  });
+
+  it('calls final the statuses only the owner’s DELETE leaves: failed and terminated', () => {
+    expect(STATUSES.filter(isFinal)).toEqual(['failed', 'terminated']);
   });
 
   it('counts against the limit every status but failed and terminated', () => {

@@ -164,11 +164,6 @@ export interface paths {
          *     (an `EventSource` does so by itself when it reconnects): only later events are sent. Events
          *     carry `event: deployment.status_changed` or `event: deployment.provisioning_step`, so an
          *     `EventSource` receives them through `addEventListener` with those names (not `onmessage`).
-         *     When the deployment is `failed` or `terminated` (final: only a DELETE of a failed deployment
-         *     changes it again) and its events are all sent, one `event: end` (a `DeploymentEventStreamEnd`)
-         *     ends the stream and the connection closes. An `EventSource` reconnects to a stream that closed:
-         *     close it on `end` (`addEventListener('end', () => source.close())`); if it reconnects, it gets
-         *     the events after its `Last-Event-ID`, if any, and `end` again.
          *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
          *     for `getDeployment`.
          */
@@ -3133,31 +3128,6 @@ export interface components {
             created_at: string;
         };
         /**
-         * @description The last event of a deployment's event stream, sent as `event: end` without an `id:` line (an
-         *     `EventSource` keeps the id of the last `DeploymentEvent` it received): the deployment is in a
-         *     final status (`failed` or `terminated`, which nothing but the owner's DELETE of a failed
-         *     deployment changes) and every event up to it has been sent. The stream closes after it.
-         * @example {
-         *       "type": "end",
-         *       "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
-         *       "status": "failed"
-         *     }
-         */
-        DeploymentEventStreamEnd: {
-            /**
-             * @description Always `end`, as the event's `event:` line.
-             * @enum {string}
-             */
-            type: "end";
-            /**
-             * Format: uuid
-             * @description The deployment (UUID).
-             */
-            deployment_id: string;
-            /** @description The final status the deployment is in: `failed` or `terminated`. */
-            status: components["schemas"]["DeploymentStatus"];
-        };
-        /**
          * @description What a deployment event records: `deployment.status_changed` (the deployment moved from
          *     `from_status` to `to_status`; at creation `from_status` is `null`), or
          *     `deployment.provisioning_step` (a step of provisioning made progress: `step`, `progress`; the
@@ -5572,17 +5542,7 @@ export interface operations {
              *
              *     (the schema below is that of `data`). The stream first sends `retry: 3000`, then the history
              *     (after `Last-Event-ID` when sent), then each new event as it is committed, and a comment line
-             *     `: keep-alive` every 15 seconds. Once the deployment is in a final status (`failed` or
-             *     `terminated`) and every event up to it has been sent, the stream sends
-             *
-             *     ```
-             *     event: end
-             *     data: <DeploymentEventStreamEnd JSON>
-             *
-             *     ```
-             *
-             *     (no `id:`) and closes; a stream opened on a deployment already in a final status sends the
-             *     history, then `end`. Until then it stays open until the client closes it or the server shuts
+             *     `: keep-alive` every 15 seconds; it stays open until the client closes it or the server shuts
              *     down (an `EventSource` then reconnects with `Last-Event-ID` and misses nothing).
              */
             200: {
@@ -5598,7 +5558,7 @@ export interface operations {
                      *     event: deployment.provisioning_step
                      *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
                      */
-                    "text/event-stream": components["schemas"]["DeploymentEvent"] | components["schemas"]["DeploymentEventStreamEnd"];
+                    "text/event-stream": components["schemas"]["DeploymentEvent"];
                 };
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
@@ -6306,8 +6266,11 @@ export interface operations {
             /** @description The current session; the cookies are re-sent when the sliding expiry was just extended. */
             200: {
                 headers: {
-                    /** @description Present only when this request extended the session: the renewed session and `csrf_token` cookies. */
-                    "Set-Cookie"?: string;
+                    /**
+                     * @description Present only when this request extended the session: the renewed session and `csrf_token` cookies, each on a `Set-Cookie` line of its own.
+                     * @example []
+                     */
+                    "Set-Cookie"?: string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -9067,8 +9030,14 @@ export interface operations {
             /** @description The request has succeeded and a new resource has been created as a result. */
             201: {
                 headers: {
-                    /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
-                    "Set-Cookie": string;
+                    /**
+                     * @description The session cookie (HttpOnly) and the readable `csrf_token` cookie, each on a `Set-Cookie` line of its own.
+                     * @example [
+                     *       "session=k3qv2lmtrzp4wyb7nhc5djf6gks7ahe2; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; HttpOnly; SameSite=Lax",
+                     *       "csrf_token=p1T0BZsKTApKv2Vo6hhlOLfy3CNro839kkkuN_Bm_o0; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; SameSite=Lax"
+                     *     ]
+                     */
+                    "Set-Cookie": string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11175,8 +11144,11 @@ export interface operations {
             /** @description The member was removed. When the caller removed themself (left), their session has ended and its cookies are cleared. */
             204: {
                 headers: {
-                    /** @description Present only when the caller left: expires the session and CSRF cookies (`Max-Age=0`). */
-                    "Set-Cookie"?: string;
+                    /**
+                     * @description Present only when the caller left: expires the session and CSRF cookies (an `Expires` date in 1970), each on a `Set-Cookie` line of its own.
+                     * @example []
+                     */
+                    "Set-Cookie"?: string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -12919,8 +12891,14 @@ export interface operations {
             /** @description Sign-out: the session and `csrf_token` cookies are cleared. */
             200: {
                 headers: {
-                    /** @description Expires the session cookie and the `csrf_token` cookie (`Max-Age=0`), as two `Set-Cookie` headers. */
-                    "Set-Cookie": string;
+                    /**
+                     * @description Expires the session cookie and the `csrf_token` cookie (an `Expires` date in 1970), each on a `Set-Cookie` line of its own.
+                     * @example [
+                     *       "session=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; HttpOnly; SameSite=Lax",
+                     *       "csrf_token=; Path=/; Expires=Thu, 01 Jan 1970 00:00:00 GMT; SameSite=Lax"
+                     *     ]
+                     */
+                    "Set-Cookie": string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -12991,8 +12969,11 @@ export interface operations {
             /** @description The current session; the cookies are re-sent when the sliding expiry was just extended. */
             200: {
                 headers: {
-                    /** @description Present only when this request extended the session: the renewed session and `csrf_token` cookies. */
-                    "Set-Cookie"?: string;
+                    /**
+                     * @description Present only when this request extended the session: the renewed session and `csrf_token` cookies, each on a `Set-Cookie` line of its own.
+                     * @example []
+                     */
+                    "Set-Cookie"?: string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -13107,8 +13088,14 @@ export interface operations {
             /** @description A registration answer: 201 with the new session's cookies. */
             201: {
                 headers: {
-                    /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
-                    "Set-Cookie": string;
+                    /**
+                     * @description The session cookie (HttpOnly) and the readable `csrf_token` cookie, each on a `Set-Cookie` line of its own.
+                     * @example [
+                     *       "session=k3qv2lmtrzp4wyb7nhc5djf6gks7ahe2; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; HttpOnly; SameSite=Lax",
+                     *       "csrf_token=p1T0BZsKTApKv2Vo6hhlOLfy3CNro839kkkuN_Bm_o0; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; SameSite=Lax"
+                     *     ]
+                     */
+                    "Set-Cookie": string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -13360,8 +13347,11 @@ export interface operations {
             /** @description The session ended. When it was the caller's own, its cookies are cleared. */
             204: {
                 headers: {
-                    /** @description Present only when the ended session is the current one: expires the session and CSRF cookies (`Max-Age=0`). */
-                    "Set-Cookie"?: string;
+                    /**
+                     * @description Present only when the ended session is the current one: expires the session and CSRF cookies (an `Expires` date in 1970), each on a `Set-Cookie` line of its own.
+                     * @example []
+                     */
+                    "Set-Cookie"?: string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -13444,8 +13434,14 @@ export interface operations {
             /** @description A response that establishes a session: it sets the session cookie and the readable `csrf_token` cookie. */
             200: {
                 headers: {
-                    /** @description The session cookie (HttpOnly) and the `csrf_token` cookie, as two `Set-Cookie` headers. */
-                    "Set-Cookie": string;
+                    /**
+                     * @description The session cookie (HttpOnly) and the readable `csrf_token` cookie, each on a `Set-Cookie` line of its own.
+                     * @example [
+                     *       "session=k3qv2lmtrzp4wyb7nhc5djf6gks7ahe2; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; HttpOnly; SameSite=Lax",
+                     *       "csrf_token=p1T0BZsKTApKv2Vo6hhlOLfy3CNro839kkkuN_Bm_o0; Path=/; Expires=Sun, 20 Dec 2026 09:30:00 GMT; SameSite=Lax"
+                     *     ]
+                     */
+                    "Set-Cookie": string | string[];
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };

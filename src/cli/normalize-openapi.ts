@@ -21,6 +21,8 @@
  * - An operation with `x-deprecation` is `deprecated: true` and declares `Deprecation` and `Sunset`.
  * - Every response declares the `X-Request-Id` header the service sends on every answer.
  * - The limit headers of inference answers get examples (TypeSpec writes none for a header).
+ * - A response header's `x-example` (`@extension("x-example", …)` in spec/, e.g. the session cookies'
+ *   `Set-Cookie` lines) becomes its `example`, which Prism sends as it stands (a list: one line each).
  * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
  *
  * Usage: node src/cli/normalize-openapi.ts generated/openapi.json
@@ -222,6 +224,20 @@ export function withLimitHeaderExamples(document: Schema): Schema {
   return document;
 }
 
+/** TypeSpec writes no example for a response header: the one the spec states as `x-example` becomes its `example`. */
+export function withHeaderExamples(document: Schema): Schema {
+  for (const operation of operationsOf(document)) {
+    for (const response of Object.values(operation.responses ?? {})) {
+      for (const header of Object.values(response.headers ?? {}) as Schema[]) {
+        if (!('x-example' in header)) continue;
+        header.example = header['x-example'];
+        delete header['x-example'];
+      }
+    }
+  }
+  return document;
+}
+
 /** An operation with `x-deprecation` is `deprecated`, and each of its answers declares `Deprecation` and `Sunset`. */
 export function withDeprecationHeaders(document: Schema): Schema {
   const deprecated = operationsOf(document).filter((operation) => (operation as Schema)['x-deprecation'] !== undefined);
@@ -240,7 +256,7 @@ export function withDeprecationHeaders(document: Schema): Schema {
 export function normalize(document: Schema): Schema {
   const normalized = nullableAsGeneratorsRead(closedWhereStrict(document));
   normalized.openapi = '3.0.3';
-  return withErrorExamples(withLimitHeaderExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized)))))));
+  return withErrorExamples(withHeaderExamples(withLimitHeaderExamples(withDeprecationHeaders(withRequestIdHeader(eventStreamExamplesAsSent(closedManagementResponses(withoutScalarExplode(normalized))))))));
 }
 
 const [file] = process.argv.slice(2);

@@ -16,7 +16,7 @@ interface MediaType {
 interface Operation {
   operationId: string;
   requestBody?: { content: Record<string, MediaType> };
-  responses: Record<string, { content?: Record<string, MediaType>; 'x-error-codes'?: string[] }>;
+  responses: Record<string, { content?: Record<string, MediaType>; headers?: Record<string, { example?: unknown }>; 'x-error-codes'?: string[] }>;
 }
 
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -49,6 +49,12 @@ const cases: Case[] = [
     ...mediaCases(`${operation.operationId} request`, ['paths', path, method, 'requestBody', 'content'], operation.requestBody?.content),
     ...Object.entries(operation.responses).flatMap(([status, response]) =>
       mediaCases(`${operation.operationId} ${status}`, ['paths', path, method, 'responses', status, 'content'], response.content),
+    ),
+    // The examples of response headers (the session cookies' Set-Cookie lines, the limit headers), which Prism sends.
+    ...Object.entries(operation.responses).flatMap(([status, response]) =>
+      Object.entries(response.headers ?? {})
+        .filter(([, header]) => header.example !== undefined)
+        .map(([name, header]) => ({ name: `${operation.operationId} ${status} header ${name}`, schemaRef: pointer('paths', path, method, 'responses', status, 'headers', name, 'schema'), value: header.example })),
     ),
   ]),
   ...Object.entries(document.components.schemas)

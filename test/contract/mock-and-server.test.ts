@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PASSWORD, registeredUser } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-import { Browser } from '../helpers/browser.ts';
+import { Browser, parseSetCookie } from '../helpers/browser.ts';
 import { startPrism, type PrismMock } from '../helpers/prism.ts';
 
 /**
@@ -40,5 +40,23 @@ describe('contract: the mock answers as the server does', () => {
     expect(mock?.id).toBeGreaterThanOrEqual(1);
     expect(mock?.status).toBe(server?.status);
     for (const slug of [server?.slug, mock?.slug]) expect(slug).toMatch(/^[a-z0-9]+(-[a-z0-9]+)*$/);
+  });
+
+  it('sets and clears the same session cookies, with the same attributes', async () => {
+    const cookies = (response: Response) =>
+      response.headers.getSetCookie().map((header) => {
+        const { name, value, attributes } = parseSetCookie(header);
+        return { name, value: value ? 'set' : 'empty', attributes: Object.keys(attributes).sort() };
+      });
+    const registerThenSignOut = async (base: string) => {
+      const browser = new Browser(base);
+      const registered = await browser.api.POST('/v1/user/register', { body: { email: uniqueEmail('mock'), password: PASSWORD, organization: 'Mock Ltd' } });
+      const signedOut = await browser.api.POST('/v1/user/logout');
+      expect([registered.response.status, signedOut.response.status]).toEqual([201, 200]);
+      return { registered: cookies(registered.response), signedOut: cookies(signedOut.response) };
+    };
+    const [server, mock] = [await registerThenSignOut(app.url), await registerThenSignOut(prism.url)];
+    expect(server.registered.map((cookie) => cookie.name)).toEqual(['session', 'csrf_token']);
+    expect(mock).toEqual(server);
   });
 });

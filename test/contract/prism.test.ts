@@ -1,6 +1,7 @@
 import createClient from 'openapi-fetch';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { paths } from '../../generated/api.d.ts';
+import { Browser } from '../helpers/browser.ts';
 import { startPrism, type PrismMock } from '../helpers/prism.ts';
 
 /**
@@ -70,6 +71,24 @@ describe('contract: Prism mock of the OpenAPI document', () => {
     expect(response.status).toBe(200);
     expect(data?.authenticated).toBe(true);
     expect(data?.user.role.name).toBe('super_admin');
+  });
+
+  it('keeps the session cookies a registration sets, and signs the following calls in with them until sign-out', async () => {
+    // openapi-fetch over a fetch that keeps cookies and echoes csrf_token in X-CSRF-Token, as a browser app does.
+    const browser = new Browser(baseUrl);
+    const registered = await browser.api.POST('/v1/user/register', { body: { email: 'ada@example.com', password: 'correct horse battery', organization: 'Analytical Engines Ltd' } });
+    expect(registered.response.status).toBe(201);
+    expect([...browser.cookies.keys()]).toEqual(['session', 'csrf_token']);
+    const session = await browser.api.GET('/v1/auth/session');
+    expect(session.response.status).toBe(200);
+    expect(session.data?.authenticated).toBe(true);
+    // A state-changing call needs the CSRF header, which the browser takes from the csrf_token cookie.
+    const created = await browser.api.POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct', model_size_in_billions: '7' } });
+    expect(created.response.status).toBe(201);
+    const signedOut = await browser.api.POST('/v1/user/logout');
+    expect(signedOut.response.status).toBe(200);
+    expect([...browser.cookies.keys()]).toEqual([]);
+    expect((await browser.api.GET('/v1/auth/session')).response.status).toBe(401);
   });
 
   it('answers a chat completion to a bearer API key', async () => {

@@ -6,6 +6,7 @@ import {
   nullableAsGeneratorsRead,
   withoutScalarExplode,
   withDeprecationHeaders,
+  withHeaderExamples,
   withRequestIdHeader,
 } from '../../src/cli/normalize-openapi.ts';
 import { deprecationHeaders } from '../../src/http/operations.ts';
@@ -90,6 +91,15 @@ describe('the X-Request-Id header', () => {
     const out = withRequestIdHeader(input) as unknown as typeof input & { components: { headers: Record<string, unknown> } };
     expect(out.components.headers['X-Request-Id']).toMatchObject({ required: true, schema: { type: 'string' } });
     expect(Object.values(out.paths['/a'].get.responses).map((r) => Object.keys((r as { headers: object }).headers))).toEqual([['X-Request-Id'], ['Allow', 'X-Request-Id']]);
+  });
+});
+
+describe('header examples', () => {
+  it("makes a response header's x-example its example, a list as it stands", () => {
+    const lines = ['a=1; Path=/; HttpOnly', 'b=2; Path=/'];
+    const input = { paths: { '/a': { post: { responses: { '200': { headers: { 'Set-Cookie': { schema: {}, 'x-example': lines }, Other: { schema: {} } } } } } } } };
+    const out = withHeaderExamples(input) as unknown as typeof input;
+    expect(out.paths['/a'].post.responses['200'].headers).toEqual({ 'Set-Cookie': { schema: {}, example: lines }, Other: { schema: {} } });
   });
 });
 

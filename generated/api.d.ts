@@ -164,6 +164,11 @@ export interface paths {
          *     (an `EventSource` does so by itself when it reconnects): only later events are sent. Events
          *     carry `event: deployment.status_changed` or `event: deployment.provisioning_step`, so an
          *     `EventSource` receives them through `addEventListener` with those names (not `onmessage`).
+         *     When the deployment is `failed` or `terminated` (final: only a DELETE of a failed deployment
+         *     changes it again) and its events are all sent, one `event: end` (a `DeploymentEventStreamEnd`)
+         *     ends the stream and the connection closes. An `EventSource` reconnects to a stream that closed:
+         *     close it on `end` (`addEventListener('end', () => source.close())`); if it reconnects, it gets
+         *     the events after its `Last-Event-ID`, if any, and `end` again.
          *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
          *     for `getDeployment`.
          */
@@ -3128,6 +3133,31 @@ export interface components {
             created_at: string;
         };
         /**
+         * @description The last event of a deployment's event stream, sent as `event: end` without an `id:` line (an
+         *     `EventSource` keeps the id of the last `DeploymentEvent` it received): the deployment is in a
+         *     final status (`failed` or `terminated`, which nothing but the owner's DELETE of a failed
+         *     deployment changes) and every event up to it has been sent. The stream closes after it.
+         * @example {
+         *       "type": "end",
+         *       "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *       "status": "failed"
+         *     }
+         */
+        DeploymentEventStreamEnd: {
+            /**
+             * @description Always `end`, as the event's `event:` line.
+             * @enum {string}
+             */
+            type: "end";
+            /**
+             * Format: uuid
+             * @description The deployment (UUID).
+             */
+            deployment_id: string;
+            /** @description The final status the deployment is in: `failed` or `terminated`. */
+            status: components["schemas"]["DeploymentStatus"];
+        };
+        /**
          * @description What a deployment event records: `deployment.status_changed` (the deployment moved from
          *     `from_status` to `to_status`; at creation `from_status` is `null`), or
          *     `deployment.provisioning_step` (a step of provisioning made progress: `step`, `progress`; the
@@ -5542,7 +5572,17 @@ export interface operations {
              *
              *     (the schema below is that of `data`). The stream first sends `retry: 3000`, then the history
              *     (after `Last-Event-ID` when sent), then each new event as it is committed, and a comment line
-             *     `: keep-alive` every 15 seconds; it stays open until the client closes it or the server shuts
+             *     `: keep-alive` every 15 seconds. Once the deployment is in a final status (`failed` or
+             *     `terminated`) and every event up to it has been sent, the stream sends
+             *
+             *     ```
+             *     event: end
+             *     data: <DeploymentEventStreamEnd JSON>
+             *
+             *     ```
+             *
+             *     (no `id:`) and closes; a stream opened on a deployment already in a final status sends the
+             *     history, then `end`. Until then it stays open until the client closes it or the server shuts
              *     down (an `EventSource` then reconnects with `Last-Event-ID` and misses nothing).
              */
             200: {
@@ -5558,7 +5598,7 @@ export interface operations {
                      *     event: deployment.provisioning_step
                      *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
                      */
-                    "text/event-stream": components["schemas"]["DeploymentEvent"];
+                    "text/event-stream": components["schemas"]["DeploymentEvent"] | components["schemas"]["DeploymentEventStreamEnd"];
                 };
             };
             /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */

@@ -1,4 +1,4 @@
-/** `make migrate`: applies pending migrations to DATABASE_URL, or to the embedded Postgres. */
+/** `make migrate`: applies pending migrations to DATABASE_URL, or to the embedded Postgres of DATA_DIR. */
 import { loadConfig } from '../config.ts';
 import { createDatabase, migrateToLatest } from '../db/database.ts';
 import { resolveDatabase } from '../db/resolve.ts';
@@ -6,7 +6,8 @@ import { createLogger } from '../logger.ts';
 
 const config = loadConfig();
 const log = createLogger(config.logLevel);
-const database = await resolveDatabase(config, log);
+// The embedded Postgres `make run` is running, if it is (else one started for this).
+const database = await resolveDatabase(config, log, { useRunning: true });
 const db = createDatabase({ url: database.url, poolMax: 2, log });
 try {
   const applied = await migrateToLatest(db);

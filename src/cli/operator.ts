@@ -1,24 +1,15 @@
 /**
- * Operator commands (`npm run cli -- <command>`), against DATABASE_URL or the embedded Postgres:
- *
- *   cluster register --name N --endpoint URL [--provider P] [--region R] [--hosted] [--insecure-http]
- *       --admin-user U --admin-password-env VAR --api-key-env VAR   Xinference's own auth (the default)
- *       --auth none                                                  a cluster run with auth off, network-isolated
- *   cluster check --name N         check the stored credentials again; a cluster that passes is active again
- *   cluster sync --name N          read the engine's workers and record them as instances
- *   cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
- *   model enable|disable --name M  make a catalog model deployable or not
- *   model restrict --name M --organizations 1,2   offer it only to these organizations ("all" lifts it)
- *   hosted launch [model…]         launch the catalog's hosted models (all, or those named) on every hosted cluster
- *   hosted list                    each hosted model's launch: cluster, engine model uid, state (and why)
- *   prices list                    every priced service: key, meter, unit price per unit, display name
- *   prices set <service_key> <unit_amount_decimal>   set a service's price in USD per unit (adds the service if new)
+ * Operator commands (`npm run cli -- <command>`, `npm run cli -- --help` for the list below), against
+ * DATABASE_URL, or else the embedded Postgres of DATA_DIR: the one `make run` runs (found from its
+ * `postmaster.pid`), or one started for the command. See USAGE for the commands and flags.
  *
  * Registration checks the credentials against the engine before storing anything: the admin user
  * signs in and holds the scopes the platform needs (models:list, models:read, models:write, admin),
  * and the API key (for inference) may list and read models. Secrets are read from the environment
  * variables named by the flags, never from the command line (which shells and process lists keep),
  * and are sealed at rest. Plain http to a host that is not loopback needs --insecure-http.
+ *
+ * Exit codes: 0 done, 1 failed (one line on stderr naming what), 2 a usage error (with the usage).
  */
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
@@ -29,33 +20,110 @@ import { listClusters } from '../clusters/clusters.repository.ts';
 import { launchHostedModels } from '../hosted/hosted-launch.ts';
 import { listHostedEndpoints } from '../hosted/hosted-models.repository.ts';
 import { ClusterRegistrationError, ClustersService, type ClusterAuth } from '../clusters/clusters.service.ts';
-import { loadConfig } from '../config.ts';
+import { ConfigError, loadConfig } from '../config.ts';
 import { Keyring } from '../crypto.ts';
 import { createDatabase, migrateToLatest } from '../db/database.ts';
 import { isUniqueViolation } from '../db/errors.ts';
 import { resolveDatabase } from '../db/resolve.ts';
 import { createLogger } from '../logger.ts';
 
-export class UsageError extends Error {}
+/** A command line the CLI cannot run as given (exit code 2). `showUsage`: print the whole usage after it. */
+export class UsageError extends Error {
+  readonly showUsage: boolean;
+  constructor(message: string, options: { showUsage?: boolean } = {}) {
+    super(message);
+    this.showUsage = options.showUsage ?? false;
+  }
+}
+
+export const USAGE = `Usage: npm run cli -- <command> [flags]      (or: node src/cli/operator.ts <command> [flags])
+
+Runs against DATABASE_URL; without it, against the embedded Postgres of DATA_DIR (default .data):
+the one \`make run\` is running, or one started for the command. Sealing credentials needs the
+service's APP_SECRET; NODE_ENV=development uses make run's settings (its APP_SECRET included).
+
+Commands:
+  cluster register --name N --endpoint URL [--provider P] [--region R] [--hosted] [--insecure-http]
+                   --admin-user U --admin-password-env VAR --api-key-env VAR
+                                 register a cluster running Xinference's own authentication (the
+                                 default, --auth advanced); the secrets are read from the variables named
+  cluster register --name N --endpoint URL --auth none [...]
+                                 register a cluster run with authentication off (network-isolated only)
+  cluster check --name N         check the stored credentials again; a cluster that passes is active again
+  cluster sync --name N          read the engine's workers and record them as instances
+  cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
+  model enable --name M          make a catalog model deployable
+  model disable --name M         make a catalog model not deployable
+  model restrict --name M --organizations 1,2
+                                 offer it only to these organizations ("all" lifts it)
+  hosted launch [model...]       launch the catalog's hosted models (all, or those named) on every hosted cluster
+  hosted list                    each hosted model's launch: cluster, engine model uid, state (and why)
+  prices list                    every priced service: key, meter, unit price per unit, display name
+  prices set <service_key> <unit_amount_decimal>
+                                 set a service's price in USD per unit (adds the service if new)
+  help, --help, -h               this text
+
+Flags:
+  --provider P (default self-hosted), --region R (default default), --auth advanced|none (default advanced),
+  --hosted (a cluster for the hosted models), --insecure-http (allow http:// to a host that is not loopback)
+
+Exit codes: 0 done, 1 failed (one line saying what), 2 the command line is wrong.
+`;
+
+/** The commands, as "<area> <action>". */
+const COMMANDS = new Set([
+  'cluster register',
+  'cluster check',
+  'cluster sync',
+  'cluster list',
+  'model enable',
+  'model disable',
+  'model restrict',
+  'hosted launch',
+  'hosted list',
+  'prices list',
+  'prices set',
+]);
+
+const OPTIONS = {
+  name: { type: 'string' },
+  endpoint: { type: 'string' },
+  provider: { type: 'string', default: 'self-hosted' },
+  region: { type: 'string', default: 'default' },
+  auth: { type: 'string', default: 'advanced' },
+  'admin-user': { type: 'string' },
+  'admin-password-env': { type: 'string' },
+  'api-key-env': { type: 'string' },
+  'insecure-http': { type: 'boolean', default: false },
+  hosted: { type: 'boolean', default: false },
+  organizations: { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const;
+
+/**
+ * The command line read and checked against the commands and flags, without a database: `help` for
+ * help (`help`, `--help`, `-h`); a UsageError (with the usage) for no command, an unknown one, or an
+ * unknown or malformed flag.
+ */
+export function parseOperatorArgs(argv: string[]) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, allowPositionals: true, strict: true, options: OPTIONS });
+  } catch (error) {
+    throw new UsageError((error as Error).message, { showUsage: true });
+  }
+  const { values, positionals } = parsed;
+  const [area, action] = positionals;
+  if (values.help || area === 'help') return { help: true as const, command: 'help', values, positionals };
+  if (!area) throw new UsageError('no command given', { showUsage: true });
+  const command = `${area} ${action ?? ''}`.trim();
+  if (!COMMANDS.has(command)) throw new UsageError(`unknown command "${command}"`, { showUsage: true });
+  return { help: false as const, command, values, positionals };
+}
 
 export async function runOperatorCommand(argv: string[], deps: { db: Knex; clusters: ClustersService; env?: NodeJS.ProcessEnv }): Promise<string> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      name: { type: 'string' },
-      endpoint: { type: 'string' },
-      provider: { type: 'string', default: 'self-hosted' },
-      region: { type: 'string', default: 'default' },
-      auth: { type: 'string', default: 'advanced' },
-      'admin-user': { type: 'string' },
-      'admin-password-env': { type: 'string' },
-      'api-key-env': { type: 'string' },
-      'insecure-http': { type: 'boolean', default: false },
-      hosted: { type: 'boolean', default: false },
-      organizations: { type: 'string' },
-    },
-  });
+  const { help, values, positionals } = parseOperatorArgs(argv);
+  if (help) return USAGE.trimEnd();
   const [area, action] = positionals;
   const name = () => {
     if (!values.name) throw new UsageError('--name is required');
@@ -139,7 +207,7 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
       return `price of ${price.service_key} (${price.display_name}) set to ${price.unit_amount_decimal} ${price.currency}/${price.unit} (${was})`;
     }
     default:
-      throw new UsageError('usage: cluster register|check|sync|list, model enable|disable|restrict, hosted launch|list, prices list|set (see src/cli/operator.ts)');
+      throw new UsageError(`unknown command "${area} ${action}"`, { showUsage: true });
   }
 }
 
@@ -176,20 +244,85 @@ function clusterAuth(values: Record<string, string | boolean | undefined>, env: 
   return { mode: 'advanced', username, password: secret('admin-password-env'), apiKey: secret('api-key-env') };
 }
 
-if (import.meta.main) {
-  const config = loadConfig();
-  const log = createLogger('warn');
-  const database = await resolveDatabase(config, log);
-  const db = createDatabase({ url: database.url, poolMax: 2, log });
+/**
+ * The CLI: the command line is checked before anything else (help and usage errors need neither a
+ * database nor APP_SECRET); every failure ends in one line on stderr naming what failed, no stack.
+ */
+async function main(argv: string[]): Promise<number> {
+  let parsed: ReturnType<typeof parseOperatorArgs>;
   try {
-    await migrateToLatest(db);
-    const clusters = new ClustersService({ db, keyring: new Keyring(config.appSecret), log, engineTimeoutSeconds: config.engineTimeoutSeconds });
-    process.stdout.write(`${await runOperatorCommand(process.argv.slice(2), { db, clusters })}\n`);
+    parsed = parseOperatorArgs(argv);
   } catch (error) {
-    process.stderr.write(`${error instanceof ClusterRegistrationError ? 'refused: ' : ''}${error instanceof Error ? error.message : String(error)}\n`);
-    process.exitCode = error instanceof UsageError ? 2 : 1;
-  } finally {
-    await db.destroy();
-    await database.stop();
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`${error.message}\n\n${USAGE}`);
+    return 2;
   }
+  if (parsed.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  let config: ReturnType<typeof loadConfig>;
+  try {
+    config = loadConfig();
+  } catch (error) {
+    process.stderr.write(`${error instanceof ConfigError ? error.message.replace(/:?\n\s*/g, ': ') : oneLine(error)}\n`);
+    return 1;
+  }
+  const log = createLogger('warn');
+  const where = config.databaseUrl ? `DATABASE_URL (${redacted(config.databaseUrl)})` : `the embedded Postgres of DATA_DIR (${config.dataDir})`;
+  let database: Awaited<ReturnType<typeof resolveDatabase>>;
+  try {
+    database = await resolveDatabase(config, createLogger('silent'), { useRunning: true });
+  } catch (error) {
+    process.stderr.write(`Cannot reach the database, ${where}: ${oneLine(error)}\n`);
+    return 1;
+  }
+  // No logger for knex: its warnings (a connection refused, with a stack) would only repeat the failure reported below.
+  const db = createDatabase({ url: database.url, poolMax: 2 });
+  try {
+    try {
+      await migrateToLatest(db);
+    } catch (error) {
+      process.stderr.write(`Cannot use the database, ${where}: ${oneLine(error)}\n`);
+      return 1;
+    }
+    const clusters = new ClustersService({ db, keyring: new Keyring(config.appSecret), log, engineTimeoutSeconds: config.engineTimeoutSeconds });
+    process.stdout.write(`${await runOperatorCommand(argv, { db, clusters })}\n`);
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      process.stderr.write(error.showUsage ? `${error.message}\n\n${USAGE}` : `${error.message}\n`);
+      return 2;
+    }
+    process.stderr.write(`${error instanceof ClusterRegistrationError ? 'refused: ' : ''}${oneLine(error)}\n`);
+    return 1;
+  } finally {
+    await db.destroy().catch(() => undefined);
+    await database.stop().catch(() => undefined);
+  }
+}
+
+/** An error's message on one line (its causes after it), without the stack. */
+function oneLine(error: unknown): string {
+  const parts: string[] = [];
+  for (let cause: unknown = error; cause !== undefined && parts.length < 3; cause = (cause as { cause?: unknown }).cause) {
+    const message = cause instanceof Error ? cause.message : String(cause);
+    if (message && !parts.includes(message)) parts.push(message);
+  }
+  return parts.join(': ').replace(/\s*\n\s*/g, ' ');
+}
+
+/** A database URL with its password hidden. */
+function redacted(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return 'malformed';
+  }
+}
+
+if (import.meta.main) {
+  process.exitCode = await main(process.argv.slice(2));
 }

@@ -15,10 +15,20 @@ export interface paths {
          * List deployable models
          * @description The catalog models available to the caller's organization. Any signed-in role may list.
          *
-         *     Without `q`, models are ordered by `sort_order`, then `display_name`. With `q`, models whose
-         *     `model_name`, `display_name`, `family`, `provider`, `tags` or `description` match the words are
-         *     returned ranked by relevance (name matches first), ties broken by `sort_order`. Models restricted
-         *     to other organizations are never listed. The list is not paginated: the catalog is small.
+         *     `model_type` defaults to `LLM`, as in 1.0.0: without it only LLMs are listed. Send a type for
+         *     that type, or `all` for every type.
+         *
+         *     Without `q`, models are ordered by `sort_order`, then `display_name` (then id). With `q`, models
+         *     whose `model_name`, `display_name`, `family`, `provider`, `tags` or `description` match the words
+         *     are returned ranked by relevance (name matches first), ties broken in that order. Models
+         *     restricted to other organizations are never listed.
+         *
+         *     Pages as `listDeployments` does: `limit` (default 100, which holds the whole catalog of today),
+         *     `offset`, or the keyset cursor: start without `after`, then send each page's `next_cursor` as
+         *     `after` (with the same filters and `q`) until it is `null`. `after` with a non-zero `offset`
+         *     answers 422 `VALIDATION_FAILED` at `query/offset`; a cursor that is malformed, altered, or from
+         *     another query (other filters or `q`) or organization answers 422 at `query/after`. `total` is
+         *     how many models match, whatever the page.
          */
         get: operations["listDeployableModels"];
         put?: never;
@@ -2959,9 +2969,31 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
-        /** @description The catalog models that match the query. */
+        /** @description A page of the catalog models that match the query, in the list's order. */
         DeployableModelList: {
+            /** @description The items of this page, newest first unless the route says otherwise. */
             items: components["schemas"]["DeployableModel"][];
+            /**
+             * Format: int32
+             * @description How many items exist in all.
+             */
+            total: number;
+            /**
+             * Format: int32
+             * @description The page size that was applied.
+             */
+            limit: number;
+            /**
+             * Format: int32
+             * @description How many items were skipped before this page.
+             */
+            offset: number;
+            /**
+             * @description An opaque cursor to the next page: send it as `after` (with the same `limit` or another) to
+             *     get the items that follow this page's last one. `null` on the last page. It is bound to the
+             *     list it came from (the same user in the same organization) and does not expire.
+             */
+            next_cursor: string | null;
         };
         /**
          * @description One combination the serving engine (Xinference) can launch the model with. Pass these values as
@@ -4753,12 +4785,22 @@ export interface operations {
             query?: {
                 /** @description When true (the default), only models that can be deployed now; when false, disabled models too. */
                 enabled_only?: boolean;
-                /** @description Only models of this type. */
-                model_type?: components["schemas"]["DeployableModelType"];
+                /** @description Only models of this type (`LLM` when absent); `all` for every type. */
+                model_type?: components["schemas"]["DeployableModelType"] | "all";
                 /** @description Only models of this provider, compared case-insensitively, e.g. `Meta`. */
                 provider?: string;
                 /** @description Free-text search; switches the order to relevance. */
                 q?: string;
+                /** @description Page size. */
+                limit?: components["parameters"]["PageQuery.limit"];
+                /** @description Number of items to skip. */
+                offset?: components["parameters"]["PageQuery.offset"];
+                /**
+                 * @description Start after the item a previous page's `next_cursor` points to, instead of at `offset`: the
+                 *     page costs the same at any depth, and items created or removed meanwhile neither repeat nor
+                 *     skip others. Opaque: send `next_cursor` unchanged. Not together with a non-zero `offset`.
+                 */
+                after?: components["parameters"]["CursorQuery"];
             };
             header?: never;
             path?: never;
@@ -4775,6 +4817,10 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "total": 2,
+                     *       "limit": 100,
+                     *       "offset": 0,
+                     *       "next_cursor": null,
                      *       "items": [
                      *         {
                      *           "id": "0192e7a0-5c1d-7b3a-9f21-3e4d5c6b7a80",

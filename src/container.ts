@@ -76,7 +76,7 @@ export function createContainer(deps: ContainerDeps) {
   const sso = new SsoService({ db, sessions, keyring, config });
   const lists = new OrganizationListCache(db, { minItems: config.listCacheMinItems });
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl, lists });
-  const catalog = new CatalogService(db);
+  const catalog = new CatalogService(db, keyring);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });

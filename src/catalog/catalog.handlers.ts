@@ -3,7 +3,7 @@ import type { CatalogService } from './catalog.service.ts';
 
 export function catalogHandlers(deps: { catalog: CatalogService }): Pick<Handlers, 'listDeployableModels' | 'getDeployableModel'> {
   return {
-    listDeployableModels: async (context) => ({ status: 200, body: { items: await deps.catalog.list(context.auth, context.query) } }),
+    listDeployableModels: async (context) => ({ status: 200, body: await deps.catalog.list(context.auth, context.query) }),
     getDeployableModel: async (context) => ({
       status: 200,
       body: await deps.catalog.get(context.auth, context.params.model_id, context.query.enabled_only),

@@ -10,11 +10,23 @@ export interface CatalogFilter {
   /** The organization asking: a model restricted to others is invisible to it. */
   organizationId: number;
   enabledOnly: boolean;
+  /** Only models of this type; every type when absent. */
   modelType?: components['schemas']['DeployableModelType'];
   provider?: string;
-  /** A tsquery (see `searchTerms`): matches ranked first, by relevance. */
+  /** A tsquery (see `searchTerms`): only models that match it, most relevant first. */
   terms?: string;
 }
+
+/** A model's place in the list's order: its search rank (with `terms` only), `sort_order`, `display_name`, id. */
+export interface CatalogPosition {
+  rank: number | null;
+  sortOrder: number;
+  displayName: string;
+  id: string;
+}
+
+/** The relevance of a model to a tsquery (bound twice): the better of its simple and English matches. */
+const RANK = `greatest(ts_rank_cd(m.search, to_tsquery('simple', ?)), ts_rank_cd(m.search, to_tsquery('english', ?)))`;
 
 /** The models the organization may see (unrestricted, or restricted to it). */
 function visibleTo(db: Db, organizationId: number, enabledOnly: boolean) {
@@ -26,16 +38,45 @@ function visibleTo(db: Db, organizationId: number, enabledOnly: boolean) {
   return query;
 }
 
-/** The visible models of one type, search matches by relevance, then in catalog order. */
-export async function listVisibleModels(db: Db, filter: CatalogFilter & { modelType: NonNullable<CatalogFilter['modelType']> }): Promise<DeployableModelRow[]> {
-  const query = visibleTo(db, filter.organizationId, filter.enabledOnly).where('m.model_type', filter.modelType);
+/** The visible models that match the filter, in no order. */
+function matching(db: Db, filter: CatalogFilter) {
+  const query = visibleTo(db, filter.organizationId, filter.enabledOnly);
+  if (filter.modelType) query.where('m.model_type', filter.modelType);
   if (filter.provider) query.whereRaw('lower(m.provider) = lower(?)', [filter.provider]);
-  if (filter.terms) {
-    query
-      .whereRaw(`(m.search @@ to_tsquery('simple', ?) or m.search @@ to_tsquery('english', ?))`, [filter.terms, filter.terms])
-      .orderByRaw(`greatest(ts_rank_cd(m.search, to_tsquery('simple', ?)), ts_rank_cd(m.search, to_tsquery('english', ?))) desc`, [filter.terms, filter.terms]);
+  if (filter.terms) query.whereRaw(`(m.search @@ to_tsquery('simple', ?) or m.search @@ to_tsquery('english', ?))`, [filter.terms, filter.terms]);
+  return query;
+}
+
+/**
+ * A page of the visible models that match the filter: search matches by relevance, then in catalog
+ * order (`sort_order`, `display_name`, id); `offset` models in, or after a position (keyset). `next`
+ * is the position of the page's last model when more follow. `total` counts every match.
+ */
+export async function listVisibleModels(
+  db: Db,
+  filter: CatalogFilter,
+  page: { limit: number; offset: number; after?: CatalogPosition },
+): Promise<{ rows: DeployableModelRow[]; total: number; next: CatalogPosition | null }> {
+  const { terms } = filter;
+  const query = matching(db, filter);
+  const after = page.after;
+  if (after) {
+    const following = ['(m.sort_order, m.display_name, m.id) > (?, ?, ?::uuid)', [after.sortOrder, after.displayName, after.id]] as const;
+    if (terms === undefined) query.whereRaw(...following);
+    else {
+      query.where((q) =>
+        q.whereRaw(`${RANK} < ?::real`, [terms, terms, after.rank ?? 0]).orWhere((tie) => tie.whereRaw(`${RANK} = ?::real`, [terms, terms, after.rank ?? 0]).whereRaw(...following)),
+      );
+    }
   }
-  return query.orderBy([{ column: 'm.sort_order' }, { column: 'm.display_name' }]);
+  if (terms !== undefined) query.select(db.raw(`${RANK} as rank`, [terms, terms])).orderBy('rank', 'desc');
+  query.orderBy([{ column: 'm.sort_order' }, { column: 'm.display_name' }, { column: 'm.id' }]).offset(page.offset).limit(page.limit + 1);
+  const [found, total] = await Promise.all([query, matching(db, filter).resultSize()]);
+  const rows = (found as Array<DeployableModelRow & { rank?: number }>).slice(0, page.limit);
+  const last = rows.at(-1);
+  const next = found.length > page.limit && last ? { rank: last.rank ?? null, sortOrder: last.sort_order, displayName: last.display_name, id: last.id } : null;
+  for (const row of rows) delete row.rank;
+  return { rows, total, next };
 }
 
 /** A visible model by id or by name. */

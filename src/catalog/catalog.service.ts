@@ -1,20 +1,18 @@
 import type { Knex } from 'knex';
-import type { components } from '../../generated/api.d.ts';
+import type { components, operations } from '../../generated/api.d.ts';
 import type { SessionPrincipal } from '../accounts/principal.ts';
+import type { Keyring } from '../crypto.ts';
 import type { DeployableModelRow } from '../db/models/deployable-models.ts';
 import type { ModelSpec } from '../deployments/launch-spec.ts';
 import { AppError } from '../errors.ts';
-import { findVisibleModel, listVisibleModels, specsOf } from './catalog.repository.ts';
+import { findVisibleModel, listVisibleModels, specsOf, type CatalogFilter } from './catalog.repository.ts';
+import { CatalogCursors } from './list-cursor.ts';
 
 type DeployableModel = components['schemas']['DeployableModel'];
-type ModelType = components['schemas']['DeployableModelType'];
+type DeployableModelList = components['schemas']['DeployableModelList'];
 
-export interface CatalogQuery {
-  enabled_only?: boolean;
-  model_type?: ModelType;
-  provider?: string;
-  q?: string;
-}
+/** The list's query: its filters, `q`, and the page (`limit`, `offset` or `after`). */
+export type CatalogQuery = NonNullable<operations['listDeployableModels']['parameters']['query']>;
 
 export interface CatalogModel extends DeployableModel {
   launchSpecs: ModelSpec[];
@@ -26,20 +24,39 @@ export interface CatalogModel extends DeployableModel {
  */
 export class CatalogService {
   readonly #db: Knex;
+  readonly #cursors: CatalogCursors;
 
-  constructor(db: Knex) {
+  constructor(db: Knex, keyring: Keyring) {
     this.#db = db;
+    this.#cursors = new CatalogCursors(keyring);
   }
 
-  async list(principal: SessionPrincipal, query: CatalogQuery): Promise<DeployableModel[]> {
-    const rows = await listVisibleModels(this.#db, {
+  /**
+   * A page of the models the query matches (LLMs when it names no type, every type for `all`):
+   * `offset` models in, or after the position an opaque cursor (`after`, a previous page's
+   * `next_cursor`) carries; never both. `total` counts every match whatever the page.
+   */
+  async list(principal: SessionPrincipal, query: CatalogQuery): Promise<DeployableModelList> {
+    const limit = query.limit ?? 100;
+    const offset = query.offset ?? 0;
+    if (query.after !== undefined && offset !== 0) {
+      throw new AppError('VALIDATION_FAILED', 'Send either `after` or `offset`, not both: a cursor already says where the page starts.', {
+        errors: [{ location: 'query/offset', message: 'must be 0 or absent when `after` is given' }],
+      });
+    }
+    const modelType = query.model_type ?? 'LLM';
+    const filter: CatalogFilter = {
       organizationId: organizationOf(principal),
       enabledOnly: query.enabled_only ?? true,
-      modelType: query.model_type ?? 'LLM',
-      provider: query.provider,
-      terms: searchTerms(query.q),
-    });
-    return (await this.#withSpecs(rows)).map(toDeployableModel);
+      ...(modelType === 'all' ? {} : { modelType }),
+      ...(query.provider === undefined ? {} : { provider: query.provider }),
+      ...(query.q === undefined ? {} : { terms: searchTerms(query.q) }),
+    };
+    const scope = { userId: principal.user.id, filter };
+    const after = query.after === undefined ? undefined : this.#cursors.read(scope, query.after);
+    const { rows, total, next } = await listVisibleModels(this.#db, filter, { limit, offset, ...(after ? { after } : {}) });
+    const items = (await this.#withSpecs(rows)).map(toDeployableModel);
+    return { items, total, limit, offset, next_cursor: next ? this.#cursors.write(scope, next) : null };
   }
 
   async get(principal: SessionPrincipal, id: string, enabledOnly = true): Promise<DeployableModel> {

@@ -89,10 +89,74 @@ describe('the catalog', () => {
     }
   });
 
+  it('lists every type with model_type all', async () => {
+    const everything = await list({ model_type: 'all' });
+    const types = ['LLM', 'embedding', 'rerank', 'image', 'audio'] as const;
+    const byType = await Promise.all(types.map((model_type) => list({ model_type })));
+    expect(new Set(everything.map((m) => m.model_type))).toEqual(new Set(types));
+    expect(everything.map((m) => m.id).sort()).toEqual(byType.flat().map((m) => m.id).sort());
+  });
+
   it('is readable by a viewer and refuses bad query values with 422', async () => {
     const members = await team(app);
     expect(await statusOf(members.viewer.api.GET('/api/v1/deployable-models'))).toBe(200);
     expect(await statusOf(api.GET('/api/v1/deployable-models', { params: { query: { model_type: unchecked('video') } } }))).toBe(422);
     expect(await statusOf(api.GET('/api/v1/deployable-models', { params: { query: { q: 'x'.repeat(201) } } }))).toBe(422);
+  });
+});
+
+describe('paging the catalog, as the other lists page', () => {
+  const page = async (query: Query) => {
+    const { data, error, response } = await api.GET('/api/v1/deployable-models', { params: { query } });
+    return { data, error, status: response.status };
+  };
+  /** Every item of a walk from `query`'s first page along `next_cursor`. */
+  const walk = async (query: Query) => {
+    const ids: string[] = [];
+    let after: string | undefined;
+    do {
+      const { data, status } = await page({ ...query, ...(after ? { after } : {}) });
+      expect(status).toBe(200);
+      ids.push(...(data?.items ?? []).map((m) => m.id));
+      after = data?.next_cursor ?? undefined;
+    } while (after);
+    return ids;
+  };
+
+  it('takes limit and walks the list with the cursor: every model once, in list order, total exact', async () => {
+    for (const query of [{}, { model_type: 'all' }, { q: 'qwen' }, { q: 'instruct', model_type: 'all', enabled_only: false }] as Query[]) {
+      const { data: whole } = await page({ ...query, limit: 500 });
+      const ids = (whole?.items ?? []).map((m) => m.id);
+      expect(ids.length, JSON.stringify(query)).toBeGreaterThan(2);
+      expect(whole).toMatchObject({ total: ids.length, limit: 500, offset: 0, next_cursor: null });
+      const { data: first } = await page({ ...query, limit: 2 });
+      expect(first).toMatchObject({ total: ids.length, limit: 2, offset: 0, next_cursor: expect.any(String) });
+      expect(first?.items.map((m) => m.id)).toEqual(ids.slice(0, 2));
+      expect(await walk({ ...query, limit: 2 })).toEqual(ids);
+    }
+  });
+
+  it('pages by offset too, each page with the cursor to the next', async () => {
+    const { data: whole } = await page({ limit: 500 });
+    const ids = (whole?.items ?? []).map((m) => m.id);
+    const { data: third } = await page({ limit: 3, offset: 3 });
+    expect(third).toMatchObject({ total: ids.length, limit: 3, offset: 3 });
+    expect(third?.items.map((m) => m.id)).toEqual(ids.slice(3, 6));
+    const { data: next } = await page({ limit: 3, after: third?.next_cursor ?? '' });
+    expect(next?.items.map((m) => m.id)).toEqual(ids.slice(6, 9));
+  });
+
+  it('refuses a cursor with an offset, a cursor of another query and a made-up one with 422', async () => {
+    const { data: first } = await page({ limit: 2 });
+    const after = first?.next_cursor ?? '';
+    const withOffset = await page({ limit: 2, after, offset: 2 });
+    expect(withOffset.status).toBe(422);
+    expect(withOffset.error?.errors?.[0]?.location).toBe('query/offset');
+    for (const query of [{ after, q: 'qwen' }, { after, model_type: 'embedding' }, { after: `x${after}` }, { after: 'not-a-cursor' }] as Query[]) {
+      const refused = await page(query);
+      expect(refused.status, JSON.stringify(query)).toBe(422);
+      expect(refused.error?.errors?.[0]?.location).toBe('query/after');
+    }
+    expect((await page({ limit: 501 })).status).toBe(422);
   });
 });

@@ -240,7 +240,8 @@ export interface paths {
         };
         /**
          * Get the OpenAPI document
-         * @description This OpenAPI document, as JSON.
+         * @description This OpenAPI document, as JSON. Its one server is `/`, the origin it is read from (the published
+         *     file names `{baseUrl}`), so the documentation pages call the service that served them.
          */
         get: operations["getOpenApiDocument"];
         put?: never;

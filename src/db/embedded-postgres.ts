@@ -110,18 +110,25 @@ async function spawnPostgres(databaseDir: string, port: number, log: Logger): Pr
     env: { ...process.env, LC_MESSAGES: 'C' },
   });
   let lastWords = '';
-  await new Promise<void>((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code, signal) => reject(new Error(`postgres exited (${signal ?? code}): ${lastWords.trim()}`)));
-    child.stderr?.on('data', (chunk: Buffer) => {
-      const message = chunk.toString('utf8');
-      lastWords = (lastWords + message).slice(-2000);
-      log.debug({ postgres: message.trim() }, 'embedded postgres');
-      if (message.includes('database system is ready to accept connections')) resolve();
+  let failed: (error: Error) => void = () => undefined;
+  const exitedEarly = (code: number | null, signal: NodeJS.Signals | null) => failed(new Error(`postgres exited (${signal ?? code}): ${lastWords.trim()}`));
+  try {
+    await new Promise<void>((resolve, reject) => {
+      failed = reject;
+      child.once('error', reject);
+      child.once('exit', exitedEarly);
+      // Read for as long as it runs (a full pipe would stall its writes), at debug.
+      child.stderr?.on('data', (chunk: Buffer) => {
+        const message = chunk.toString('utf8');
+        lastWords = (lastWords + message).slice(-2000);
+        log.debug({ postgres: message.trim() }, 'embedded postgres');
+        if (message.includes('database system is ready to accept connections')) resolve();
+      });
     });
-  });
-  child.removeAllListeners('exit');
-  child.removeAllListeners('error');
+  } finally {
+    child.off('error', failed);
+    child.off('exit', exitedEarly);
+  }
   child.on('error', (error) => log.error({ err: error }, 'embedded postgres'));
   return child;
 }

@@ -20,29 +20,43 @@ import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts
 /** GPU memory of the largest dedicated worker: what the largest placement can have. */
 const LARGEST_INSTANCE_GB = Math.max(...DEFAULT_WORKERS.map((worker) => worker.gpuCount * worker.gpuMemoryGb));
 
-describe.each([
+/** One setup: an app with workers, the two simulators registered as `shared` says, the hosted models launched. */
+interface Setup {
+  app: TestApp;
+  user: SignedInUser;
+  simulators: { dedicated: ClusterSimulator; hosted: ClusterSimulator };
+}
+
+async function startSetup(shared: boolean): Promise<Setup> {
+  const app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true });
+  const log = createLogger('silent');
+  const simulators = await startLocalSimulators({ log, port: 0, hostedPort: 0, modelLoadMs: 50 });
+  await registerLocalCluster(app.container.clusters, simulators.dedicated, log, shared ? simulators.dedicated : simulators.hosted);
+  const hosted = await launchHostedModels({ db: app.db, clusters: app.container.clusters }, { pollMs: 20 });
+  expect(hosted.map((outcome) => outcome.state)).toEqual(hosted.map(() => 'running'));
+  return { app, user: await registeredUser(app), simulators };
+}
+
+const SETUPS = [
   { setup: 'make run: the hosted models on a simulator of their own', shared: false },
   { setup: 'one cluster registered both as dedicated and as hosted', shared: true },
-])('the catalog, $setup', ({ shared }) => {
-  let app: TestApp;
-  let user: SignedInUser;
-  let simulators: { dedicated: ClusterSimulator; hosted: ClusterSimulator };
+];
+const setups = new Map<boolean, Setup>();
 
-  beforeAll(async () => {
-    app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true });
-    const log = createLogger('silent');
-    simulators = await startLocalSimulators({ log, port: 0, hostedPort: 0, modelLoadMs: 50 });
-    await registerLocalCluster(app.container.clusters, simulators.dedicated, log, shared ? simulators.dedicated : simulators.hosted);
-    const hosted = await launchHostedModels({ db: app.db, clusters: app.container.clusters }, { pollMs: 20 });
-    expect(hosted.map((outcome) => outcome.state)).toEqual(hosted.map(() => 'running'));
-    user = await registeredUser(app);
-  }, 60_000);
-  afterAll(async () => {
-    await app?.close();
-    await Promise.all([simulators?.dedicated.stop(), simulators?.hosted.stop()]);
-  });
+beforeAll(async () => {
+  for (const { shared } of SETUPS) setups.set(shared, await startSetup(shared));
+}, 90_000);
+afterAll(async () => {
+  for (const { app, simulators } of setups.values()) {
+    await app.close();
+    await Promise.all([simulators.dedicated.stop(), simulators.hosted.stop()]);
+  }
+});
 
-  it('deploys every enabled catalog model that fits the simulator to running, each with its catalog defaults', async () => {
+// The two setups are walked at the same time: each waits on its own provisioning most of the time.
+describe('the catalog under make run', () => {
+  it.concurrent.each(SETUPS)('deploys every enabled catalog model that fits the simulator to running, each with its catalog defaults ($setup)', async ({ shared }) => {
+    const { app, user } = setups.get(shared) as Setup;
     const models: Array<{ model_name: string }> = await app.db('deployable_models').where({ enabled: true }).orderBy('sort_order').select('model_name');
     expect(models.length).toBeGreaterThanOrEqual(20);
     const tooLarge: string[] = [];

@@ -1,26 +1,20 @@
-import { existsSync } from 'node:fs';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
-
-/** Debian's chromium (`apt-get install -y chromium`; .ci/run installs it when missing). */
-const CHROMIUM = '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+import { chromiumMissing as missing, launchChromium, watchPage } from '../helpers/chromium.ts';
 
 /**
  * The documentation pages in a real browser, under their Content-Security-Policy: they must render
  * the operations, Swagger UI's "Try it out" must reach the service that serves the page, and the
  * browser must report no CSP violation and no script error.
  */
-const missing = existsSync(CHROMIUM) ? '' : ` (SKIPPED: ${CHROMIUM} is missing; apt-get install -y chromium, as .ci/run does)`;
-
 describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${missing}`, () => {
   let app: TestApp;
   let browser: Browser;
   beforeAll(async () => {
     // On a random port, with a database: the page's origin is not the document's default server.
     app = await startTestApp();
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    browser = await launchChromium();
   });
   afterAll(async () => {
     await browser?.close();
@@ -30,27 +24,7 @@ describe.skipIf(missing !== '')(`the documentation pages in headless Chromium${m
   /** Opens a page, recording CSP violations (events and console reports), script errors and requests elsewhere. */
   async function open(path: string): Promise<{ page: Page; problems: string[] }> {
     const page = await browser.newPage();
-    const problems: string[] = [];
-    await page.exposeFunction('reportViolation', (text: string) => problems.push(text));
-    await page.addInitScript(() => {
-      // Runs in the page (this project compiles without the DOM types).
-      interface Violation {
-        violatedDirective: string;
-        blockedURI: string;
-      }
-      const page = globalThis as unknown as {
-        document: { addEventListener(type: 'securitypolicyviolation', listener: (event: Violation) => void): void };
-        reportViolation(text: string): void;
-      };
-      page.document.addEventListener('securitypolicyviolation', (event) => page.reportViolation(`CSP: ${event.violatedDirective} blocked ${event.blockedURI}`));
-    });
-    page.on('console', (message) => {
-      if (/Content[- ]Security[- ]Policy|Refused to/i.test(message.text())) problems.push(`console: ${message.text()}`);
-    });
-    page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
-    page.on('request', (request) => {
-      if (!request.url().startsWith(app.url) && !/^(data|blob):/.test(request.url())) problems.push(`request elsewhere: ${request.url()}`);
-    });
+    const problems = await watchPage(page, (url) => url.startsWith(app.url) || /^(data|blob):/.test(url));
     const response = await page.goto(`${app.url}${path}`, { waitUntil: 'load' });
     expect(response?.status()).toBe(200);
     return { page, problems };

@@ -1,9 +1,9 @@
-import { existsSync } from 'node:fs';
-import { chromium, type Browser as Chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Browser as Chromium, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PASSWORD, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
 import { TEST_APP_SECRET } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
+import { chromiumMissing as missing, launchChromium, watchPage } from '../helpers/chromium.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import { Inbox } from '../helpers/inbox.ts';
 import { freePort } from '../helpers/net.ts';
@@ -16,10 +16,6 @@ import { startServiceProcess, type ServiceProcess } from '../helpers/service-pro
  * emulator), on a test database and SMTP listener, and each landing is driven in headless Chromium.
  */
 
-/** Debian's chromium (`apt-get install -y chromium`; .ci/run installs it when missing). */
-const CHROMIUM = '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
-const missing = existsSync(CHROMIUM) ? '' : ` (SKIPPED: ${CHROMIUM} is missing; apt-get install -y chromium, as .ci/run does)`;
 
 /** The landing paths (and the pages' assets), as the service names them in its emails and Checkout sessions. */
 const LANDINGS = ['/verify-email?token=abc', '/reset-password?token=abc', '/invitations/abc', '/settings/billing', '/local-web-app/landing.js', '/local-web-app/landing.css'];
@@ -92,7 +88,7 @@ describe.skipIf(missing !== '')(`the local stand-in for the web app under make r
     const stripePort = await freePort();
     stripeUrl = `http://127.0.0.1:${stripePort}`;
     service = await startService({ NODE_ENV: 'development', STRIPE_EMULATOR_PORT: String(stripePort) });
-    chromiumBrowser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    chromiumBrowser = await launchChromium();
   });
   afterAll(async () => {
     for (const context of contexts) await context.close();
@@ -108,27 +104,7 @@ describe.skipIf(missing !== '')(`the local stand-in for the web app under make r
     const context = await chromiumBrowser.newContext();
     contexts.push(context);
     const page = await context.newPage();
-    const problems: string[] = [];
-    await page.exposeFunction('reportViolation', (text: string) => problems.push(text));
-    await page.addInitScript(() => {
-      // Runs in the page (this project compiles without the DOM types).
-      interface Violation {
-        violatedDirective: string;
-        blockedURI: string;
-      }
-      const page = globalThis as unknown as {
-        document: { addEventListener(type: 'securitypolicyviolation', listener: (event: Violation) => void): void };
-        reportViolation(text: string): void;
-      };
-      page.document.addEventListener('securitypolicyviolation', (event) => page.reportViolation(`CSP: ${event.violatedDirective} blocked ${event.blockedURI}`));
-    });
-    page.on('console', (message) => {
-      if (/Content[- ]Security[- ]Policy|Refused to/i.test(message.text())) problems.push(`console: ${message.text()}`);
-    });
-    page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
-    page.on('request', (request) => {
-      if (!request.url().startsWith(`${service.url}/`) && !request.url().startsWith(`${stripeUrl}/`)) problems.push(`request elsewhere: ${request.url()}`);
-    });
+    const problems = await watchPage(page, (url) => url.startsWith(`${service.url}/`) || url.startsWith(`${stripeUrl}/`));
     return { page, problems };
   }
 

@@ -1,11 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { chromiumMissing, launchChromium } from '../helpers/chromium.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import { freePort, waitUntil } from '../helpers/net.ts';
 import { missingOutcomes, readmeBlocks, runWalkthrough } from '../helpers/readme.ts';
@@ -21,9 +20,6 @@ import { missingOutcomes, readmeBlocks, runWalkthrough } from '../helpers/readme
  * Postgres of its own. (The webhooks walkthrough cannot run here: its endpoint must be an https URL
  * that resolves to a public address.)
  */
-/** Debian's chromium (`apt-get install -y chromium`; .ci/run installs it when missing). */
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 /**
  * The reader saves the test card on the Checkout page whose address the block printed: in headless
@@ -32,11 +28,11 @@ const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable
 async function saveCardAtCheckout(output: string): Promise<void> {
   const address = /open (http:\/\/\S+)/.exec(output)?.[1];
   if (!address) throw new Error(`no Checkout address in\n${output}`);
-  if (!existsSync(CHROMIUM)) {
+  if (chromiumMissing) {
     await completeCheckoutSession(address);
     return;
   }
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+  const browser = await launchChromium();
   try {
     const page = await browser.newPage();
     await page.goto(address);

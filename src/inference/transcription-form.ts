@@ -216,6 +216,8 @@ class PartReader {
     req.once('close', () => {
       if (!req.complete) this.#fail(malformed('The upload ended before the form was complete.'));
     });
+    // The whole body counts against the limit, its preamble and epilogue too: busboy reads and drops them.
+    req.on('data', this.#countBody);
     req.pipe(parser);
   }
 
@@ -229,10 +231,7 @@ class PartReader {
   /** The bytes of a file part, refused once the upload is over the limit. */
   async *counted(stream: Readable): AsyncGenerator<Buffer> {
     for await (const chunk of stream as AsyncIterable<Buffer>) {
-      this.#bytes += chunk.length;
-      if (this.#bytes > this.#limitBytes) {
-        throw new AppError('PAYLOAD_TOO_LARGE', `The upload is larger than ${this.#limitBytes / 1024 / 1024} MiB.`, { inference: { code: 'request_too_large' } });
-      }
+      if (this.#bytes > this.#limitBytes) throw this.#tooLarge();
       yield chunk;
     }
   }
@@ -240,10 +239,23 @@ class PartReader {
   dispose(): void {
     if (this.#done) return;
     this.#done = true;
+    this.#req.off('data', this.#countBody);
     this.#req.unpipe(this.#parser);
     this.#parser.removeAllListeners();
     this.#parser.on('error', () => undefined);
     this.#parser.destroy();
+  }
+
+  /** Counts every byte read from the request; over the limit, the form fails and reading stops. */
+  readonly #countBody = (chunk: Buffer): void => {
+    this.#bytes += chunk.length;
+    if (this.#bytes <= this.#limitBytes) return;
+    this.#fail(this.#tooLarge());
+    this.dispose();
+  };
+
+  #tooLarge(): AppError {
+    return new AppError('PAYLOAD_TOO_LARGE', `The upload is larger than ${this.#limitBytes / 1024 / 1024} MiB.`, { inference: { code: 'request_too_large' } });
   }
 
   #push(item: Part | AppError | null): void {

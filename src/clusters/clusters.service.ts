@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { EngineError, XinferenceClient, type ManagementCredentials } from '../adapters/xinference.ts';
 import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import type { ClusterRow } from '../db/models/clusters.ts';
 import { addClusterGpuPrices } from '../billing/billing.repository.ts';
 import {
@@ -54,6 +55,11 @@ export interface SyncResult {
 /** A registration the engine or the rules refuse; the message is for the operator. */
 export class ClusterRegistrationError extends Error {}
 
+/** Tells every process's relay a cluster's status (on commit, in a transaction). */
+function announceClusterStatus(db: Knex | Knex.Transaction, cluster: Pick<ClusterRow, 'id' | 'status'>): Promise<void> {
+  return announceChange(db, CHANGE_CHANNELS.cluster, `${cluster.id} ${cluster.status}`);
+}
+
 /**
  * The registry of GPU clusters: registering one (its credentials checked against the engine and
  * sealed with the server key), syncing its instances from the engine's inventory, and the engine
@@ -84,7 +90,7 @@ export class ClustersService {
     const endpoint = checkedEndpoint(input.endpoint, input.insecureHttp ?? false);
     await this.#verify(input.name, endpoint, input.auth);
     const { auth } = input;
-    return upsertCluster(this.#db, {
+    const cluster = await upsertCluster(this.#db, {
       name: input.name,
       provider: input.provider,
       region: input.region,
@@ -95,6 +101,8 @@ export class ClustersService {
         auth.mode === 'advanced' ? this.#keyring.encrypt(MANAGEMENT_SEAL, JSON.stringify({ username: auth.username, password: auth.password })) : null,
       hosted: input.hosted ?? false,
     });
+    await announceClusterStatus(this.#db, cluster);
+    return cluster;
   }
 
   /** Checks a registered cluster's stored credentials again; a cluster that passes is active again. */
@@ -102,7 +110,9 @@ export class ClustersService {
     const cluster = await this.byName(name);
     if (!cluster) throw new ClusterRegistrationError(`no cluster is named ${name}`);
     await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
-    return (await reactivateCluster(this.#db, cluster.id)) ?? cluster;
+    const reactivated = await reactivateCluster(this.#db, cluster.id);
+    if (reactivated) await announceClusterStatus(this.#db, reactivated);
+    return reactivated ?? cluster;
   }
 
   async byName(name: string): Promise<ClusterRow | undefined> {
@@ -112,10 +122,15 @@ export class ClustersService {
   /**
    * Stops a cluster's calls after its engine refused a credential: marks it `credentials_invalid`
    * and alerts the operator (an error-level log line; `cluster list` shows the status and reason).
-   * Also for the relay to call when the engine refuses the inference key.
+   * Also for the relay to call when the engine refuses the inference key. Every process's relay
+   * hears of it on commit (CHANGE_CHANNELS.cluster), and stops sending the credential at once.
    */
   async markCredentialsInvalid(clusterId: string, reason: string): Promise<void> {
-    const name = await markCredentialsInvalid(this.#db, clusterId, reason.slice(0, 1000));
+    const name = await this.#db.transaction(async (trx) => {
+      const changed = await markCredentialsInvalid(trx, clusterId, reason.slice(0, 1000));
+      if (changed !== undefined) await announceClusterStatus(trx, { id: clusterId, status: 'credentials_invalid' });
+      return changed;
+    });
     if (name !== undefined) {
       this.#log.error(
         { cluster: name, cluster_id: clusterId, reason, alert: 'cluster_credentials_invalid' },

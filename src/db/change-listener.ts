@@ -11,6 +11,8 @@ export const CHANGE_CHANNELS = {
   apiKey: 'api_key_changed',
   /** A deployment event was appended (src/events/); payload: the deployment's id. */
   deploymentEvent: 'deployment_event',
+  /** A cluster's status changed (its engine refused its credentials, or it is active again); payload: `<id> <status>`. */
+  cluster: 'cluster_status_changed',
 } as const;
 export type ChangeChannel = (typeof CHANGE_CHANNELS)[keyof typeof CHANGE_CHANNELS];
 

@@ -96,7 +96,8 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
  * (concurrent misses share it).
  * When an engine refuses a cluster's inference credential, the cluster is marked
  * `credentials_invalid` (ClustersService: the operator is alerted) and this process stops calling
- * it at once, before the mark reaches the other processes through their caches.
+ * it at once; every other process stops when the mark's notification reaches it (`clusterChanged`,
+ * through the change listener), not when its cache expires.
  */
 export class InferenceRouter {
   readonly #db: Knex;
@@ -155,6 +156,31 @@ export class InferenceRouter {
       );
     };
     mark();
+  }
+
+  /**
+   * A cluster's status changed, in this process or another (CHANGE_CHANNELS.cluster, payload
+   * `<id> <status>`): a cluster whose credentials were refused is not called from here from now on,
+   * though reads started before may still show it active (they expire within CACHE_MS); the cached
+   * reads are dropped, so the next one shows the new status.
+   */
+  clusterChanged(payload: string): void {
+    const [clusterId, status] = payload.split(' ');
+    if (!clusterId) return;
+    this.#cache.clear();
+    if (status !== 'credentials_invalid') {
+      this.#refused.delete(clusterId);
+      return;
+    }
+    const until = Date.now() + CACHE_MS;
+    if ((this.#refused.get(clusterId)?.until ?? 0) >= until) return;
+    if (!this.#refused.has(clusterId)) this.#log.info({ cluster_id: clusterId }, 'the engine refused the cluster credentials (seen by another process): no more calls to it from this one');
+    this.#refused.set(clusterId, { until });
+  }
+
+  /** Changes may have been missed (the change listener reconnected): every cached read is dropped. */
+  forgetAll(): void {
+    this.#cache.clear();
   }
 
   /** The running deployments the caller may call, then the hosted models it may call, for `GET /v1/models`. */

@@ -6009,9 +6009,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
@@ -7998,9 +7999,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
@@ -8304,9 +8306,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
@@ -8601,9 +8604,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
@@ -9701,9 +9705,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
@@ -12448,9 +12453,10 @@ export interface operations {
             };
             /**
              * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
-             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; every
-             *     API-key request from it answers 429 until the window ends, valid keys included; counted per
-             *     server process), `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
              *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
              *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
-import { RateLimiterMemory } from 'rate-limiter-flexible';
+import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
 import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
@@ -98,6 +98,7 @@ export class ApiKeysService {
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
     const organization = requireOrganization(principal);
+    requireVerifiedEmail(principal, 'create API keys');
     const name = notBlank(input.name, 'body/name');
     const expiresAt = futureOrNull(input.expires_at);
     const key = generateKey();
@@ -188,19 +189,13 @@ export class ApiKeysService {
 
   /**
    * The caller a bearer key names, or a 401 saying why not. `clientAddress` is where the request
-   * came from: an address that sent too many unknown or malformed keys answers 429 without a lookup.
+   * came from: only keys that fail count against it, and once it sent too many unknown or
+   * malformed keys its failing keys answer 429 instead of 401. A valid key always passes, so one
+   * client behind a shared address never locks out its neighbours.
    */
   async authenticate(key: string, clientAddress = 'unknown'): Promise<ApiKeyPrincipal> {
-    const failures = await this.#failures.get(clientAddress);
-    if (failures && failures.consumedPoints >= FAILED_KEY_LIMIT.points) {
-      const retryAfter = Math.max(1, Math.ceil(failures.msBeforeNext / 1000));
-      throw new AppError('RATE_LIMITED', `Too many invalid API keys from this address. Try again in ${retryAfter} seconds.`, {
-        headers: { 'Retry-After': String(retryAfter) },
-        inference: { code: 'too_many_invalid_api_keys' },
-      });
-    }
     if (!isWellFormedKey(key)) {
-      await this.#failures.penalty(clientAddress);
+      await this.#countFailure(clientAddress);
       throw refused('invalid_api_key', 'The API key is malformed. Keys look like svc-sk-… as shown when they were created.');
     }
     const hash = hashToken(key);
@@ -214,7 +209,7 @@ export class ApiKeysService {
       this.#cache.delete(hash);
       entry = await this.#sharedLookup(hash, now);
       if (!entry) {
-        await this.#failures.penalty(clientAddress);
+        await this.#countFailure(clientAddress);
         throw refused('invalid_api_key', 'The API key is not valid.');
       }
     }
@@ -222,6 +217,20 @@ export class ApiKeysService {
     const principal = entry.principal as ApiKeyPrincipal;
     this.#touch(principal.keyId, now);
     return principal;
+  }
+
+  /** Counts a failing key against its address; past the limit, the failure answers 429 instead of 401. */
+  async #countFailure(clientAddress: string): Promise<void> {
+    const failures = await this.#failures.consume(clientAddress).catch((limited: unknown) => {
+      if (limited instanceof RateLimiterRes) return limited;
+      throw limited;
+    });
+    if (failures.consumedPoints <= FAILED_KEY_LIMIT.points) return;
+    const retryAfter = Math.max(1, Math.ceil(failures.msBeforeNext / 1000));
+    throw new AppError('RATE_LIMITED', `Too many invalid API keys from this address. Try again in ${retryAfter} seconds.`, {
+      headers: { 'Retry-After': String(retryAfter) },
+      inference: { code: 'too_many_invalid_api_keys' },
+    });
   }
 
   /** How many keys' states are cached in this process (for tests and metrics). */

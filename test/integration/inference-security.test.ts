@@ -561,7 +561,19 @@ describe('forged keys (finding 4)', () => {
     expect(limited.response.status).toBe(429);
     expect(Number(limited.response.headers.get('retry-after'))).toBeGreaterThan(0);
     expect(limited.error).toMatchObject({ error: { type: 'rate_limit_error', code: 'too_many_invalid_api_keys' } });
-    expect((await models(acmeKey, address)).response.status).toBe(429);
     expect((await models(acmeKey, '198.51.100.7')).response.status).toBe(200);
+  });
+
+  it('throttles only failing keys: a valid key from an address that sent 25 bad ones still answers 200 (issue 32 item 13)', async () => {
+    const address = '203.0.113.10';
+    const models = (key: string) => keyClient(app.url, key).GET('/v1/models', { headers: { 'x-forwarded-for': address } });
+    const statuses: number[] = [];
+    for (let i = 0; i < 25; i++) statuses.push((await models(i % 2 ? generateKey() : 'svc-sk-forged')).response.status);
+    expect(statuses).toEqual([...Array<number>(20).fill(401), ...Array<number>(5).fill(429)]);
+    const valid = await models(acmeKey);
+    expect(valid.response.status).toBe(200);
+    const twentySixth = await models(generateKey());
+    expect(twentySixth.response.status).toBe(429);
+    expect(twentySixth.error).toMatchObject({ error: { type: 'rate_limit_error', code: 'too_many_invalid_api_keys' } });
   });
 });

@@ -1168,7 +1168,8 @@ export interface paths {
         /**
          * Create an API key
          * @description Creates an `active` key scoped to the given deployments of the organization and returns its
-         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise). 422
+         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise) and a
+         *     verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). 422
          *     `VALIDATION_FAILED` when a deployment id is not one of the organization's deployments (or is
          *     `terminated`) or `expires_at` is not in the future.
          */
@@ -1251,7 +1252,10 @@ export interface paths {
          * @description Invites an email to the organization with a role (default `member`). The invitation starts
          *     `pending`, expires after 7 days, and its email is queued at once (`email_status` `queued`,
          *     `email_sent_at` `null` until it goes out). Needs role admin or super_admin; only a super_admin
-         *     may invite an `admin` (403 `FORBIDDEN` otherwise). Emails are compared case-insensitively.
+         *     may invite an `admin` (403 `FORBIDDEN` otherwise), and a verified email (403
+         *     `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). An organization sends at most
+         *     `INVITATIONS_PER_DAY` invitations (default 50) in 24 hours, resends included: past that, 429
+         *     `RATE_LIMITED` with `Retry-After`. Emails are compared case-insensitively.
          *     409 `INVITATION_ALREADY_PENDING`: the email already has a pending invitation to this
          *     organization; resend it instead. 409 `ALREADY_A_MEMBER`: the email belongs to a member.
          *     An email whose earlier invitation expired, was rejected or revoked may be invited again.
@@ -1305,7 +1309,8 @@ export interface paths {
          *     while `email_sent_at` keeps the time of the last email that went out until the new one does.
          *     A `pending` or `expired` invitation may be resent; resending an expired one makes it `pending`
          *     again. Needs role admin or super_admin (403 `FORBIDDEN` otherwise), and only a super_admin may
-         *     resend an invitation for the `admin` role.
+         *     resend an invitation for the `admin` role; and a verified email (403 `EMAIL_NOT_VERIFIED`). A
+         *     resend counts toward the organization's `INVITATIONS_PER_DAY` (429 `RATE_LIMITED` past it).
          *     404 `INVITATION_NOT_FOUND`: no invitation with this id belongs to the caller's organization.
          *     409 `INVITATION_NOT_PENDING`: the invitation was accepted, rejected or revoked.
          */
@@ -1357,9 +1362,12 @@ export interface paths {
          *     leaves, this session ends too and its cookies are cleared); the deployments the member created
          *     in this organization pass to the caller who removed them, or, when a member leaves, to the
          *     organization's longest-standing super_admin, so nothing keeps running without an owner who can
-         *     see and stop it. API keys and invitations belong to the organization: those the member created
-         *     stay as they are (review them with `GET /v1/organization/api-keys` and
-         *     `GET /v1/organization/invitations`, and revoke what is not wanted).
+         *     see and stop it; the API keys the member created in this organization are revoked (their
+         *     `created_by_user_id`) and their pending invitations here are revoked too, so an evicted admin
+         *     leaves no working key and no invitation that can still be accepted; and their open deployment
+         *     event streams end. With `keep_credentials=true` the remover chooses to keep those keys and
+         *     invitations as they are (review them with `GET /v1/organization/api-keys` and
+         *     `GET /v1/organization/invitations`).
          *
          *     409 `LAST_SUPER_ADMIN`: the member is the organization's only super_admin (promote someone else
          *     first). 404 `NOT_FOUND`: no member of the caller's organization has this user id (a user of
@@ -1399,7 +1407,8 @@ export interface paths {
          * @description Creates an `enabled` endpoint and returns its signing secret once (`whsec_…`). The URL is
          *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused,
          *     or when the organization already has 20 endpoints (the most it may have). Needs role admin or
-         *     super_admin.
+         *     super_admin and a verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed
+         *     link).
          */
         post: operations["createWebhookEndpoint"];
         delete?: never;
@@ -1889,6 +1898,7 @@ export interface components {
          * @example {
          *       "id": 12,
          *       "organization_id": 7,
+         *       "created_by_user_id": 42,
          *       "name": "Production chatbot",
          *       "key_prefix": "svc-sk-pmZH6qDp",
          *       "status": "active",
@@ -1956,6 +1966,13 @@ export interface components {
              *     applies (`GET /v1/organization/api-key-limits`), and no limit when that is `null` too.
              */
             limits: components["schemas"]["ApiKeyLimits"];
+            /**
+             * Format: int32
+             * @description The user who created the key; `null` when that is not known (a key created before this was
+             *     recorded, or whose creator's account was deleted). Removing that user from the organization
+             *     revokes the key unless the remover keeps it (`DELETE /v1/organization/members/{user_id}`).
+             */
+            created_by_user_id: number | null;
             /** Format: date-time */
             created_at: string;
         };
@@ -2602,7 +2619,10 @@ export interface components {
             /** @description The key's limits; an omitted or `null` field takes the organization's default. */
             limits?: components["schemas"]["ApiKeyLimitsChange"];
         };
-        /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /**
+         * @description A chat-completion request (the hosted OpenAI schema, plus the engine extensions `top_k` and
+         *     `repetition_penalty`). A top-level field not listed here answers 400 `unsupported_parameter`.
+         */
         CreateChatCompletionRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description The conversation so far: 1 to 2048 messages. */
@@ -2674,8 +2694,18 @@ export interface components {
             tool_choice?: ("none" | "auto" | "required") | components["schemas"]["ChatNamedToolChoice"];
             /** @description The output format. */
             response_format?: components["schemas"]["ResponseFormatText"] | components["schemas"]["ResponseFormatJsonObject"] | components["schemas"]["ResponseFormatJsonSchema"];
-        } & {
-            [key: string]: unknown;
+            /**
+             * Format: int32
+             * @description Engine extension (Xinference, vLLM): sample only from the `top_k` most likely tokens; `-1` (or
+             *     `0` on some engines) turns it off.
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Engine extension (Xinference, vLLM): penalizes tokens already in the prompt or the output;
+             *     `1` is none, above 1 discourages repetition.
+             */
+            repetition_penalty?: number | null;
         };
         /** @description Opens a checkout session that saves a card. Unknown fields are rejected. */
         CreateCheckoutSetupSessionRequest: {
@@ -2698,7 +2728,7 @@ export interface components {
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
         };
-        /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /** @description An embeddings request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
         CreateEmbeddingRequest: {
             /**
              * @description Text to embed: a string, an array of up to 2048 strings, an array of up to 65536 token ids, or
@@ -2720,10 +2750,8 @@ export interface components {
             dimensions?: number;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
-        } & {
-            [key: string]: unknown;
         };
-        /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /** @description An image-generation request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
         CreateImageRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description What to draw. */
@@ -2752,8 +2780,6 @@ export interface components {
             style?: string | null;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description Whom to invite, and with which role. Unknown fields are rejected. */
         CreateInvitationRequest: {
@@ -2777,7 +2803,8 @@ export interface components {
             return_url?: string;
         };
         /**
-         * @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine;
+         * @description A rerank request (the Xinference / Cohere schema). A top-level field not listed here answers 400
+         *     `unsupported_parameter`;
          *     the proxy sets `return_len: true` so that the engine counts tokens (`meta.tokens`) for metering.
          */
         CreateRerankRequest: {
@@ -2796,8 +2823,6 @@ export interface components {
              * @default false
              */
             return_documents?: boolean | null;
-        } & {
-            [key: string]: unknown;
         };
         CreateTranscriptionRequest: {
             /**
@@ -2826,10 +2851,12 @@ export interface components {
         /** @description A new webhook endpoint. Unknown fields are rejected. */
         CreateWebhookEndpointRequest: {
             /**
-             * @description Where events are POSTed. Its host must resolve only to public addresses (no loopback,
-             *     link-local, private, unique-local, CGNAT, multicast or reserved range, IPv4 or IPv6,
-             *     IPv4-mapped included), checked now and again at each delivery; 422 `VALIDATION_FAILED`
-             *     otherwise. The server setting `WEBHOOK_ALLOW_PRIVATE_TARGETS` lifts this and allows `http`.
+             * @description Where events are POSTed. Its host must resolve only to public unicast addresses (no loopback,
+             *     link-local, private, unique-local, CGNAT, multicast or reserved range; IPv6 only in 2000::/3;
+             *     an IPv6 address that carries an IPv4 one, mapped, compatible, NAT64, 6to4 or Teredo, is judged
+             *     by the IPv4 address it carries), checked now and again at each delivery; 422
+             *     `VALIDATION_FAILED` "is not an allowed target" otherwise, naming no address. The server setting
+             *     `WEBHOOK_ALLOW_PRIVATE_TARGETS` lifts this and allows `http`.
              */
             url: components["schemas"]["WebhookUrl"];
             /** @description A note for people. */
@@ -2844,6 +2871,7 @@ export interface components {
          *       "api_key": {
          *         "id": 12,
          *         "organization_id": 7,
+         *         "created_by_user_id": 42,
          *         "name": "Production chatbot",
          *         "key_prefix": "svc-sk-pmZH6qDp",
          *         "status": "active",
@@ -3427,7 +3455,7 @@ export interface components {
          * @description Stable codes of hosted-inference errors. Clients branch on these, never on `message`.
          * @enum {string}
          */
-        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
+        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "email_not_verified" | "payment_setup_incomplete" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
         /** @description The hosted-inference error object, as OpenAI-compatible clients parse it. */
         InferenceErrorDetail: {
             /** @description What went wrong, in words. */
@@ -3438,7 +3466,7 @@ export interface components {
              * @description A stable code.
              * @enum {string|null}
              */
-            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
+            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "email_not_verified" | "payment_setup_incomplete" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
@@ -5930,9 +5958,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
+             *     `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -5967,8 +5999,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -7920,9 +7955,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
+             *     `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -7957,8 +7996,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -8227,9 +8269,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
+             *     `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8264,8 +8310,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -8525,9 +8574,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
+             *     `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8562,8 +8615,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -9691,8 +9747,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -10165,6 +10224,7 @@ export interface operations {
                      *         {
                      *           "id": 12,
                      *           "organization_id": 7,
+                     *           "created_by_user_id": 42,
                      *           "name": "Production chatbot",
                      *           "key_prefix": "svc-sk-pmZH6qDp",
                      *           "status": "active",
@@ -10190,6 +10250,7 @@ export interface operations {
                      *         {
                      *           "id": 9,
                      *           "organization_id": 7,
+                     *           "created_by_user_id": 42,
                      *           "name": "Staging",
                      *           "key_prefix": "svc-sk-4fQx81Lm",
                      *           "status": "revoked",
@@ -10304,6 +10365,7 @@ export interface operations {
                      *       "api_key": {
                      *         "id": 12,
                      *         "organization_id": 7,
+                     *         "created_by_user_id": 42,
                      *         "name": "Production chatbot",
                      *         "key_prefix": "svc-sk-pmZH6qDp",
                      *         "status": "active",
@@ -10342,8 +10404,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10492,6 +10556,7 @@ export interface operations {
                      * @example {
                      *       "id": 12,
                      *       "organization_id": 7,
+                     *       "created_by_user_id": 42,
                      *       "name": "Production chatbot",
                      *       "key_prefix": "svc-sk-pmZH6qDp",
                      *       "status": "revoked",
@@ -10609,6 +10674,7 @@ export interface operations {
                      * @example {
                      *       "id": 12,
                      *       "organization_id": 7,
+                     *       "created_by_user_id": 42,
                      *       "name": "Production chatbot (EU)",
                      *       "key_prefix": "svc-sk-pmZH6qDp",
                      *       "status": "disabled",
@@ -10872,8 +10938,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10910,6 +10978,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11083,8 +11166,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -11118,6 +11203,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11223,7 +11323,13 @@ export interface operations {
     };
     removeMember: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description Keep the API keys and pending invitations the member created in this organization (the
+                 *     default, `false`, revokes them with the removal).
+                 */
+                keep_credentials?: boolean;
+            };
             header?: never;
             path: {
                 /** @description The member's user id, as `GET /v1/organization/members` lists it; the caller's own id to leave. */
@@ -11583,8 +11689,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -11607,9 +11715,10 @@ export interface operations {
             };
             /**
              * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
-             *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
-             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
-             *     or, on create, the organization already has 20 endpoints.
+             *     `url` is refused (not `https`, credentials or a fragment in it, or a host that does not resolve or
+             *     does not resolve only to public addresses: one fixed message, "is not an allowed target", that
+             *     never names the address a host resolves to), or, on create, the organization already has 20
+             *     endpoints.
              */
             422: {
                 headers: {
@@ -11896,9 +12005,10 @@ export interface operations {
             };
             /**
              * @description 422: `VALIDATION_FAILED` with `errors[]`: a body field is missing, out of bounds or unknown, or
-             *     `url` is refused (not `https`, credentials or a fragment in it, a host that does not resolve or
-             *     resolves to a loopback, link-local, private, unique-local, CGNAT, multicast or reserved address),
-             *     or, on create, the organization already has 20 endpoints.
+             *     `url` is refused (not `https`, credentials or a fragment in it, or a host that does not resolve or
+             *     does not resolve only to public addresses: one fixed message, "is not an allowed target", that
+             *     never names the address a host resolves to), or, on create, the organization already has 20
+             *     endpoints.
              */
             422: {
                 headers: {
@@ -12374,9 +12484,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
+             *     `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -12411,8 +12525,11 @@ export interface operations {
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
              *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
-             *     disallowed `Origin`).
+             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
+             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
+             *     the caller's organization, the key's for a key, has no default payment method and active
+             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
+             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
              */
             403: {
                 headers: {

@@ -20,25 +20,69 @@ const RANGE_WORDS: Record<string, string> = {
   teredo: 'a Teredo',
 };
 
+/** The IPv4 address an IPv6 address carries, by the form that embeds it, or undefined for none. */
+export function embeddedIPv4(address: ipaddr.IPv6): ipaddr.IPv4 | undefined {
+  const bytes = address.toByteArray();
+  const last32 = (bytes: number[]) => new ipaddr.IPv4(bytes.slice(-4));
+  // IPv4-mapped ::ffff:0:0/96, IPv4-translated ::ffff:0:0:0/96 (RFC 6145), IPv4-compatible ::/96,
+  // NAT64 64:ff9b::/96 and the local-use NAT64 64:ff9b:1::/48 (RFC 6052, RFC 8215): the last 32 bits.
+  if (address.isIPv4MappedAddress() || address.match(ipaddr.IPv6.parse('::ffff:0:0:0'), 96)) return last32(bytes);
+  if (address.match(ipaddr.IPv6.parse('::'), 96) && !['unspecified', 'loopback'].includes(address.range())) return last32(bytes);
+  if (address.match(ipaddr.IPv6.parse('64:ff9b::'), 96) || address.match(ipaddr.IPv6.parse('64:ff9b:1::'), 48)) return last32(bytes);
+  // 6to4 2002::/16: bits 16-47.
+  if (address.match(ipaddr.IPv6.parse('2002::'), 16)) return new ipaddr.IPv4(bytes.slice(2, 6));
+  // Teredo 2001::/32: the client's address, inverted, in the last 32 bits.
+  if (address.match(ipaddr.IPv6.parse('2001::'), 32)) return new ipaddr.IPv4(bytes.slice(-4).map((byte) => byte ^ 0xff));
+  return undefined;
+}
+
+/** Global unicast IPv6 (2000::/3): the only IPv6 block a public host is addressed from. */
+const GLOBAL_UNICAST = ipaddr.IPv6.parse('2000::');
+
 /**
  * Why `address` may not be a webhook target (`a loopback address`…), or undefined when it is a
- * public unicast address.
- * Only ipaddr.js's `unicast` range passes (every special-purpose range of IPv4 and IPv6 is
- * refused: loopback, link-local, private, unique-local, CGNAT, multicast, reserved, documentation,
- * benchmarking, translation and tunnelling prefixes); an IPv4-mapped IPv6 address is judged as
- * the IPv4 address it carries.
+ * public unicast address. The reason is for the log: the API answers only that the target is not
+ * allowed, so the check tells nobody what an internal name resolves to.
+ * Only ipaddr.js's `unicast` range passes, and for IPv6 only within 2000::/3 (every
+ * special-purpose range of IPv4 and IPv6 is refused: loopback, link-local, private, unique-local,
+ * CGNAT, multicast, reserved, documentation, benchmarking, translation and tunnelling prefixes).
+ * An IPv6 address that embeds an IPv4 address (mapped, translated, compatible, NAT64, 6to4, Teredo)
+ * is judged as the IPv4 address it carries, and its own prefix is refused as well unless it is the
+ * plain IPv4-mapped form of a public address.
  */
 export function refusedAddress(address: string): string | undefined {
   if (!isIP(address)) return 'not an IP address';
-  let parsed = ipaddr.parse(address);
-  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
-  const range = parsed.range();
+  const parsed = ipaddr.parse(address);
+  if (parsed.kind() === 'ipv4') return refusedRange(parsed);
+  const ipv6 = parsed as ipaddr.IPv6;
+  const carried = embeddedIPv4(ipv6);
+  if (carried) {
+    const refused = refusedRange(carried);
+    if (refused) return `${refused} (carried by ${address})`;
+    if (ipv6.isIPv4MappedAddress()) return undefined;
+  }
+  const refused = refusedRange(ipv6);
+  if (refused) return refused;
+  return ipv6.match(GLOBAL_UNICAST, 3) ? undefined : 'an IPv6 address outside global unicast (2000::/3)';
+}
+
+function refusedRange(address: ipaddr.IPv4 | ipaddr.IPv6): string | undefined {
+  const range = address.range();
   if (range === 'unicast') return undefined;
   return `${RANGE_WORDS[range] ?? `a special-purpose (${range})`} address`;
 }
 
 /** A target the webhook rules refuse; its message says why, for the admin. */
 export class TargetRefused extends Error {}
+
+/**
+ * What the admin is told of a host that does not resolve or resolves to an address that is not
+ * public: one fixed message, so the check is no oracle of what internal names resolve to (the
+ * reason is the error's `cause`).
+ */
+export const TARGET_NOT_ALLOWED = 'is not an allowed target: webhooks reach hosts that resolve only to public addresses';
+
+const notAllowed = (reason: string) => new TargetRefused(TARGET_NOT_ALLOWED, { cause: reason });
 
 /** The rules a webhook URL is held to. */
 export interface TargetPolicy {
@@ -74,7 +118,7 @@ export async function resolveTarget(url: URL, policy: TargetPolicy): Promise<str
   if (!policy.allowPrivate) {
     for (const address of addresses) {
       const refused = refusedAddress(address);
-      if (refused) throw new TargetRefused(`resolves to ${address}, ${refused}; webhooks reach public addresses only`);
+      if (refused) throw notAllowed(`resolves to ${address}, ${refused}`);
     }
   }
   return addresses;
@@ -83,8 +127,8 @@ export async function resolveTarget(url: URL, policy: TargetPolicy): Promise<str
 function lookupAll(host: string): Promise<string[]> {
   return new Promise((resolve, reject) => {
     dnsLookup(host, { all: true, verbatim: true }, (error, addresses) => {
-      if (error) reject(new TargetRefused(`has a host that does not resolve (${error.code ?? error.message})`));
-      else if (!addresses.length) reject(new TargetRefused('has a host that resolves to no address'));
+      if (error) reject(notAllowed(`has a host that does not resolve (${error.code ?? error.message})`));
+      else if (!addresses.length) reject(notAllowed('has a host that resolves to no address'));
       else resolve(addresses.map((entry) => entry.address));
     });
   });
@@ -105,7 +149,7 @@ export function guardedLookup(policy: TargetPolicy) {
       if (!policy.allowPrivate) {
         for (const { address } of addresses) {
           const refused = refusedAddress(address);
-          if (refused) return callback(Object.assign(new TargetRefused(`the host resolves to ${address}, ${refused}; webhooks reach public addresses only`), { code: 'ETARGETREFUSED' }), []);
+          if (refused) return callback(Object.assign(notAllowed(`the host resolves to ${address}, ${refused}`), { code: 'ETARGETREFUSED' }), []);
         }
       }
       const [first] = addresses;

@@ -2,7 +2,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { isIP } from 'node:net';
 import { performance } from 'node:perf_hooks';
-import { guardedLookup, hostOf, parseTargetUrl, refusedAddress, TargetRefused, type TargetPolicy } from './target-address.ts';
+import { guardedLookup, hostOf, parseTargetUrl, refusedAddress, TARGET_NOT_ALLOWED, TargetRefused, type TargetPolicy } from './target-address.ts';
 
 /** What one attempt came to. */
 export interface AttemptResult {
@@ -41,7 +41,7 @@ export async function postWebhook(
     url = parseTargetUrl(target, options.policy);
     const literal = hostOf(url);
     const refused = isIP(literal) && !options.policy.allowPrivate ? refusedAddress(literal) : undefined;
-    if (refused) throw new TargetRefused(`${literal} is ${refused}; webhooks reach public addresses only`);
+    if (refused) throw new TargetRefused(TARGET_NOT_ALLOWED, { cause: `${literal} is ${refused}` });
   } catch (error) {
     return done(null, `Refused target: ${error instanceof Error ? error.message : String(error)}.`);
   }

@@ -1,6 +1,6 @@
 import { Webhook } from 'standardwebhooks';
 import { describe, expect, it } from 'vitest';
-import { parseTargetUrl, refusedAddress, resolveTarget, TargetRefused } from '../../src/webhooks/target-address.ts';
+import { parseTargetUrl, refusedAddress, resolveTarget, TARGET_NOT_ALLOWED, TargetRefused } from '../../src/webhooks/target-address.ts';
 import { signPayload, webhookHeaders } from '../../src/webhooks/signature.ts';
 
 describe('the webhook target address check', () => {
@@ -29,9 +29,9 @@ describe('the webhook target address check', () => {
     ['ff02::1', 'multicast'],
     ['fec0::1', 'site-local'],
     ['2001:db8::1', 'reserved'],
-    ['64:ff9b::7f00:1', 'NAT64'],
-    ['2002:7f00:1::1', '6to4'],
-    ['2001:0:4136:e378::1', 'Teredo'],
+    ['64:ff9b::808:808', 'NAT64'],
+    ['2002:808:808::1', '6to4'],
+    ['2001:0:4136:e378:8000:63bf:f7f7:f7f7', 'Teredo'],
   ])('refuses %s (%s)', (address, kind) => {
     expect(refusedAddress(address)).toContain(kind);
   });
@@ -42,7 +42,14 @@ describe('the webhook target address check', () => {
     ['::ffff:169.254.169.254', 'link-local'],
     ['::ffff:7f00:1', 'loopback'],
     ['0:0:0:0:0:ffff:c0a8:0101', 'private'],
-  ])('judges the IPv4-mapped IPv6 address %s by the IPv4 address it carries (%s)', (address, kind) => {
+    ['::7f00:1', 'loopback'],
+    ['::a9fe:a9fe', 'link-local'],
+    ['::a00:1', 'private'],
+    ['64:ff9b::a00:1', 'private'],
+    ['64:ff9b:1::7f00:1', 'loopback'],
+    ['2002:a9fe:a9fe::1', 'link-local'],
+    ['2001:0:4136:e378:8000:63bf:80ff:fffe', 'loopback'],
+  ])('judges the IPv4-embedding IPv6 address %s by the IPv4 address it carries (%s)', (address, kind) => {
     expect(refusedAddress(address)).toContain(kind);
   });
 
@@ -52,6 +59,10 @@ describe('the webhook target address check', () => {
       expect(refusedAddress(address)).toBeUndefined();
     },
   );
+
+  it.each(['::808:808', '4000::1', '100::1'])('refuses %s, which is not plain public unicast', (address) => {
+    expect(refusedAddress(address)).toBeDefined();
+  });
 
   it('refuses what is not an IP address', () => {
     expect(refusedAddress('localhost')).toBe('not an IP address');
@@ -77,13 +88,14 @@ describe('the webhook URL rules', () => {
     expect(() => parseTargetUrl(url, strict)).toThrow(reason);
   });
 
-  it('refuses a host that resolves to a loopback address, an IPv6 literal and an IPv4-mapped literal', async () => {
-    await expect(resolveTarget(new URL('https://localhost/in'), strict)).rejects.toThrow(/loopback/);
-    await expect(resolveTarget(new URL('https://[::1]/in'), strict)).rejects.toThrow(/loopback/);
-    await expect(resolveTarget(new URL('https://[::ffff:127.0.0.1]/in'), strict)).rejects.toThrow(/loopback/);
-    // WHATWG URLs read the decimal form of an address as that address.
-    await expect(resolveTarget(new URL('https://2130706433/in'), strict)).rejects.toThrow(/loopback/);
-    await expect(resolveTarget(new URL('https://0x7f.1/in'), strict)).rejects.toThrow(/loopback/);
+  it('refuses a host that resolves to a loopback address, an IPv6 literal and an IPv4-mapped literal, saying only that it is not allowed', async () => {
+    for (const url of ['https://localhost/in', 'https://[::1]/in', 'https://[::ffff:127.0.0.1]/in', 'https://[::127.0.0.1]/in', 'https://2130706433/in', 'https://0x7f.1/in']) {
+      // WHATWG URLs read the decimal form of an address as that address.
+      const refusal = await resolveTarget(new URL(url), strict).catch((error: unknown) => error);
+      expect(refusal).toBeInstanceOf(TargetRefused);
+      expect((refusal as TargetRefused).message).toBe(TARGET_NOT_ALLOWED);
+      expect(String((refusal as TargetRefused).cause)).toContain('loopback');
+    }
   });
 
   it('refuses a host that does not resolve', async () => {

@@ -1872,9 +1872,12 @@ export interface paths {
          *     `Retry-After` (brute-force protection, counted before the password is checked and whether or not
          *     the email exists): after 5 attempts without success for one email from one client address, that
          *     email is held at that address for 1 minute, then 2, 4, … up to 60 at each further hold within
-         *     24 hours (a success clears the count; other addresses are not affected, so nobody can lock an
-         *     account for its owner), and after 100 attempts from one client address within 15 minutes;
-         *     422 `VALIDATION_FAILED` for a malformed body.
+         *     24 hours (a success clears the count; other addresses are not affected), after 100 attempts
+         *     from one client address within 15 minutes, and, for one email from all addresses together,
+         *     after 20 failures in a row: then one attempt a minute for that email until one succeeds, so
+         *     guessing is slowed and the owner never locked out (`Retry-After` says when). An IPv6 client
+         *     address counts as its /64, an IPv4-mapped one as its IPv4 address; 422 `VALIDATION_FAILED` for
+         *     a malformed body.
          */
         post: operations["signIn"];
         delete?: never;

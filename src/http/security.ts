@@ -6,6 +6,7 @@ import type { ApiKeysService } from '../api-keys/api-keys.service.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
 import { constantTimeEqual } from '../crypto.ts';
 import { AppError } from '../errors.ts';
+import { clientAddress } from './client-address.ts';
 import type { SecurityHandlers } from './openapi.ts';
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -90,6 +91,6 @@ export function apiKeyAuthentication(deps: { apiKeys: ApiKeysService }): Securit
     if (!match?.[1]) {
       throw new AppError('UNAUTHENTICATED', 'Send the API key as Authorization: Bearer svc-sk-…', { inference: { code: 'invalid_api_key' } });
     }
-    return deps.apiKeys.authenticate(match[1], req.ip);
+    return deps.apiKeys.authenticate(match[1], clientAddress(req));
   };
 }

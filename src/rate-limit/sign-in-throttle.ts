@@ -1,5 +1,5 @@
 import { RateLimiterRes, type RateLimiterPostgres } from 'rate-limiter-flexible';
-import { limited, type RateLimiter } from './rate-limiter.ts';
+import { consume, limited, type RateLimiter } from './rate-limiter.ts';
 
 const MINUTE = 60;
 const DAY = 24 * 60 * MINUTE;
@@ -10,6 +10,9 @@ export const SIGN_IN_FIRST_DELAY_SECONDS = MINUTE;
 export const SIGN_IN_MAX_DELAY_SECONDS = 60 * MINUTE;
 /** Attempts per client address, whatever the account. */
 export const SIGN_IN_ADDRESS_LIMIT = { max: 100, windowSeconds: 15 * MINUTE };
+/** Failures in a row per account from all addresses together, then one attempt per interval. */
+export const SIGN_IN_ACCOUNT_FREE_FAILURES = 20;
+export const SIGN_IN_ACCOUNT_INTERVAL_SECONDS = MINUTE;
 
 export interface SignInAttempt {
   /** The password was right: the account's counters at this address start over. */
@@ -23,19 +26,26 @@ export interface SignInAttempt {
  * - per client address: 100 attempts in 15 minutes, whatever the account;
  * - per account and client address: 5 attempts that end in no success, then the pair is held for
  *   1 minute, and each further hold of that pair within 24 hours lasts twice as long (up to 1 hour);
- *   a success clears both counters.
- * Nothing is counted per account alone: someone guessing from one address never locks the owner,
- * who signs in from another.
+ *   a success clears both counters;
+ * - per account from all addresses together (against guessing from many addresses, such as the
+ *   2^64 of one IPv6 /64, which counts as one address anyway): 20 attempts in a row that end in no
+ *   success, then one attempt per minute for the account, whoever makes it, until one succeeds.
+ *   This slows guessing to 1,440 a day and never locks the owner out: the right password passes at
+ *   the next free minute, which `Retry-After` names.
  */
 export class SignInThrottle {
   readonly #limiter: RateLimiter;
   readonly #attempts: RateLimiterPostgres;
   readonly #holds: RateLimiterPostgres;
+  readonly #accountFailures: RateLimiterPostgres;
+  readonly #accountSlots: RateLimiterPostgres;
 
   constructor(limiter: RateLimiter) {
     this.#limiter = limiter;
     this.#attempts = limiter.store({ prefix: 'signin-attempts', points: SIGN_IN_FREE_ATTEMPTS, seconds: DAY });
     this.#holds = limiter.store({ prefix: 'signin-holds', points: 1_000, seconds: DAY });
+    this.#accountFailures = limiter.store({ prefix: 'signin-account', points: SIGN_IN_ACCOUNT_FREE_FAILURES, seconds: DAY });
+    this.#accountSlots = limiter.store({ prefix: 'signin-account-slot', points: 1, seconds: SIGN_IN_ACCOUNT_INTERVAL_SECONDS });
   }
 
   /** Counts the attempt, or throws 429 `RATE_LIMITED` (with `Retry-After`) without checking anything. */
@@ -51,11 +61,22 @@ export class SignInThrottle {
       if (rejection.consumedPoints === SIGN_IN_FREE_ATTEMPTS + 1) throw limited((await this.#hold(key)) * 1000);
       throw limited(rejection.msBeforeNext);
     }
+    await this.#admitForAccount(email);
     return {
       succeeded: async () => {
-        await Promise.all([this.#attempts.delete(key), this.#holds.delete(key)]);
+        await Promise.all([this.#attempts.delete(key), this.#holds.delete(key), this.#accountFailures.delete(email), this.#accountSlots.delete(email)]);
       },
     };
+  }
+
+  /** Past the account's free failures, one attempt per interval from all addresses together. */
+  async #admitForAccount(email: string): Promise<void> {
+    try {
+      await this.#accountFailures.consume(email);
+    } catch (rejection) {
+      if (!(rejection instanceof RateLimiterRes)) throw rejection;
+      await consume(this.#accountSlots, email);
+    }
   }
 
   /** Holds the pair for a delay that doubles with each hold in 24 hours; returns the delay in seconds. */

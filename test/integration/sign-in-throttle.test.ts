@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SIGN_IN_ADDRESS_LIMIT, SIGN_IN_FREE_ATTEMPTS } from '../../src/rate-limit/sign-in-throttle.ts';
+import { SIGN_IN_ACCOUNT_FREE_FAILURES, SIGN_IN_ACCOUNT_INTERVAL_SECONDS, SIGN_IN_ADDRESS_LIMIT, SIGN_IN_FREE_ATTEMPTS } from '../../src/rate-limit/sign-in-throttle.ts';
 import { PASSWORD, registeredUser, uniqueEmail } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
@@ -111,5 +111,77 @@ describe('sign-in throttling without a trusted proxy', () => {
     expect(await app.db('rate_limit_points').where('key', 'like', `signin-attempts:%|${email}`).pluck('key')).toEqual([
       `signin-attempts:127.0.0.1|${email}`,
     ]);
+  });
+});
+
+describe('per-address limits on IPv6 (issue 32 item 3)', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp({ TRUST_PROXY: 'loopback' });
+  });
+  afterAll(() => app.close());
+
+  it('counts every address of one /64 as one: 5 guesses from 5 addresses of a /64 hold the account there, not at another /64', async () => {
+    const { email } = await registeredUser(app);
+    for (let host = 1; host <= SIGN_IN_FREE_ATTEMPTS; host++) {
+      expect(await statusOf(signIn(app, email, 'wrong password!', `2001:db8:1:2::${host}`))).toBe(401);
+    }
+    const held = await signIn(app, email, 'wrong password!', '2001:db8:1:2:ffff:ffff:ffff:99');
+    expect(held.response.status).toBe(429);
+    expect(held.error).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(Number(held.response.headers.get('retry-after'))).toBe(60);
+    expect(await statusOf(signIn(app, email, PASSWORD, '2001:db8:1:3::1'))).toBe(200);
+  });
+
+  it('judges an IPv4-mapped IPv6 address as the IPv4 address it carries', async () => {
+    const { email } = await registeredUser(app);
+    for (let attempt = 0; attempt < SIGN_IN_FREE_ATTEMPTS; attempt++) {
+      expect(await statusOf(signIn(app, email, 'wrong password!', '::ffff:203.0.113.77'))).toBe(401);
+    }
+    expect(await statusOf(signIn(app, email, PASSWORD, '203.0.113.77'))).toBe(429);
+  });
+
+  it('limits registrations per /64, not per address', async () => {
+    const { max, windowSeconds } = { max: 100, windowSeconds: 15 * 60 };
+    // The /64's count, as 100 registrations from its addresses would have left it, set through the limiter's store.
+    await app.container.limiter.store({ prefix: 'limit', points: max, seconds: windowSeconds }).set('register:address:2001:db8:5:6::/64', max, windowSeconds);
+    const { response, error } = await new Browser(app.url).api.POST('/v1/user/register', {
+      body: { email: uniqueEmail('v6'), password: PASSWORD, organization: 'Six' },
+      headers: { 'x-forwarded-for': '2001:db8:5:6:1234::9' },
+    });
+    expect(response.status).toBe(429);
+    expect(error).toMatchObject({ code: 'RATE_LIMITED' });
+  });
+});
+
+describe('sign-in failures per account from all addresses together (issue 32 item 3)', () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startTestApp({ TRUST_PROXY: 'loopback' });
+  });
+  afterAll(() => app.close());
+
+  const spread = (i: number) => `2001:db8:${100 + i}::1`;
+
+  it(`allows ${SIGN_IN_ACCOUNT_FREE_FAILURES} failures in a row from many networks, then one attempt a minute for the account, whoever makes it`, async () => {
+    const { email } = await registeredUser(app);
+    for (let i = 0; i < SIGN_IN_ACCOUNT_FREE_FAILURES; i++) {
+      expect(await statusOf(signIn(app, email, 'wrong password!', spread(i)))).toBe(401);
+    }
+    // The minute's one attempt, then the account waits, from any network.
+    expect(await statusOf(signIn(app, email, 'wrong password!', spread(50)))).toBe(401);
+    const slowed = await signIn(app, email, 'wrong password!', spread(51));
+    expect(slowed.response.status).toBe(429);
+    expect(slowed.error).toMatchObject({ code: 'RATE_LIMITED' });
+    const retryAfter = Number(slowed.response.headers.get('retry-after'));
+    expect(retryAfter).toBeGreaterThan(0);
+    expect(retryAfter).toBeLessThanOrEqual(SIGN_IN_ACCOUNT_INTERVAL_SECONDS);
+    expect(await statusOf(signIn(app, email, PASSWORD, '198.51.100.250'))).toBe(429);
+
+    // Never a lockout: once the minute has passed the owner's right password passes, and the count starts over.
+    await expireRateLimit(app, `signin-account-slot:${email}`);
+    expect(await statusOf(signIn(app, email, PASSWORD, '198.51.100.250'))).toBe(200);
+    expect(await statusOf(signIn(app, email, 'wrong password!', spread(60)))).toBe(401);
+    expect(await statusOf(signIn(app, email, 'wrong password!', spread(61)))).toBe(401);
   });
 });

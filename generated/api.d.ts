@@ -351,7 +351,8 @@ export interface paths {
          *     (checked before the password is looked at, except for its length);
          *     422 `VALIDATION_FAILED` (bounds, unknown fields, a password over 72 bytes in UTF-8, or a password
          *     that is on the bundled list of common passwords or is the account's email or its part before
-         *     `@`: `errors[].location` `body/password`; the token stays unused); 429 `RATE_LIMITED` with
+         *     `@`, or that zxcvbn scores under 3 of 4, with its advice: `errors[].location` `body/password`;
+         *     the token stays unused); 429 `RATE_LIMITED` with
          *     `Retry-After` after 30 attempts from one client address within 15 minutes.
          */
         post: operations["confirmPasswordReset"];
@@ -961,7 +962,8 @@ export interface paths {
          *     `last_name` joined by a space, or the email's local part when both are omitted. Needs no
          *     sign-in and no CSRF token, but an `Origin` header, when present, must be allowed (403
          *     `CSRF_FAILED`). `password` is 8 to 72 bytes of UTF-8, not on the bundled list of common
-         *     passwords, and not the invitee email or its part before `@` (compared case-insensitively).
+         *     passwords, not the invitee email or its part before `@` (compared case-insensitively), and
+         *     scored at least 3 of 4 by zxcvbn (the 422 carries its advice).
          *     The token is checked before the password.
          *     404 `INVITATION_NOT_FOUND`: no invitation has this token. 410 `INVITATION_EXPIRED`: past its
          *     expiry. 409 `INVITATION_NOT_PENDING`: already accepted, rejected or revoked. 409 `EMAIL_TAKEN`:
@@ -1766,8 +1768,10 @@ export interface paths {
          *
          *     Errors: 409 `EMAIL_TAKEN`; 422 `VALIDATION_FAILED` (bounds, unknown fields, blank organization,
          *     a password over 72 bytes in UTF-8, or a password that is on the bundled list of common passwords
-         *     or is the email or its part before `@`, compared case-insensitively: `errors[].location`
-         *     `body/password`); 429 `RATE_LIMITED` with `Retry-After` after 100 registrations from one client
+         *     or is the email or its part before `@`, compared case-insensitively, or that zxcvbn scores
+         *     under 3 of 4, such as `aaaaaaaa`, with its advice in the message ("is too easy to guess
+         *     (strength 0 of 4, at least 3 needed): Repeated characters like "aaa" are easy to guess. …"):
+         *     `errors[].location` `body/password`); 429 `RATE_LIMITED` with `Retry-After` after 100 registrations from one client
          *     address within 15 minutes (every well-formed request counts, before the password is hashed).
          */
         post: operations["registerUser"];
@@ -3458,7 +3462,7 @@ export interface components {
          * @description Stable codes of hosted-inference errors. Clients branch on these, never on `message`.
          * @enum {string}
          */
-        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "email_not_verified" | "payment_setup_incomplete" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
+        InferenceErrorCode: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout";
         /** @description The hosted-inference error object, as OpenAI-compatible clients parse it. */
         InferenceErrorDetail: {
             /** @description What went wrong, in words. */
@@ -3469,7 +3473,7 @@ export interface components {
              * @description A stable code.
              * @enum {string|null}
              */
-            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "email_not_verified" | "payment_setup_incomplete" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
+            code: "invalid_json" | "missing_required_parameter" | "invalid_parameter" | "model_ambiguous" | "engine_rejected_request" | "unsupported_parameter" | "unsupported_value" | "missing_credentials" | "invalid_api_key" | "api_key_expired" | "api_key_disabled" | "api_key_revoked" | "invalid_session" | "model_not_in_key_scope" | "insufficient_role" | "csrf_failed" | "model_not_found" | "deployment_stopped" | "method_not_allowed" | "request_too_large" | "too_many_invalid_api_keys" | "engine_rate_limited" | "rate_limit_exceeded" | "insufficient_quota" | "internal_error" | "not_implemented" | "upstream_error" | "deployment_not_running" | "engine_overloaded" | "engine_unavailable" | "service_unavailable" | "upstream_timeout" | null;
             /** @description The request parameter at fault, if any. */
             param: string | null;
         };
@@ -5966,8 +5970,8 @@ export interface operations {
              *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
              *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
              *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
-             *     `invalid_parameter` before it is parsed.
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -6001,12 +6005,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -7963,8 +7965,8 @@ export interface operations {
              *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
              *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
              *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
-             *     `invalid_parameter` before it is parsed.
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -7998,12 +8000,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -8277,8 +8277,8 @@ export interface operations {
              *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
              *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
              *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
-             *     `invalid_parameter` before it is parsed.
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8312,12 +8312,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -8582,8 +8580,8 @@ export interface operations {
              *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
              *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
              *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
-             *     `invalid_parameter` before it is parsed.
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8617,12 +8615,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -9749,12 +9745,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {
@@ -12492,8 +12486,8 @@ export interface operations {
              *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
              *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
              *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, or more than 100,000 object members (keys) in all, answers
-             *     `invalid_parameter` before it is parsed.
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -12527,12 +12521,10 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `email_not_verified` (a session of an account whose email is not verified yet calls a
-             *     hosted model), `payment_setup_incomplete` (a hosted model while `BILLING_ENFORCEMENT` is on and
-             *     the caller's organization, the key's for a key, has no default payment method and active
-             *     subscription, as creating a deployment needs), `csrf_failed` (cookie-authenticated request
-             *     without a matching `X-CSRF-Token`, or with a disallowed `Origin`).
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
              */
             403: {
                 headers: {

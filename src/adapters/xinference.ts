@@ -276,9 +276,11 @@ export class XinferenceClient {
 
   /**
    * Checks the inference API key: the engine accepts it for `models:list` and `models:read` (what
-   * the relay's routes need). An access token is refused here: it expires within the hour.
+   * the relay's routes need), and answers which model types it may call (an API key may be limited
+   * to some model uids or types: `api/oauth2/advanced/cache.py`, `has_model_access`). An access
+   * token is refused here: it expires within the hour. A key that may call no model type is refused.
    */
-  async checkInferenceKey(apiKey: string): Promise<void> {
+  async checkInferenceKey(apiKey: string): Promise<InferenceModelType[]> {
     if (/^eyJ[\w-]*\.[\w-]+\.[\w-]+$/.test(apiKey)) {
       throw new EngineError('credentials', 'the inference credential is an access token (a JWT), which expires; create an API key in Xinference (xf-…) instead');
     }
@@ -288,8 +290,27 @@ export class XinferenceClient {
     if (listed.status === 403) throw new EngineError('credentials', `the API key lacks the scope models:list (403: ${listed.detail})`);
     if (listed.status === 429) throw new EngineError('credentials', `the engine refuses this address for now (429: ${listed.detail})`);
     if (listed.status !== 200) throw new EngineError('unavailable', `GET /v1/models answered ${listed.status}: ${listed.detail}`);
-    const read = await this.#send('GET', `v1/models/platform-scope-check-${randomBytes(4).toString('hex')}/progress`, { headers });
+    const probe = `platform-scope-check-${randomBytes(4).toString('hex')}`;
+    const read = await this.#send('GET', `v1/models/${probe}/progress`, { headers });
     if (read.status === 403) throw new EngineError('credentials', `the API key lacks the scope models:read (403: ${read.detail})`);
+    // Each inference route checks the key's model permissions before it looks the model up
+    // (`api/restful_api.py`, `_check_model_access`), so an unknown uid tells a refused type (403)
+    // from an allowed one (400 or 404: the model is not found), without counting toward any ban.
+    const allowed: InferenceModelType[] = [];
+    for (const [type, path, request] of modelAccessProbes(probe)) {
+      const answer = await this.#send('POST', path, { headers, ...request });
+      if (answer.status === 429) throw new EngineError('credentials', `the engine refuses this address for now (429: ${answer.detail})`);
+      if (answer.status === 401) throw new EngineError('credentials', `the engine refused the API key (401: ${answer.detail})`);
+      if (answer.status !== 403) allowed.push(type);
+    }
+    if (!allowed.length) {
+      throw new EngineError(
+        'credentials',
+        `the API key may call no model the platform launches (Xinference answered 403 "API key does not have access to model" on every inference route); ` +
+          'give it access to all models, or to the model types the cluster will serve',
+      );
+    }
+    return allowed;
   }
 
   async #instance(modelUid: string): Promise<InstanceInfo | undefined> {
@@ -401,11 +422,11 @@ export class XinferenceClient {
   async #send(
     method: Method,
     path: string,
-    options: { searchParams?: Record<string, string>; json?: unknown; headers?: Record<string, string> },
+    options: { searchParams?: Record<string, string>; json?: unknown; form?: FormData; headers?: Record<string, string> },
   ): Promise<EngineResponse> {
     let response;
     try {
-      response = await this.#http(path, { method, searchParams: options.searchParams, json: options.json, headers: options.headers });
+      response = await this.#http(path, { method, searchParams: options.searchParams, json: options.json, body: options.form, headers: options.headers });
     } catch (error) {
       throw new EngineError('unavailable', `The engine did not answer ${method} /${path}: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -418,6 +439,24 @@ export class XinferenceClient {
     }
     return { status: response.statusCode, headers: response.headers, body, detail: detailOf(response.statusCode, body) };
   }
+}
+
+/** Xinference's model types, as its inference routes check a key's `model_type` permission. */
+export const INFERENCE_MODEL_TYPES = ['LLM', 'embedding', 'rerank', 'image', 'audio'] as const;
+export type InferenceModelType = (typeof INFERENCE_MODEL_TYPES)[number];
+
+/** A valid request of each type's route for the model `uid` (`api/restful_api.py`: the model check comes after the body's parsing). */
+function modelAccessProbes(uid: string): Array<[InferenceModelType, string, { json?: unknown; form?: FormData }]> {
+  const form = new FormData();
+  form.set('model', uid);
+  form.set('file', new Blob([new Uint8Array(16)], { type: 'audio/wav' }), 'probe.wav');
+  return [
+    ['LLM', 'v1/chat/completions', { json: { model: uid, messages: [{ role: 'user', content: 'probe' }] } }],
+    ['embedding', 'v1/embeddings', { json: { model: uid, input: 'probe' } }],
+    ['rerank', 'v1/rerank', { json: { model: uid, query: 'probe', documents: ['probe'] } }],
+    ['image', 'v1/images/generations', { json: { model: uid, prompt: 'probe' } }],
+    ['audio', 'v1/audio/transcriptions', { form }],
+  ];
 }
 
 interface InstanceInfo {

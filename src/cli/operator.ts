@@ -16,6 +16,7 @@ import type { Knex } from 'knex';
 import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts';
 import { findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
 import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../billing/service-keys.ts';
+import { INFERENCE_MODEL_TYPES, type InferenceModelType } from '../adapters/xinference.ts';
 import { listClusters } from '../clusters/clusters.repository.ts';
 import { launchHostedModels } from '../hosted/hosted-launch.ts';
 import { listHostedEndpoints } from '../hosted/hosted-models.repository.ts';
@@ -143,11 +144,11 @@ export async function runOperatorCommand(argv: string[], deps: { db: Knex; clust
         hosted: values.hosted,
       });
       const how = auth.mode === 'none' ? 'with authentication off (--auth none)' : `as ${auth.username}, its credentials checked and sealed`;
-      return `registered cluster ${cluster.name} (${cluster.id}) at ${cluster.endpoint} ${how}`;
+      return [`registered cluster ${cluster.name} (${cluster.id}) at ${cluster.endpoint} ${how}`, modelAccess(cluster.inferenceModelTypes)].join('\n');
     }
     case 'cluster check': {
       const cluster = await deps.clusters.check(name());
-      return `cluster ${cluster.name}: the engine accepts its credentials; status ${cluster.status}`;
+      return [`cluster ${cluster.name}: the engine accepts its credentials; status ${cluster.status}`, modelAccess(cluster.inferenceModelTypes)].join('\n');
     }
     case 'cluster sync': {
       const cluster = await deps.clusters.byName(name());
@@ -222,6 +223,16 @@ function priceInput(key: string, amount: string): [ServiceDimensions, string] {
 }
 
 /** The auth mode and credentials of `cluster register`, secrets read from the variables the flags name. */
+/** What `cluster register`/`check` report of the inference key's model permissions. */
+function modelAccess(types: readonly InferenceModelType[]): string {
+  const refused = INFERENCE_MODEL_TYPES.filter((type) => !types.includes(type));
+  if (!refused.length) return `the inference API key may call every model type (${types.join(', ')})`;
+  return (
+    `warning: the inference API key may call only ${types.join(', ')} models; the engine refuses it for ${refused.join(', ')} models, ` +
+    'whose deployments on this cluster answer 502 upstream_error (give the key access to all models in Xinference)'
+  );
+}
+
 function clusterAuth(values: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): ClusterAuth {
   const secret = (flag: string): string => {
     const variable = values[flag];

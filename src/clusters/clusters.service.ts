@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { EngineError, XinferenceClient, type ManagementCredentials } from '../adapters/xinference.ts';
+import { EngineError, INFERENCE_MODEL_TYPES, XinferenceClient, type InferenceModelType, type ManagementCredentials } from '../adapters/xinference.ts';
 import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
@@ -55,6 +55,9 @@ export interface SyncResult {
 /** A registration the engine or the rules refuse; the message is for the operator. */
 export class ClusterRegistrationError extends Error {}
 
+/** A cluster whose credentials were just checked, with the model types its inference key may call. */
+export type CheckedCluster = ClusterRow & { inferenceModelTypes: InferenceModelType[] };
+
 /** Tells every process's relay a cluster's status (on commit, in a transaction). */
 function announceClusterStatus(db: Knex | Knex.Transaction, cluster: Pick<ClusterRow, 'id' | 'status'>): Promise<void> {
   return announceChange(db, CHANGE_CHANNELS.cluster, `${cluster.id} ${cluster.status}`);
@@ -86,9 +89,9 @@ export class ClustersService {
    * the admin user signs in and holds every scope the platform needs, and the API key may read and
    * list models. Plain http to a non-loopback host needs `insecureHttp`.
    */
-  async register(input: ClusterRegistration): Promise<ClusterRow> {
+  async register(input: ClusterRegistration): Promise<CheckedCluster> {
     const endpoint = checkedEndpoint(input.endpoint, input.insecureHttp ?? false);
-    await this.#verify(input.name, endpoint, input.auth);
+    const inferenceModelTypes = await this.#verify(input.name, endpoint, input.auth);
     const { auth } = input;
     const cluster = await upsertCluster(this.#db, {
       name: input.name,
@@ -102,17 +105,17 @@ export class ClustersService {
       hosted: input.hosted ?? false,
     });
     await announceClusterStatus(this.#db, cluster);
-    return cluster;
+    return Object.assign(cluster, { inferenceModelTypes });
   }
 
   /** Checks a registered cluster's stored credentials again; a cluster that passes is active again. */
-  async check(name: string): Promise<ClusterRow> {
+  async check(name: string): Promise<CheckedCluster> {
     const cluster = await this.byName(name);
     if (!cluster) throw new ClusterRegistrationError(`no cluster is named ${name}`);
-    await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
+    const inferenceModelTypes = await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
     const reactivated = await reactivateCluster(this.#db, cluster.id);
     if (reactivated) await announceClusterStatus(this.#db, reactivated);
-    return reactivated ?? cluster;
+    return Object.assign(reactivated ?? cluster, { inferenceModelTypes });
   }
 
   async byName(name: string): Promise<ClusterRow | undefined> {
@@ -228,8 +231,11 @@ export class ClustersService {
     return { mode: 'advanced', ...management, apiKey: this.#keyring.decrypt(SEAL, cluster.sealed_credential) };
   }
 
-  /** The engine runs in the auth mode given, and accepts the credentials with the scopes needed. */
-  async #verify(name: string, endpoint: string, auth: ClusterAuth): Promise<void> {
+  /**
+   * The engine runs in the auth mode given, and accepts the credentials with the scopes needed;
+   * the model types the inference key may call (every one without authentication).
+   */
+  async #verify(name: string, endpoint: string, auth: ClusterAuth): Promise<InferenceModelType[]> {
     const client = new XinferenceClient(endpoint, {
       management: auth.mode === 'advanced' ? { username: auth.username, password: auth.password } : undefined,
       timeoutMs: this.#timeoutMs,
@@ -247,10 +253,9 @@ export class ClustersService {
             'register it with --auth none, and only if its network is isolated',
         );
       }
-      if (auth.mode === 'advanced') {
-        await client.checkManagementAccess();
-        await client.checkInferenceKey(auth.apiKey);
-      }
+      if (auth.mode === 'none') return [...INFERENCE_MODEL_TYPES];
+      await client.checkManagementAccess();
+      return await client.checkInferenceKey(auth.apiKey);
     } catch (error) {
       if (error instanceof EngineError) throw new ClusterRegistrationError(`${name}: ${error.message}`);
       throw error;

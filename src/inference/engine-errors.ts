@@ -40,7 +40,12 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
     const message = reason && passesAllowlist(reason) ? `The model refused the request: ${reason}` : 'The model refused the request as invalid.';
     return new AppError('VALIDATION_FAILED', message, { inference: { code: 'engine_rejected_request', status: 400 } });
   }
-  if (status === 401 || status === 403) {
+  if (isModelAccessRefusal(status, body)) {
+    log.error(
+      { engine_status: status, alert: 'cluster_key_model_access' },
+      "the engine refused the cluster's inference API key for this model only (the key is limited to some models): give it access to all models",
+    );
+  } else if (status === 401 || status === 403) {
     log.error({ engine_status: status }, "the engine refused the cluster's inference credential");
   }
   if (status >= 405 && status < 500) {
@@ -48,6 +53,14 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
   }
   // 5xx, 404 (the engine lost the model) and 401/403 (the cluster's credential): nothing the caller can fix.
   return upstreamFailure();
+}
+
+/**
+ * Xinference's 403 for a key limited to some model uids or types, about the one model called
+ * (`api/restful_api.py`, `_check_model_access`): the key is valid and the cluster stays usable.
+ */
+export function isModelAccessRefusal(status: number, body: string): boolean {
+  return status === 403 && /^API key does not have access to model\b/.test(validationReason(body) ?? '');
 }
 
 export function upstreamFailure(message = 'The model failed to answer.'): AppError {

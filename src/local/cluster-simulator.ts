@@ -151,7 +151,7 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
     });
   }
 
-  const inference = inferenceRoutes(cluster, generation);
+  const inference = inferenceRoutes(cluster, generation, auth && ((req, uid, type) => auth?.checkModelAccess(req, uid, type)));
   const startedAt = Date.now();
   let supervisorAddress = `${host}:0`;
 

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ModelPermission } from '../../src/local/simulator/auth.ts';
 import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser } from '../factories/accounts.ts';
@@ -6,18 +7,22 @@ import { deployment, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { keyClient } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { operatorCliIn } from '../helpers/operator-cli.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * Issue #32 item 21 (../shared/reviews/xinference-fidelity-24d823e.md, N1): every refused bearer
- * counts toward Xinference's ban of the platform's address, so once one process saw the engine
- * refuse a cluster's API key, the other processes stop sending it when the mark's notification
- * reaches them, not when their 2 s routing cache expires.
+ * Issue #32 items 21 and 22 (../shared/reviews/xinference-fidelity-24d823e.md, N1, N2): every
+ * refused bearer counts toward Xinference's ban of the platform's address, so once one process saw
+ * the engine refuse a cluster's API key, the other processes stop sending it when the mark's
+ * notification reaches them, not when their 2 s routing cache expires. A key limited to some
+ * models is refused for one model only: that fails the request, not the cluster, and registration
+ * reports which model types the key may call.
  */
 
 let app: TestApp;
 let other: ServiceProcess;
 let chat: Deployment;
+let embedder: Deployment;
 let key: string;
 
 const hello = [{ role: 'user' as const, content: 'hello' }];
@@ -28,7 +33,8 @@ beforeAll(async () => {
   other = await startServiceProcess(app, { ROLE: 'api' });
   const owner = await registeredUser(app);
   chat = await deployment(app, owner, 'running', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
-  key = (await apiKey(owner, [chat.id], { name: 'two processes' })).key;
+  embedder = await deployment(app, owner, 'running', { model_name: 'bge-m3' });
+  key = (await apiKey(owner, [chat.id, embedder.id], { name: 'two processes' })).key;
 }, 120_000);
 
 afterAll(async () => {
@@ -66,5 +72,55 @@ describe('an inference API key the engine refused (N1)', () => {
     auth.addApiKey(engineKey, 'admin');
     await app.container.clusters.check(LOCAL_CLUSTER_NAME);
     await waitUntil(async () => (await chatVia(other.url as string)).response.status === 200, 'the other process to serve again');
+  });
+});
+
+describe('an inference API key limited to some models (N2)', () => {
+  const llmOnly: ModelPermission[] = [{ permission_type: 'model_type', permission_value: 'LLM' }];
+
+  it('fails the request for a model the key may not call, with 502, and leaves the cluster serving the others', async () => {
+    const auth = app.simulator?.auth;
+    const engineKey = app.simulator?.credentials?.apiKey;
+    if (!auth || !engineKey) throw new Error('the simulator runs with authentication');
+    auth.addApiKey(engineKey, 'admin', llmOnly);
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const refused = await keyClient(app.url, key).POST('/v1/embeddings', { body: { model: embedder.id, input: 'x' } });
+        expect(refused.response.status).toBe(502);
+        expect(refused.error).toMatchObject({ error: { code: 'upstream_error', type: 'server_error' } });
+        expect(JSON.stringify(refused.error)).not.toContain('dep-');
+      }
+      expect((await chatVia(app.url)).response.status).toBe(200);
+      expect((await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status).toBe('active');
+    } finally {
+      auth.addApiKey(engineKey, 'admin');
+    }
+  });
+
+  it('is reported by `cluster register` and `cluster check`; a key that may call no model type is refused', async () => {
+    const simulator = app.simulator;
+    const credentials = simulator?.credentials;
+    if (!simulator || !credentials) throw new Error('the simulator runs with authentication');
+    simulator.auth?.addApiKey('xf-llm-only-key', 'admin', llmOnly);
+    simulator.auth?.addApiKey('xf-one-model-key', 'admin', [{ permission_type: 'model_id', permission_value: 'some-other-model' }]);
+    const cli = (...argv: string[]) =>
+      operatorCliIn(
+        { NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET ?? '', DATABASE_URL: app.databaseUrl, ADMIN_PASSWORD: credentials.adminPassword, LLM_ONLY: 'xf-llm-only-key', ONE_MODEL: 'xf-one-model-key' },
+        ...argv,
+      );
+    const register = (name: string, keyEnv: string) =>
+      cli('cluster', 'register', '--name', name, '--endpoint', simulator.url, '--admin-user', credentials.adminUser, '--admin-password-env', 'ADMIN_PASSWORD', '--api-key-env', keyEnv);
+
+    const limited = await register('gpu-llm-only', 'LLM_ONLY');
+    expect(limited).toMatchObject({ code: 0, stderr: '' });
+    expect(limited.stdout).toContain('warning: the inference API key may call only LLM models; the engine refuses it for embedding, rerank, image, audio models');
+    const checked = await cli('cluster', 'check', '--name', LOCAL_CLUSTER_NAME);
+    expect(checked.code).toBe(0);
+    expect(checked.stdout).toContain('the inference API key may call every model type (LLM, embedding, rerank, image, audio)');
+
+    const none = await register('gpu-one-model', 'ONE_MODEL');
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/the API key may call no model the platform launches/);
+    expect(await app.db('clusters').where({ name: 'gpu-one-model' }).first()).toBeUndefined();
   });
 });

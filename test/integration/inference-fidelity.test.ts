@@ -283,8 +283,8 @@ describe('engine refusals (M10)', () => {
     await waitUntil(async () => (await chatCompletion({ model: chat.id, messages: hello })).response.status === 200, 'the cluster to serve again');
   });
 
-  it('treats an engine 403 to the inference key (a key without access to the model) the same way', async () => {
-    stub.behave(CHAT, answers(403, { detail: `API key does not have access to model: ${chat.engine_model_uid}` }));
+  it('treats an engine 403 to the inference key (a key without the scope the route needs) the same way', async () => {
+    stub.behave(CHAT, answers(403, { detail: 'API keys can only access model query and inference endpoints' }));
     const refused = await chatCompletion({ model: chat.id, messages: hello });
     stub.behave(CHAT, undefined);
     expect(refused.response.status).toBe(502);

@@ -154,7 +154,9 @@ describe('cluster credentials at run time', () => {
       await expect(run('cluster', 'check', '--name', 'gpu-rotated')).rejects.toThrow(/refused the username or password/);
 
       own.auth?.resetPassword('admin', 'admin-password-1');
-      expect(await run('cluster', 'check', '--name', 'gpu-rotated')).toBe('cluster gpu-rotated: the engine accepts its credentials; status active');
+      expect(await run('cluster', 'check', '--name', 'gpu-rotated')).toBe(
+        'cluster gpu-rotated: the engine accepts its credentials; status active\nthe inference API key may call every model type (LLM, embedding, rerank, image, audio)',
+      );
       expect(await run('cluster', 'sync', '--name', 'gpu-rotated')).toContain('instance r0:30001');
     } finally {
       await own.stop();

@@ -20,7 +20,14 @@ export interface SimulatedApiKey {
   key: string;
   /** The username of the key's owner. */
   owner: string;
+  /** Which models the key may call; `all` when none are given (`auth_service.py`, `create_api_key_for_user`). */
+  modelPermissions?: ModelPermission[];
 }
+
+/** `api/oauth2/advanced/cache.py`, `ModelPermission`: every model, one model uid, or one model type (`LLM`, `embedding`, …). */
+export type ModelPermission = { permission_type: 'all'; permission_value: null } | { permission_type: 'model_id' | 'model_type'; permission_value: string };
+
+const ALL_MODELS: ModelPermission[] = [{ permission_type: 'all', permission_value: null }];
 
 export interface SimulatorAuthOptions {
   users?: SimulatedUser[];
@@ -81,7 +88,7 @@ export interface Principal {
 export class SimulatedAuth {
   readonly #secret = randomBytes(32);
   readonly #users = new Map<string, User>();
-  readonly #keys = new Map<string, { owner: string; enabled: boolean }>();
+  readonly #keys = new Map<string, { owner: string; enabled: boolean; modelPermissions: ModelPermission[] }>();
   readonly #refreshTokens = new Map<string, { userId: number; expiresAt: number }>();
   readonly #failures = new Map<string, FailureRecord>();
   readonly #expireSeconds: number;
@@ -100,7 +107,7 @@ export class SimulatedAuth {
     };
     let id = 0;
     for (const user of options.users ?? []) this.#users.set(user.username, { ...user, permissions: [...user.permissions], id: ++id, enabled: true, tokenVersion: 0 });
-    for (const key of options.apiKeys ?? []) this.#keys.set(key.key, { owner: key.owner, enabled: true });
+    for (const key of options.apiKeys ?? []) this.addApiKey(key.key, key.owner, key.modelPermissions);
   }
 
   /** `POST /token` (`api/oauth2/advanced/routes.py`, `advanced_login`; `auth_service.py`, `login`). */
@@ -196,8 +203,26 @@ export class SimulatedAuth {
     this.#users.set(user.username, { ...user, permissions: [...user.permissions], id: this.#users.size + 1, enabled: true, tokenVersion: 0 });
   }
 
-  addApiKey(key: string, owner: string): void {
-    this.#keys.set(key, { owner, enabled: true });
+  addApiKey(key: string, owner: string, modelPermissions: ModelPermission[] = ALL_MODELS): void {
+    this.#keys.set(key, { owner, enabled: true, modelPermissions: modelPermissions.length ? [...modelPermissions] : ALL_MODELS });
+  }
+
+  /**
+   * The inference routes' model check, after the scope check and before the model is looked up
+   * (`api/restful_api.py`, `_check_model_access`; `auth_service.py`, `validate_model_access`;
+   * `cache.py`, `has_model_access`): an API key needs `all`, the model's uid or the route's model
+   * type, else 403. A user's token passed the scope check, which is what a user needs.
+   */
+  checkModelAccess(req: IncomingMessage, modelUid: string, modelType: string): void {
+    const key = this.#keys.get(bearer(req) ?? '');
+    if (!key) return;
+    const allowed = key.modelPermissions.some(
+      (p) => p.permission_type === 'all' || (p.permission_type === 'model_id' && p.permission_value === modelUid) || (p.permission_type === 'model_type' && p.permission_value === modelType),
+    );
+    if (!allowed) {
+      this.refusals[403]++;
+      throw new SimulatorError(403, `API key does not have access to model: ${modelUid}`);
+    }
   }
 
   /** Deletes an API key: it becomes an unknown `xf-` key, which counts toward the ban. */

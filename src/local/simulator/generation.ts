@@ -65,7 +65,10 @@ const WORDS = [
 
 export type InferenceRoutes = ReturnType<typeof inferenceRoutes>;
 
-export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationSettings) {
+/** The auth's model check of an inference route (`SimulatedAuth.checkModelAccess`); none without auth. */
+export type ModelAccessCheck = (req: IncomingMessage, modelUid: string, modelType: string) => void;
+
+export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationSettings, checkModelAccess: ModelAccessCheck = () => undefined) {
   const activeGenerations = new Set<Generation>();
   const counters = { abortedRequests: 0, generatedTokens: 0 };
 
@@ -113,6 +116,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (body.logit_bias !== undefined && body.logit_bias !== null) throw new SimulatorError(501, 'Not implemented');
     const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
     if (messages.length === 0) throw valueError('Invalid input. Please specify the prompt.');
+    checkModelAccess(req, body.model, 'LLM');
     const model = cluster.serving(body.model);
     requireAbility(model, 'LLM', 'chat');
     // core/model.py, chat: a family with only `generate` (codestral-v0.1) has no chat on vLLM.
@@ -218,6 +222,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (!body) return;
     if (typeof body.model !== 'string') return pydanticError(res, 'CreateEmbeddingRequest', 'model');
     if (body.input === undefined) return pydanticError(res, 'CreateEmbeddingRequest', 'input');
+    checkModelAccess(req, body.model, 'embedding');
     const model = cluster.serving(body.model);
     requireAbility(model, 'embedding', 'creating embedding');
     const inputs: unknown[] =
@@ -247,6 +252,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (typeof body.model !== 'string') return pydanticError(res, 'RerankRequest', 'model');
     if (typeof body.query !== 'string') return pydanticError(res, 'RerankRequest', 'query');
     if (!Array.isArray(body.documents) || !body.documents.every((d) => typeof d === 'string')) return pydanticError(res, 'RerankRequest', 'documents');
+    checkModelAccess(req, body.model, 'rerank');
     const model = cluster.serving(body.model);
     requireAbility(model, 'rerank', 'reranking');
     const query = body.query;
@@ -278,6 +284,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     const body = await readJsonObject(req, res);
     if (!body) return;
     if (typeof body.model !== 'string') return pydanticError(res, 'TextToImageRequest', 'model');
+    checkModelAccess(req, body.model, 'image');
     const model = cluster.serving(body.model);
     requireAbility(model, 'image', 'txt2img');
     const prompt = typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.prompt ?? '');
@@ -307,6 +314,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (missing.length > 0) {
       return sendJson(res, 422, { detail: missing.map((field) => ({ type: 'missing', loc: ['body', field], msg: 'Field required', input: null })) });
     }
+    checkModelAccess(req, form.fields.get('model') ?? '', 'audio');
     const model = cluster.serving(form.fields.get('model'));
     requireAbility(model, 'audio', 'creating transcriptions');
     const text = `Simulated transcription of ${form.fileBytes} bytes of audio.`;

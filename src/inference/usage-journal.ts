@@ -1,13 +1,30 @@
-import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { createHash, createHmac, randomBytes } from 'node:crypto';
+import { closeSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import path from 'node:path';
 import type { Logger } from 'pino';
+import { constantTimeEqual } from '../crypto.ts';
 
 /** After a failed append, how long the journal is not tried again (the caller commits to the database meanwhile). */
 const RETRY_AFTER_MS = 5_000;
 
 const SEGMENT = /^(?<host>.+)\.(?<pid>\d+)\.(?<token>[0-9a-f]{16})\.(?<sequence>\d+)\.jsonl$/;
+
+/** The purpose of the key (derived from `APP_SECRET`, src/crypto.ts) that signs each journal line. */
+export const USAGE_JOURNAL_KEY_PURPOSE = 'usage-journal';
+
+/** Why a journal directory may not be used (anyone else who can write in it can plant usage), or undefined when it may. */
+export function unsafeDirectoryReason(dir: string): string | undefined {
+  const stat = lstatSync(dir);
+  if (stat.isSymbolicLink()) return 'it is a symbolic link';
+  if (!stat.isDirectory()) return 'it is not a directory';
+  const uid = process.getuid?.();
+  if (uid !== undefined && stat.uid !== uid) return `it is owned by user ${stat.uid}, not by this process's user ${uid}`;
+  if (stat.mode & 0o022) return `its group or other users may write in it (mode ${(stat.mode & 0o777).toString(8).padStart(4, '0')})`;
+  return undefined;
+}
+
+class UnsafeJournalDirectory extends Error {}
 
 /**
  * The usage write-ahead journal (issue #12: "group-commit it before the answer's last bytes, or
@@ -27,6 +44,12 @@ const SEGMENT = /^(?<host>.+)\.(?<pid>\d+)\.(?<token>[0-9a-f]{16})\.(?<sequence>
  * process's id in an earlier life, as PID 1 in a restarted container) apart. The directory is meant
  * for one database and one machine (Kubernetes: the pod's `emptyDir`, which outlives a container
  * restart); segments of another machine are left alone.
+ *
+ * Nothing in the directory is trusted for being there (issue #32 item 17): it is created with mode
+ * 0700 and refused (no journal: usage is committed before answers end) when it is a symbolic link,
+ * another user's, or writable by the group or others; each line is `<HMAC> <JSON>`, the HMAC-SHA-256
+ * of the JSON under a key derived from `APP_SECRET`, and a line read back without a valid one is
+ * skipped with an alert, its segment kept aside as `….jsonl.refused` for an operator to look at.
  */
 export class UsageJournal {
   readonly #dir: string;
@@ -43,10 +66,15 @@ export class UsageJournal {
   #pending: string[] = [];
   #group: Promise<boolean> | undefined;
   #settleGroup: ((written: boolean) => void) | undefined;
+  readonly #key: Buffer;
+  /** Orphan segments that held a line without a valid HMAC: kept aside instead of deleted. */
+  readonly #refused = new Set<string>();
 
-  constructor(dir: string, log: Logger) {
+  /** `key`: the journal's HMAC key (`Keyring.key(USAGE_JOURNAL_KEY_PURPOSE)`). */
+  constructor(dir: string, log: Logger, key: Buffer) {
     this.#dir = dir;
     this.#log = log;
+    this.#key = key;
   }
 
   get directory(): string {
@@ -63,7 +91,7 @@ export class UsageJournal {
    */
   append(line: string): Promise<boolean> | undefined {
     if (this.#fd === undefined && Date.now() < this.#retryAt) return undefined;
-    this.#pending.push(line);
+    this.#pending.push(`${this.#mac(line)} ${line}`);
     if (!this.#group) {
       this.#group = new Promise((resolve) => (this.#settleGroup = resolve));
       setImmediate(() => this.#writePending());
@@ -85,7 +113,8 @@ export class UsageJournal {
       settle?.(true);
     } catch (error) {
       // A partly written line is skipped when the segment is read back; nothing more goes after it.
-      this.#log.error({ err: error, dir: this.#dir }, 'the usage journal could not be written; usage is stored before answers end instead');
+      const alert = error instanceof UnsafeJournalDirectory ? { alert: 'usage_journal_directory_refused', reason: error.message } : {};
+      this.#log.error({ err: error, dir: this.#dir, ...alert }, 'the usage journal could not be written; usage is stored before answers end instead');
       this.#retryAt = Date.now() + RETRY_AFTER_MS;
       this.#fd = this.#closed(this.#fd);
       settle?.(false);
@@ -126,11 +155,20 @@ export class UsageJournal {
 
   /**
    * The segments of processes that are gone, each with its records' JSON texts (a line cut short by
-   * the kill is skipped); `done(file)` deletes one once its records are stored.
+   * the kill is skipped, and so is, with an alert, a line without a valid HMAC); `done(file)`
+   * deletes one once its records are stored. Nothing is read from a directory that may not be used.
    */
   orphans(): Array<{ file: string; lines: string[] }> {
     let names: string[];
     try {
+      const unsafe = unsafeDirectoryReason(this.#dir);
+      if (unsafe) {
+        this.#log.error(
+          { dir: this.#dir, alert: 'usage_journal_directory_refused', reason: unsafe },
+          `the usage journal directory is refused, and the segments in it are not read: ${unsafe}`,
+        );
+        return [];
+      }
       names = readdirSync(this.#dir);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') return [];
@@ -141,24 +179,46 @@ export class UsageJournal {
       const owner = SEGMENT.exec(name)?.groups;
       if (!owner || !this.#isOrphan(owner as { host: string; pid: string; token: string })) continue;
       const file = path.join(this.#dir, name);
-      const lines: string[] = [];
-      for (const line of readFileSync(file, 'utf8').split('\n')) {
-        if (!line) continue;
-        try {
-          JSON.parse(line);
-          lines.push(line);
-        } catch {
-          this.#log.warn({ file }, 'a usage journal line cut short by a killed process was skipped');
-        }
-      }
-      found.push({ file, lines });
+      found.push({ file, lines: this.#authentic(file) });
     }
     return found;
   }
 
-  /** Deletes a segment `orphans` gave once its records are stored. */
+  /** The JSON texts of a segment's lines that carry a valid HMAC. */
+  #authentic(file: string): string[] {
+    const lines = readFileSync(file, 'utf8').split('\n');
+    // What follows the last newline is a line the kill cut short (every write ends with one).
+    if (lines.pop()) this.#log.warn({ file }, 'a usage journal line cut short by a killed process was skipped');
+    const authentic: string[] = [];
+    let forged = 0;
+    for (const line of lines) {
+      const space = line.indexOf(' ');
+      const json = line.slice(space + 1);
+      if (space > 0 && constantTimeEqual(line.slice(0, space), this.#mac(json))) authentic.push(json);
+      else forged += 1;
+    }
+    if (forged) {
+      this.#refused.add(file);
+      this.#log.error(
+        { file, alert: 'usage_journal_forged', lines: forged, stored: authentic.length },
+        'usage journal lines without a valid HMAC were skipped (planted or altered); the segment is kept as .refused',
+      );
+    }
+    return authentic;
+  }
+
+  /** Deletes a segment `orphans` gave once its records are stored; one that held forged lines is kept aside. */
   done(file: string): void {
-    this.#remove(file);
+    if (!this.#refused.delete(file)) return this.#remove(file);
+    try {
+      renameSync(file, `${file}.refused`);
+    } catch (error) {
+      this.#log.warn({ err: error, file }, 'a refused usage journal segment could not be set aside');
+    }
+  }
+
+  #mac(json: string): string {
+    return createHmac('sha256', this.#key).update(json).digest('base64url');
   }
 
   #isOrphan(owner: { host: string; pid: string; token: string }): boolean {
@@ -176,6 +236,8 @@ export class UsageJournal {
 
   #open(): number {
     mkdirSync(this.#dir, { recursive: true, mode: 0o700 });
+    const unsafe = unsafeDirectoryReason(this.#dir);
+    if (unsafe) throw new UnsafeJournalDirectory(`the usage journal directory is refused: ${unsafe}`);
     this.#sequence += 1;
     const segment = path.join(this.#dir, `${this.#host}.${process.pid}.${this.#token}.${this.#sequence}.jsonl`);
     const fd = openSync(segment, 'a', 0o600);

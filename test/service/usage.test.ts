@@ -7,9 +7,10 @@ import path from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import { Keyring } from '../../src/crypto.ts';
 import type { NewUsageRecord } from '../../src/inference/inference.repository.ts';
 import { UsageRecorder, type UsageRecord } from '../../src/inference/usage.ts';
-import { UsageJournal } from '../../src/inference/usage-journal.ts';
+import { USAGE_JOURNAL_KEY_PURPOSE, UsageJournal } from '../../src/inference/usage-journal.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { startServices, type Services } from '../helpers/services.ts';
 
@@ -129,12 +130,12 @@ function journalRow(requestId: string): NewUsageRecord {
 async function processJournaling(dir: string, rows: NewUsageRecord[], stay = false): Promise<ChildProcess> {
   const script = `
     import { UsageJournal } from ${JSON.stringify(path.resolve('src/inference/usage-journal.ts'))};
-    const journal = new UsageJournal(process.env.JOURNAL_DIR, { error() {}, warn() {} });
+    const journal = new UsageJournal(process.env.JOURNAL_DIR, { error() {}, warn() {} }, Buffer.from(process.env.JOURNAL_KEY, 'base64'));
     for (const row of JSON.parse(process.env.ROWS)) journal.append(JSON.stringify(row));
     process.stdout.write('appended\\n');
     if (process.env.STAY) setInterval(() => undefined, 60_000);`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
-    env: { ...process.env, JOURNAL_DIR: dir, ROWS: JSON.stringify(rows), ...(stay ? { STAY: '1' } : {}) },
+    env: { ...process.env, JOURNAL_DIR: dir, JOURNAL_KEY: journalKey.toString('base64'), ROWS: JSON.stringify(rows), ...(stay ? { STAY: '1' } : {}) },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   await new Promise<void>((resolve, reject) => {
@@ -145,6 +146,7 @@ async function processJournaling(dir: string, rows: NewUsageRecord[], stay = fal
   return child;
 }
 
+const journalKey = new Keyring('usage journal tests').key(USAGE_JOURNAL_KEY_PURPOSE);
 const segmentsIn = async (dir: string) => (await readdir(dir)).filter((name) => name.endsWith('.jsonl'));
 
 describe('the usage journal', () => {
@@ -153,7 +155,7 @@ describe('the usage journal', () => {
     dir = await mkdtemp(path.join(tmpdir(), 'usage-journal-'));
   });
   afterEach(() => rm(dir, { recursive: true, force: true }));
-  const journaled = () => new UsageRecorder(services.db, services.log, { journal: new UsageJournal(dir, services.log) });
+  const journaled = () => new UsageRecorder(services.db, services.log, { journal: new UsageJournal(dir, services.log, journalKey) });
 
   it('holds a complete answer\'s usage without a database round trip, and drops its segment once the batch is stored', async () => {
     const usages = journaled();
@@ -161,7 +163,8 @@ describe('the usage journal', () => {
     await Promise.all([usages.commit(usage({ requestId: 'journaled' })), usages.commit(usage({ requestId: 'journaled' }))]);
     const [segment] = await segmentsIn(dir);
     const lines = (await readFile(path.join(dir, segment as string), 'utf8')).trimEnd().split('\n');
-    expect(lines.map((line) => JSON.parse(line) as unknown)).toEqual([expect.objectContaining({ request_id: 'journaled' }), expect.objectContaining({ request_id: 'journaled' })]);
+    // Each line is `<HMAC> <JSON>`.
+    expect(lines.map((line) => JSON.parse(line.slice(line.indexOf(' ') + 1)) as unknown)).toEqual([expect.objectContaining({ request_id: 'journaled' }), expect.objectContaining({ request_id: 'journaled' })]);
     expect(await rowsLabelled('journaled')).toEqual([]);
     await usages.flush();
     expect(await rowsLabelled('journaled')).toHaveLength(2);
@@ -204,7 +207,7 @@ describe('the usage journal', () => {
   it('commits before the answer ends when the journal cannot be written', async () => {
     const notADirectory = path.join(dir, 'a-file');
     await writeFile(notADirectory, '');
-    const usages = new UsageRecorder(services.db, services.log, { journal: new UsageJournal(notADirectory, services.log) });
+    const usages = new UsageRecorder(services.db, services.log, { journal: new UsageJournal(notADirectory, services.log, journalKey) });
     const committed = usages.commit(usage({ requestId: 'journal-unwritable' }));
     expect(committed).toBeInstanceOf(Promise);
     await committed;

@@ -1170,8 +1170,7 @@ export interface paths {
         /**
          * Create an API key
          * @description Creates an `active` key scoped to the given deployments of the organization and returns its
-         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise) and a
-         *     verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). 422
+         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise). 422
          *     `VALIDATION_FAILED` when a deployment id is not one of the organization's deployments (or is
          *     `terminated`) or `expires_at` is not in the future.
          */
@@ -1254,10 +1253,7 @@ export interface paths {
          * @description Invites an email to the organization with a role (default `member`). The invitation starts
          *     `pending`, expires after 7 days, and its email is queued at once (`email_status` `queued`,
          *     `email_sent_at` `null` until it goes out). Needs role admin or super_admin; only a super_admin
-         *     may invite an `admin` (403 `FORBIDDEN` otherwise), and a verified email (403
-         *     `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). An organization sends at most
-         *     `INVITATIONS_PER_DAY` invitations (default 50) in 24 hours, resends included: past that, 429
-         *     `RATE_LIMITED` with `Retry-After`. Emails are compared case-insensitively.
+         *     may invite an `admin` (403 `FORBIDDEN` otherwise). Emails are compared case-insensitively.
          *     409 `INVITATION_ALREADY_PENDING`: the email already has a pending invitation to this
          *     organization; resend it instead. 409 `ALREADY_A_MEMBER`: the email belongs to a member.
          *     An email whose earlier invitation expired, was rejected or revoked may be invited again.
@@ -1311,8 +1307,7 @@ export interface paths {
          *     while `email_sent_at` keeps the time of the last email that went out until the new one does.
          *     A `pending` or `expired` invitation may be resent; resending an expired one makes it `pending`
          *     again. Needs role admin or super_admin (403 `FORBIDDEN` otherwise), and only a super_admin may
-         *     resend an invitation for the `admin` role; and a verified email (403 `EMAIL_NOT_VERIFIED`). A
-         *     resend counts toward the organization's `INVITATIONS_PER_DAY` (429 `RATE_LIMITED` past it).
+         *     resend an invitation for the `admin` role.
          *     404 `INVITATION_NOT_FOUND`: no invitation with this id belongs to the caller's organization.
          *     409 `INVITATION_NOT_PENDING`: the invitation was accepted, rejected or revoked.
          */
@@ -1409,8 +1404,7 @@ export interface paths {
          * @description Creates an `enabled` endpoint and returns its signing secret once (`whsec_…`). The URL is
          *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused,
          *     or when the organization already has 20 endpoints (the most it may have). Needs role admin or
-         *     super_admin and a verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed
-         *     link).
+         *     super_admin.
          */
         post: operations["createWebhookEndpoint"];
         delete?: never;
@@ -2626,10 +2620,7 @@ export interface components {
             /** @description The key's limits; an omitted or `null` field takes the organization's default. */
             limits?: components["schemas"]["ApiKeyLimitsChange"];
         };
-        /**
-         * @description A chat-completion request (the hosted OpenAI schema, plus the engine extensions `top_k` and
-         *     `repetition_penalty`). A top-level field not listed here answers 400 `unsupported_parameter`.
-         */
+        /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateChatCompletionRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description The conversation so far: 1 to 2048 messages. */
@@ -2701,18 +2692,8 @@ export interface components {
             tool_choice?: ("none" | "auto" | "required") | components["schemas"]["ChatNamedToolChoice"];
             /** @description The output format. */
             response_format?: components["schemas"]["ResponseFormatText"] | components["schemas"]["ResponseFormatJsonObject"] | components["schemas"]["ResponseFormatJsonSchema"];
-            /**
-             * Format: int32
-             * @description Engine extension (Xinference, vLLM): sample only from the `top_k` most likely tokens; `-1` (or
-             *     `0` on some engines) turns it off.
-             */
-            top_k?: number | null;
-            /**
-             * Format: double
-             * @description Engine extension (Xinference, vLLM): penalizes tokens already in the prompt or the output;
-             *     `1` is none, above 1 discourages repetition.
-             */
-            repetition_penalty?: number | null;
+        } & {
+            [key: string]: unknown;
         };
         /** @description Opens a checkout session that saves a card. Unknown fields are rejected. */
         CreateCheckoutSetupSessionRequest: {
@@ -2735,7 +2716,7 @@ export interface components {
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
         };
-        /** @description An embeddings request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
+        /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateEmbeddingRequest: {
             /**
              * @description Text to embed: a string, an array of up to 2048 strings, an array of up to 65536 token ids, or
@@ -2757,8 +2738,10 @@ export interface components {
             dimensions?: number;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
+        } & {
+            [key: string]: unknown;
         };
-        /** @description An image-generation request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
+        /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
         CreateImageRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description What to draw. */
@@ -2787,6 +2770,8 @@ export interface components {
             style?: string | null;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
+        } & {
+            [key: string]: unknown;
         };
         /** @description Whom to invite, and with which role. Unknown fields are rejected. */
         CreateInvitationRequest: {
@@ -2810,8 +2795,7 @@ export interface components {
             return_url?: string;
         };
         /**
-         * @description A rerank request (the Xinference / Cohere schema). A top-level field not listed here answers 400
-         *     `unsupported_parameter`;
+         * @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine;
          *     the proxy sets `return_len: true` so that the engine counts tokens (`meta.tokens`) for metering.
          */
         CreateRerankRequest: {
@@ -2830,6 +2814,8 @@ export interface components {
              * @default false
              */
             return_documents?: boolean | null;
+        } & {
+            [key: string]: unknown;
         };
         CreateTranscriptionRequest: {
             /**
@@ -5965,13 +5951,9 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
-             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
-             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -6005,9 +5987,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -7960,13 +7941,9 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
-             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
-             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -8000,9 +7977,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -8272,13 +8248,9 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
-             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
-             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -8312,9 +8284,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -8575,13 +8546,9 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
-             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
-             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -8615,9 +8582,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -9745,9 +9711,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -10401,10 +10366,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
-             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
-             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
-             *     operation's `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10935,10 +10898,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
-             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
-             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
-             *     operation's `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10975,21 +10936,6 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
-                    "X-Request-Id": components["headers"]["X-Request-Id"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
-            429: {
-                headers: {
-                    /**
-                     * @description Seconds to wait before trying again.
-                     * @example 1
-                     */
-                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11163,10 +11109,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
-             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
-             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
-             *     operation's `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -11200,21 +11144,6 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
-                    "X-Request-Id": components["headers"]["X-Request-Id"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
-            429: {
-                headers: {
-                    /**
-                     * @description Seconds to wait before trying again.
-                     * @example 1
-                     */
-                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11686,10 +11615,8 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
-             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
-             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
-             *     operation's `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -12481,13 +12408,9 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
-             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
-             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
-             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
+             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
+             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
              */
             400: {
                 headers: {
@@ -12521,9 +12444,8 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
-             *     above; or a session of an account whose email is not verified yet calling a hosted model),
-             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
+             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {

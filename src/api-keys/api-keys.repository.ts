@@ -38,7 +38,7 @@ function limitsObject(table: string): string {
 }
 
 /** A key as the API shows it (without its scope): its times as the API writes them. */
-export type ApiKeyView = Pick<ApiKeyRow, 'id' | 'organization_id' | 'name' | 'key_prefix' | 'status' | 'allow_hosted_models'> &
+export type ApiKeyView = Pick<ApiKeyRow, 'id' | 'organization_id' | 'created_by_user_id' | 'name' | 'key_prefix' | 'status' | 'allow_hosted_models'> &
   LimitColumns & { expires_at: string | null; last_used_at: string | null; revoked_at: string | null; created_at: string };
 
 const KEY_TIMES = ['expires_at', 'last_used_at', 'revoked_at', 'created_at'] as const satisfies ReadonlyArray<keyof ApiKeyView>;
@@ -52,6 +52,7 @@ function keyViews(db: Db) {
   return db('api_keys').select(
     'id',
     'organization_id',
+    'created_by_user_id',
     'name',
     'key_prefix',
     'status',
@@ -107,6 +108,16 @@ export async function revokeKey(db: Db, organizationId: number, keyId: number): 
     .patch({ status: 'revoked', revoked_at: db.raw('coalesce(revoked_at, now())') })
     .returning('*');
   return row;
+}
+
+/** Revokes the keys the user created in the organization that are not revoked yet; their ids. */
+export async function revokeKeysCreatedBy(db: Db, organizationId: number, userId: number): Promise<number[]> {
+  const rows = await ApiKeyRow.query(db)
+    .where({ organization_id: organizationId, created_by_user_id: userId })
+    .whereNot({ status: 'revoked' })
+    .patch({ status: 'revoked', revoked_at: db.raw('coalesce(revoked_at, now())') })
+    .returning('id');
+  return rows.map((row) => row.id);
 }
 
 /** Replaces a key's scope. */

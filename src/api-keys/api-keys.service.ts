@@ -314,6 +314,7 @@ function toApiKeys(rows: readonly ApiKeyView[], scopes: ReadonlyArray<ScopedDepl
   return rows.map((row) => ({
     id: row.id,
     organization_id: row.organization_id,
+    created_by_user_id: row.created_by_user_id,
     name: row.name,
     key_prefix: row.key_prefix,
     status: row.status,

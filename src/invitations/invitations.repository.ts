@@ -116,6 +116,11 @@ export async function revokeInvitation(db: Db, invitationId: number): Promise<vo
   await InvitationRow.query(db).findById(invitationId).patch({ status: 'revoked' });
 }
 
+/** Revokes the invitations to the organization the user sent that are still pending (lapsed or not); how many. */
+export async function revokePendingInvitationsBy(db: Db, organizationId: number, userId: number): Promise<number> {
+  return InvitationRow.query(db).where({ organization_id: organizationId, invited_by_user_id: userId, status: 'pending' }).patch({ status: 'revoked' });
+}
+
 /** Records the invitee's answer; an accepted invitation names the user who joined. */
 export async function recordAnswer(db: Db, invitationId: number, answer: { status: 'accepted'; userId: number } | { status: 'rejected' }): Promise<void> {
   await InvitationRow.query(db)

@@ -32,7 +32,7 @@ export function organizationHandlers(deps: {
     }),
     removeMember: async (context) => {
       const principal = context.auth;
-      await organizations.removeMember(principal, context.params.user_id);
+      await organizations.removeMember(principal, context.params.user_id, { keepCredentials: context.query.keep_credentials === true });
       // Leaving ends the sessions in this organization, this one included.
       if (context.params.user_id === principal.user.id) cookies.clear(context.res);
       return { status: 204, body: undefined };

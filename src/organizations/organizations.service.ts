@@ -3,12 +3,16 @@ import type { components } from '../../generated/api.d.ts';
 import { setCurrentOrganization, clearCurrentOrganization } from '../accounts/accounts.repository.ts';
 import { requireOrganization, roleAtLeast, type Role, type SessionPrincipal } from '../accounts/principal.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
+import type { ApiKeysService } from '../api-keys/api-keys.service.ts';
+import { revokeKeysCreatedBy } from '../api-keys/api-keys.repository.ts';
 import { insertBillingAccount } from '../billing/billing.repository.ts';
 import { randomToken } from '../crypto.ts';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import type { OrganizationRow } from '../db/models/organizations.ts';
 import { retryingTransaction } from '../db/transactions.ts';
 import { transferDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
+import { revokePendingInvitationsBy } from '../invitations/invitations.repository.ts';
 import { notBlank } from '../validation.ts';
 import {
   deleteMembership,
@@ -40,11 +44,13 @@ const GUARDED_ROLES: ReadonlySet<Role> = new Set(['admin', 'super_admin']);
 export class OrganizationsService {
   readonly #db: Knex;
   readonly #sessions: SessionStore;
+  readonly #apiKeys: Pick<ApiKeysService, 'forget'>;
   readonly #maxActiveResources: number;
 
-  constructor(deps: { db: Knex; sessions: SessionStore; maxActiveResources: number }) {
+  constructor(deps: { db: Knex; sessions: SessionStore; apiKeys: Pick<ApiKeysService, 'forget'>; maxActiveResources: number }) {
     this.#db = deps.db;
     this.#sessions = deps.sessions;
+    this.#apiKeys = deps.apiKeys;
     this.#maxActiveResources = deps.maxActiveResources;
   }
 
@@ -104,17 +110,19 @@ export class OrganizationsService {
   /**
    * Removes a member (or the caller, who leaves). In the same transaction their sessions in this
    * organization end, and their deployments here pass to the caller (or, when they leave, to the
-   * longest-standing super_admin). API keys and invitations belong to the organization and stay.
-   * A transaction Postgres breaks on a deadlock with another one (a provisioning step of one of the
+   * longest-standing super_admin). The API keys they created here and their pending invitations
+   * here are revoked (every process drops the keys from its cache on commit), unless the caller
+   * chose to keep them (`keepCredentials`): an evicted admin leaves nothing that still works. A
+   * transaction Postgres breaks on a deadlock with another one (a provisioning step of one of the
    * deployments, say) runs again.
    */
-  async removeMember(principal: SessionPrincipal, userId: number): Promise<void> {
+  async removeMember(principal: SessionPrincipal, userId: number, options: { keepCredentials?: boolean } = {}): Promise<void> {
     const organization = requireOrganization(principal);
     const leaving = userId === principal.user.id;
     if (!leaving && !roleAtLeast(principal.role, 'admin')) {
       throw new AppError('FORBIDDEN', `Removing a member needs the role admin or higher in ${organization.name}; you may only leave it yourself.`);
     }
-    await retryingTransaction(this.#db, async (trx) => {
+    const revokedKeys = await retryingTransaction(this.#db, async (trx) => {
       const { member, actorRole } = await lockForChange(trx, organization, principal, userId);
       if (!leaving && !roleAtLeast(actorRole, 'admin')) throw new AppError('FORBIDDEN', 'Removing a member needs the role admin or higher.');
       if (!leaving && GUARDED_ROLES.has(member.role) && !roleAtLeast(actorRole, 'super_admin')) {
@@ -126,7 +134,13 @@ export class OrganizationsService {
       await deleteMembership(trx, member.id);
       await clearCurrentOrganization(trx, userId, organization.id);
       await this.#sessions.invalidateInOrganization(trx, userId, organization.id);
+      if (options.keepCredentials) return [];
+      const keyIds = await revokeKeysCreatedBy(trx, organization.id, userId);
+      for (const keyId of keyIds) await announceChange(trx, CHANGE_CHANNELS.apiKey, keyId);
+      await revokePendingInvitationsBy(trx, organization.id, userId);
+      return keyIds;
     });
+    for (const keyId of revokedKeys) this.#apiKeys.forget(keyId);
   }
 }
 

@@ -206,19 +206,72 @@ describe('removing a member', () => {
     expect((await membersOf(owner.api)).map((m) => m.user_id)).not.toContain(viewerId);
   });
 
-  it('passes the removed member’s deployments to the remover and leaves the API keys they made working', async () => {
+  it('passes the removed member’s deployments to the remover', async () => {
     const { super_admin: owner, admin } = await team(app);
     const made = await deployment(app, admin, 'requested');
     expect(made.user_id).toBe(String(admin.user.id));
-    const { key, id } = await apiKey(admin, [made.id], { name: 'made by the admin' });
 
     expect(await statusOf(remove(owner.api, admin.user.id))).toBe(204);
 
     const owned = (await owner.api.GET('/api/v1/model-deployments')).data;
     expect(owned?.items).toContainEqual(expect.objectContaining({ id: made.id, user_id: String(owner.user.id) }));
-    const keys = (await owner.api.GET('/v1/organization/api-keys')).data;
-    expect(keys?.items.find((k) => k.id === id)?.status).toBe('active');
+  });
+
+  it('evicts a hijacked admin’s API keys and pending invitations with them: the key gets 401, the invitation can no longer be accepted', async () => {
+    const { super_admin: owner, admin } = await team(app);
+    const made = await deployment(app, admin, 'requested');
+    const backdoor = await apiKey(admin, [made.id], { name: 'made by the admin', allow_hosted_models: true });
+    const ownersKey = await apiKey(owner, [made.id], { name: 'made by the owner' });
+    const email = `accomplice-${Date.now()}@example.com`;
+    const { invitation, token } = await invite(app, admin, email, 'member');
+    const keys = (await owner.api.GET('/v1/organization/api-keys')).data?.items ?? [];
+    expect(keys.find((k) => k.id === backdoor.id)?.created_by_user_id).toBe(admin.user.id);
+    expect(keys.find((k) => k.id === ownersKey.id)?.created_by_user_id).toBe(owner.user.id);
+    // Used once before the removal: the key is in this process's cache too.
+    expect(await statusOf(keyClient(app.url, backdoor.key).GET('/v1/models'))).toBe(200);
+
+    expect(await statusOf(remove(owner.api, admin.user.id))).toBe(204);
+
+    const { error, response } = await keyClient(app.url, backdoor.key).GET('/v1/models');
+    expect(response.status).toBe(401);
+    expect(error).toMatchObject({ error: { code: 'api_key_revoked' } });
+    const after = (await owner.api.GET('/v1/organization/api-keys')).data?.items ?? [];
+    expect(after.find((k) => k.id === backdoor.id)).toMatchObject({ status: 'revoked', created_by_user_id: admin.user.id });
+    expect(after.find((k) => k.id === ownersKey.id)?.status).toBe('active');
+    expect(await statusOf(keyClient(app.url, ownersKey.key).GET('/v1/models'))).toBe(200);
+    const invitations = (await owner.api.GET('/v1/organization/invitations')).data ?? [];
+    expect(invitations.find((i) => i.id === invitation.id)).toMatchObject({ status: 'revoked', invited_by_user_id: admin.user.id });
+    const register = await new Browser(app.url).api.POST('/v1/invitations/register', { body: { token, password: PASSWORD } });
+    expect(register.response.status).toBe(409);
+    expect(register.error?.code).toBe('INVITATION_NOT_PENDING');
+    expect((await membersOf(owner.api)).map((m) => m.email)).not.toContain(email);
+  });
+
+  it('revokes the keys and pending invitations of a member who leaves', async () => {
+    const { super_admin: owner, admin } = await team(app);
+    const { key, id } = await apiKey(admin, [], { allow_hosted_models: true });
+    const { invitation } = await invite(app, admin, `leaver-${Date.now()}@example.com`, 'viewer');
+    expect(await statusOf(remove(admin.api, admin.user.id))).toBe(204);
+    expect(await statusOf(keyClient(app.url, key).GET('/v1/models'))).toBe(401);
+    expect((await owner.api.GET('/v1/organization/api-keys')).data?.items.find((k) => k.id === id)?.status).toBe('revoked');
+    expect((await owner.api.GET('/v1/organization/invitations')).data?.find((i) => i.id === invitation.id)?.status).toBe('revoked');
+  });
+
+  it('keeps the removed member’s keys and pending invitations when the remover chooses to (keep_credentials=true)', async () => {
+    const { super_admin: owner, admin } = await team(app);
+    const { key, id } = await apiKey(admin, [], { allow_hosted_models: true });
+    const email = `kept-${Date.now()}@example.com`;
+    const { token } = await invite(app, admin, email, 'member');
+
+    const { response } = await owner.api.DELETE('/v1/organization/members/{user_id}', {
+      params: { path: { user_id: admin.user.id }, query: { keep_credentials: true } },
+    });
+    expect(response.status).toBe(204);
+
+    expect((await owner.api.GET('/v1/organization/api-keys')).data?.items.find((k) => k.id === id)?.status).toBe('active');
     expect(await statusOf(keyClient(app.url, key).GET('/v1/models'))).toBe(200);
+    expect(await statusOf(new Browser(app.url).api.POST('/v1/invitations/register', { body: { token, password: PASSWORD } }))).toBe(201);
+    expect((await membersOf(owner.api)).map((m) => m.email)).toContain(email);
   });
 
   it('passes the deployments of a member who leaves to the longest-standing super_admin', async () => {

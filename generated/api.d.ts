@@ -1170,7 +1170,8 @@ export interface paths {
         /**
          * Create an API key
          * @description Creates an `active` key scoped to the given deployments of the organization and returns its
-         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise). 422
+         *     secret once, as `key`. Needs role admin or super_admin (403 `FORBIDDEN` otherwise) and a
+         *     verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). 422
          *     `VALIDATION_FAILED` when a deployment id is not one of the organization's deployments (or is
          *     `terminated`) or `expires_at` is not in the future.
          */
@@ -1253,7 +1254,10 @@ export interface paths {
          * @description Invites an email to the organization with a role (default `member`). The invitation starts
          *     `pending`, expires after 7 days, and its email is queued at once (`email_status` `queued`,
          *     `email_sent_at` `null` until it goes out). Needs role admin or super_admin; only a super_admin
-         *     may invite an `admin` (403 `FORBIDDEN` otherwise). Emails are compared case-insensitively.
+         *     may invite an `admin` (403 `FORBIDDEN` otherwise), and a verified email (403
+         *     `EMAIL_NOT_VERIFIED` until the caller opened the emailed link). An organization sends at most
+         *     `INVITATIONS_PER_DAY` invitations (default 50) in 24 hours, resends included: past that, 429
+         *     `RATE_LIMITED` with `Retry-After`. Emails are compared case-insensitively.
          *     409 `INVITATION_ALREADY_PENDING`: the email already has a pending invitation to this
          *     organization; resend it instead. 409 `ALREADY_A_MEMBER`: the email belongs to a member.
          *     An email whose earlier invitation expired, was rejected or revoked may be invited again.
@@ -1307,7 +1311,8 @@ export interface paths {
          *     while `email_sent_at` keeps the time of the last email that went out until the new one does.
          *     A `pending` or `expired` invitation may be resent; resending an expired one makes it `pending`
          *     again. Needs role admin or super_admin (403 `FORBIDDEN` otherwise), and only a super_admin may
-         *     resend an invitation for the `admin` role.
+         *     resend an invitation for the `admin` role; and a verified email (403 `EMAIL_NOT_VERIFIED`). A
+         *     resend counts toward the organization's `INVITATIONS_PER_DAY` (429 `RATE_LIMITED` past it).
          *     404 `INVITATION_NOT_FOUND`: no invitation with this id belongs to the caller's organization.
          *     409 `INVITATION_NOT_PENDING`: the invitation was accepted, rejected or revoked.
          */
@@ -1404,7 +1409,8 @@ export interface paths {
          * @description Creates an `enabled` endpoint and returns its signing secret once (`whsec_…`). The URL is
          *     checked (see `CreateWebhookEndpointRequest.url`); 422 `VALIDATION_FAILED` when it is refused,
          *     or when the organization already has 20 endpoints (the most it may have). Needs role admin or
-         *     super_admin.
+         *     super_admin and a verified email (403 `EMAIL_NOT_VERIFIED` until the caller opened the emailed
+         *     link).
          */
         post: operations["createWebhookEndpoint"];
         delete?: never;
@@ -5987,8 +5993,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -7977,8 +7984,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -8284,8 +8292,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -8582,8 +8591,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -9711,8 +9721,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {
@@ -10366,8 +10377,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10898,8 +10911,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -10936,6 +10951,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11109,8 +11139,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -11144,6 +11176,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -11615,8 +11662,10 @@ export interface operations {
                 };
             };
             /**
-             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
-             *     `x-required-role`) or `CSRF_FAILED`.
+             * @description 403: `EMAIL_NOT_VERIFIED` (the caller's email is not verified yet: until it is, an account creates
+             *     no API keys, invitations or webhook endpoints; open the emailed link, or ask for a new one with
+             *     `POST /v1/user/email-verification/resend`), `FORBIDDEN` (no organization yet, or a role below the
+             *     operation's `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
                 headers: {
@@ -12444,8 +12493,9 @@ export interface operations {
             /**
              * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
              *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
-             *     off), `insufficient_role` (a session of a `viewer`; calling inference needs member or
-             *     above), `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
              *     disallowed `Origin`).
              */
             403: {

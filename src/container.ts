@@ -76,7 +76,7 @@ export function createContainer(deps: ContainerDeps) {
   const accounts = new AccountsService({ db, sessions, limiter, organizations, emailVerification });
   const passwordReset = new PasswordResetService({ db, boss, limiter, sessions });
   const sso = new SsoService({ db, sessions, keyring, config });
-  const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl, lists });
+  const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl, lists, perDay: config.invitationsPerDay });
   const catalog = new CatalogService(db, keyring);
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });

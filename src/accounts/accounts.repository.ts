@@ -1,13 +1,16 @@
 import type { Knex } from 'knex';
 import type { Role } from './principal.ts';
 import type { NewUserProfile } from './identity-rules.ts';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import { EmailVerificationTokenRow } from '../db/models/email-verification-tokens.ts';
+import { InvitationRow } from '../db/models/invitations.ts';
 import { MembershipRow } from '../db/models/memberships.ts';
 import { PasswordResetTokenRow } from '../db/models/password-reset-tokens.ts';
 import { SessionRow } from '../db/models/sessions.ts';
 import type { SingleUseTokenRow } from '../db/models/single-use-tokens.ts';
 import { UserIdentityRow } from '../db/models/user-identities.ts';
 import { UserRow } from '../db/models/users.ts';
+import { WebhookEndpointRow } from '../db/models/webhooks.ts';
 import { preparedRows } from '../db/query.ts';
 
 /**
@@ -209,6 +212,25 @@ export function claimPasswordResetToken(db: Db, tokenHash: string): Promise<Pass
 
 export function spendPasswordResetTokensOfUser(db: Db, userId: number): Promise<void> {
   return spendTokensOfUser(PasswordResetTokenRow, db, userId);
+}
+
+// ---- what an unproven holder made
+
+/**
+ * Takes back what the account made while nobody had proven its address (DESIGN.md §3 Email
+ * ownership), when a password reset or an SSO link first proves it: its API keys are revoked, the
+ * invitations it sent that are not answered yet are revoked, its webhook endpoints are disabled and
+ * its outstanding password-reset tokens are spent. Run in the transaction that proves the address.
+ */
+export async function revokeWhatUnprovenHolderMade(db: Db, userId: number): Promise<void> {
+  const keys = await db('api_keys').where({ created_by_user_id: userId }).whereNot('status', 'revoked').update({ status: 'revoked', revoked_at: db.fn.now() }, ['id']);
+  // Every process forgets the keys at once (the key cache listens), as a revoke by an admin does.
+  for (const { id } of keys as Array<{ id: number }>) await announceChange(db, CHANGE_CHANNELS.apiKey, id);
+  await InvitationRow.query(db).where({ invited_by_user_id: userId }).whereIn('status', ['pending', 'expired']).patch({ status: 'revoked' });
+  await WebhookEndpointRow.query(db)
+    .where({ created_by_user_id: userId, status: 'enabled' })
+    .patch({ status: 'disabled', disabled_reason: 'Disabled when the email address of its creator was first proven.', disabled_at: db.fn.now() as unknown as Date });
+  await spendPasswordResetTokensOfUser(db, userId);
 }
 
 // ---- SSO identities

@@ -13,6 +13,7 @@ import {
   findUserByEmail,
   insertPasswordResetToken,
   markEmailVerified,
+  revokeWhatUnprovenHolderMade,
   spendPasswordResetTokensOfUser,
   updateUser,
 } from './accounts.repository.ts';
@@ -55,7 +56,8 @@ export class PasswordResetService {
    * per client address, then the token is claimed; only then is the password checked against the
    * account and hashed, so a bogus token costs no argon2 work. One transaction: the token and every
    * other outstanding reset token of the user are spent, the password is set, the email counts as
-   * verified (the token came by email) and every session of the user ends.
+   * verified (the token came by email) and every session of the user ends. When nobody had proven
+   * the address before, what the account made meanwhile is taken back (revokeWhatUnprovenHolderMade).
    */
   async confirm(token: string, password: string, clientAddress: string): Promise<void> {
     assertPasswordLength(password);
@@ -71,6 +73,8 @@ export class PasswordResetService {
       assertNewPassword(password, user.email);
       await updateUser(trx, userId, { password_hash: await hashPassword(password) });
       await spendPasswordResetTokensOfUser(trx, userId);
+      // Nobody had proven the address: whoever registered it may have made credentials; none survive.
+      if (user.email_verified_at === null) await revokeWhatUnprovenHolderMade(trx, userId);
       await markEmailVerified(trx, userId);
       await this.#sessions.invalidateAllOfUser(trx, userId);
     });

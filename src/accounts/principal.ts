@@ -44,6 +44,18 @@ export interface ApiKeyPrincipal {
 
 export type Principal = SessionPrincipal | ApiKeyPrincipal;
 
+/**
+ * 403 `EMAIL_NOT_VERIFIED` until the caller proved their address: an account nobody proved makes
+ * nothing that outlives it (API keys, invitations, webhook endpoints) and calls no hosted model.
+ */
+export function requireVerifiedEmail(principal: SessionPrincipal, what: string): void {
+  if (!principal.user.emailVerified) {
+    throw new AppError('EMAIL_NOT_VERIFIED', `Verify your email first (open the link we emailed you) to ${what}.`, {
+      inference: { code: 'insufficient_role' },
+    });
+  }
+}
+
 /** The caller's current organization; 403 before they have one (a profile not yet complete). */
 export function requireOrganization(principal: SessionPrincipal): { id: number; name: string } {
   if (!principal.organization) throw new AppError('FORBIDDEN', 'You have no organization yet: complete your profile first.');

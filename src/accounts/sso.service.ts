@@ -13,7 +13,9 @@ import {
   insertUser,
   markEmailVerified,
   organizationOfNewSession,
+  revokeWhatUnprovenHolderMade,
   updateIdentityEmail,
+  updateUser,
   userHasIdentityAt,
 } from './accounts.repository.ts';
 import { displayName } from './identity-rules.ts';
@@ -171,7 +173,9 @@ export class SsoService {
    * A known subject signs in to its user. An unknown subject whose email has an account links to it
    * only when that account proved its email, or when this browser is signed in to that very account
    * (the user shows they hold it); never when the account already has a subject at this provider.
-   * Linking ends every other session of the account and marks its email verified. Otherwise a new
+   * Linking ends every other session of the account and marks its email verified; linking into an
+   * account nobody had verified also clears its password and takes back what it made (keys,
+   * invitations, webhook endpoints, reset tokens). Otherwise a new
    * user is created, verified by the provider's assertion.
    */
   async #signIn(claims: OidcClaims & { email: string }, signedIn: SessionPrincipal | null): Promise<NewSession & { outcome: CompletedSignIn['outcome'] }> {
@@ -188,6 +192,12 @@ export class SsoService {
           userId = user.id;
           await this.#assertMayLink(trx, userId, user.email_verified_at !== null, signedIn?.user.id === userId);
           await this.#sessions.invalidateAllOfUser(trx, userId);
+          if (user.email_verified_at === null) {
+            // The provider proves the address, not the password someone set before: it goes (a
+            // reset sets a new one), with whatever the account made while nobody had proven it.
+            await updateUser(trx, userId, { password_hash: null });
+            await revokeWhatUnprovenHolderMade(trx, userId);
+          }
           await markEmailVerified(trx, userId);
           outcome = 'linked';
         } else {

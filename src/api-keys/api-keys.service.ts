@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
 import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';
@@ -98,6 +98,7 @@ export class ApiKeysService {
 
   async create(principal: SessionPrincipal, input: CreateApiKeyRequest): Promise<{ key: string; api_key: ApiKey }> {
     const organization = requireOrganization(principal);
+    requireVerifiedEmail(principal, 'create API keys');
     const name = notBlank(input.name, 'body/name');
     const expiresAt = futureOrNull(input.expires_at);
     const key = generateKey();

@@ -31,11 +31,31 @@ export function emailVerificationEmail(input: { name: string; link: string; life
   );
 }
 
+/** The most characters of a name someone else wrote (an organization's, an inviter's) an email quotes. */
+export const QUOTED_NAME_MAX = 40;
+
+/**
+ * A name someone else wrote, as an email quotes it: only letters, marks, digits, spaces and
+ * `-_,'&()` are kept (no `.`, `:`, `/`, `<`, `@`: no link, host, address or markup), runs of anything else
+ * become one space, and it is cut to QUOTED_NAME_MAX characters with an ellipsis, inside quotes.
+ */
+export function quotedName(name: string): string {
+  const kept = name
+    .replace(/[^\p{L}\p{M}\p{N} \-_,'&()]+/gu, ' ')
+    .replace(/\s+/g, ' ')
+    .trim();
+  const chars = [...kept];
+  return `"${chars.length > QUOTED_NAME_MAX ? `${chars.slice(0, QUOTED_NAME_MAX - 1).join('').trimEnd()}…` : kept}"`;
+}
+
+/** An invitation: the organization's and the inviter's names are quoted (quotedName), the HTML part escaped as every part is. */
 export function invitationEmail(input: { organization: string; inviter: string; role: string; link: string; expiresAt: Date }): Omit<OutgoingEmail, 'to'> {
+  const organization = quotedName(input.organization);
+  const inviter = quotedName(input.inviter);
   return withLink(
-    `${input.inviter} invited you to ${input.organization}`,
+    `Invitation to join ${organization}`,
     [
-      `${input.inviter} invited you to join ${input.organization} as ${input.role === 'admin' ? 'an' : 'a'} ${input.role}.`,
+      `${inviter} invited you to join the organization ${organization} as ${input.role === 'admin' ? 'an' : 'a'} ${input.role}.`,
       `The invitation is valid until ${input.expiresAt.toUTCString()}.`,
     ],
     input.link,

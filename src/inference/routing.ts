@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import type { Principal } from '../accounts/principal.ts';
+import { requireVerifiedEmail, type Principal } from '../accounts/principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';
@@ -226,6 +226,8 @@ export class InferenceRouter {
         inference: { code: 'model_not_in_key_scope', param: 'model' },
       });
     }
+    // A key of an unverified account cannot exist (keys need a verified creator); a session is checked here.
+    if (principal.kind === 'session') requireVerifiedEmail(principal, 'call hosted models');
     const unusable = this.#unusable();
     const route = routes.find((r) => r.cluster_status !== 'credentials_invalid' && !unusable.has(r.cluster_id));
     if (!route) {

@@ -3,7 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { findUserByEmail, insertUser, markEmailVerified, setCurrentOrganization } from '../accounts/accounts.repository.ts';
 import { newUserProfile } from '../accounts/identity-rules.ts';
 import { assertNewPassword, hashPassword } from '../accounts/passwords.ts';
-import { requireOrganization, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
 import type { NewSession, SessionStore } from '../accounts/sessions.ts';
 import { hashToken, randomToken } from '../crypto.ts';
 import { isUniqueViolation } from '../db/errors.ts';
@@ -38,6 +38,7 @@ type RegisterWithInvitationRequest = components['schemas']['RegisterWithInvitati
 
 export const EXPIRE_INVITATIONS_QUEUE = 'expire-invitations';
 const LIFETIME_MS = 7 * 24 * 60 * 60 * 1000;
+const DAY_SECONDS = 24 * 60 * 60;
 
 type Response = 'accept' | 'reject';
 
@@ -54,20 +55,26 @@ export class InvitationsService {
   readonly #lists: OrganizationListCache;
   readonly #webAppUrl: string;
 
-  constructor(deps: { db: Knex; outbox: EmailOutbox; sessions: SessionStore; limiter: RateLimiter; webAppUrl: string; lists: OrganizationListCache }) {
+  /** Invitation emails an organization may send in 24 hours (`INVITATIONS_PER_DAY`). */
+  readonly #perDay: number;
+
+  constructor(deps: { db: Knex; outbox: EmailOutbox; sessions: SessionStore; limiter: RateLimiter; webAppUrl: string; lists: OrganizationListCache; perDay: number }) {
     this.#db = deps.db;
     this.#outbox = deps.outbox;
     this.#sessions = deps.sessions;
     this.#limiter = deps.limiter;
     this.#lists = deps.lists;
     this.#webAppUrl = deps.webAppUrl;
+    this.#perDay = deps.perDay;
   }
 
   async create(principal: SessionPrincipal, input: CreateInvitationRequest): Promise<Invitation> {
     const organization = requireOrganization(principal);
     const role = input.role ?? 'member';
     assertMayInvite(principal, role);
+    requireVerifiedEmail(principal, 'invite people');
     const email = normalizeEmail(input.email);
+    await this.#countEmail(organization.id);
     try {
       return await this.#db.transaction(async (trx) => {
         if (await isMemberByEmail(trx, organization.id, email)) {
@@ -114,9 +121,11 @@ export class InvitationsService {
       return await this.#db.transaction(async (trx) => {
         const invitation = await this.#ofOrganization(trx, organization, invitationId);
         assertMayInvite(principal, invitation.role);
+        requireVerifiedEmail(principal, 'invite people');
         if (!isUnanswered(invitation)) {
           throw new AppError('INVITATION_NOT_PENDING', `Invitation ${invitationId} was ${invitation.status}; it cannot be resent.`);
         }
+        await this.#countEmail(organization.id);
         const token = randomToken(24);
         await reissueInvitation(trx, invitationId, { token_hash: hashToken(token), expires_at: new Date(Date.now() + LIFETIME_MS) });
         await this.#sendEmail(trx, invitationId, token, principal);
@@ -252,6 +261,15 @@ export class InvitationsService {
       }
       if (by === 'token') await markEmailVerified(trx, principal.user.id);
       return this.#read(trx, invitation.id);
+    });
+  }
+
+  /** One more invitation email of the organization today: 429 `RATE_LIMITED` past `INVITATIONS_PER_DAY`. */
+  async #countEmail(organizationId: number): Promise<void> {
+    await this.#limiter.hit({ key: `invitations:organization:${organizationId}`, max: this.#perDay, windowSeconds: DAY_SECONDS }).catch((error: unknown) => {
+      if (!(error instanceof AppError) || error.code !== 'RATE_LIMITED') throw error;
+      const detail = `Your organization has sent ${this.#perDay} invitation emails in 24 hours, its limit; try again in ${error.headers['Retry-After']} seconds.`;
+      throw new AppError('RATE_LIMITED', detail, { headers: error.headers });
     });
   }
 

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, type SessionPrincipal } from '../accounts/principal.ts';
 import type { Config } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
 import type { WebhookEndpointRow } from '../db/models/webhooks.ts';
@@ -55,6 +55,7 @@ export class WebhooksService {
 
   async create(principal: SessionPrincipal, input: Schemas['CreateWebhookEndpointRequest']): Promise<Schemas['WebhookEndpointWithSecret']> {
     const organization = requireOrganization(principal);
+    requireVerifiedEmail(principal, 'create webhook endpoints');
     if ((await countEndpointsOf(this.#db, organization.id)) >= MAX_ENDPOINTS_PER_ORGANIZATION) {
       throw new AppError('VALIDATION_FAILED', `An organization has at most ${MAX_ENDPOINTS_PER_ORGANIZATION} webhook endpoints; delete one first.`, {
         errors: [{ location: 'body', message: `the organization already has ${MAX_ENDPOINTS_PER_ORGANIZATION} webhook endpoints` }],

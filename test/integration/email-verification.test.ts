@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail, verificationToken, verifiedUser } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail, unverifiedUser, verificationToken, verifiedUser } from '../factories/accounts.ts';
 import { invite } from '../factories/organizations.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser, type Api } from '../helpers/browser.ts';
@@ -24,7 +24,7 @@ const answer = (api: Api, invitationId: number, action: 'accept' | 'reject') =>
 
 describe('registration and the verification email', () => {
   it('registers an unverified account that works in its own organization, and emails a link valid 24 hours', async () => {
-    const { api, email, user } = await registeredUser(app, { organization: 'Own Org' });
+    const { api, email, user } = await unverifiedUser(app, { organization: 'Own Org' });
     expect(await sessionOf(api)).toMatchObject({ user: { id: user.id, organization: 'Own Org', role: { name: 'super_admin' }, email_verified: false } });
     expect(await statusOf(api.PATCH('/v1/organization', { body: { name: 'Still Mine' } }))).toBe(200);
 
@@ -39,7 +39,7 @@ describe('registration and the verification email', () => {
   });
 
   it('confirms from any browser without a session; every session of the user then reports the email verified', async () => {
-    const { api, email } = await registeredUser(app);
+    const { api, email } = await unverifiedUser(app);
     const token = await verificationToken(app, email);
 
     const { data, response } = await confirm(token);
@@ -50,11 +50,11 @@ describe('registration and the verification email', () => {
   });
 
   it('refuses a used, an expired and an unknown token with 400 INVALID_VERIFICATION_TOKEN', async () => {
-    const used = await registeredUser(app);
+    const used = await unverifiedUser(app);
     const usedToken = await verificationToken(app, used.email);
     expect(await statusOf(confirm(usedToken))).toBe(200);
 
-    const late = await registeredUser(app);
+    const late = await unverifiedUser(app);
     const lateToken = await verificationToken(app, late.email);
     await expireVerificationToken(app, lateToken);
 
@@ -67,7 +67,7 @@ describe('registration and the verification email', () => {
   });
 
   it('refuses a confirm from an origin that is not allowed with 403 CSRF_FAILED', async () => {
-    const { email, api } = await registeredUser(app);
+    const { email, api } = await unverifiedUser(app);
     const token = await verificationToken(app, email);
     const evil = new Browser(app.url);
     evil.origin = 'https://evil.example';
@@ -80,7 +80,7 @@ describe('registration and the verification email', () => {
 
 describe('resending the verification email', () => {
   it('emails a new link; either link verifies, and the other is then spent', async () => {
-    const { api, email } = await registeredUser(app);
+    const { api, email } = await unverifiedUser(app);
     const first = await verificationToken(app, email);
     const { data, response } = await resend(api);
     expect(response.status).toBe(200);
@@ -93,7 +93,7 @@ describe('resending the verification email', () => {
   });
 
   it('refuses an email already verified with 409 EMAIL_ALREADY_VERIFIED, and a request without the CSRF header with 403', async () => {
-    const unverified = await registeredUser(app);
+    const unverified = await unverifiedUser(app);
     unverified.browser.sendCsrfHeader = false;
     const withoutHeader = await resend(unverified.api);
     expect(withoutHeader.response.status).toBe(403);
@@ -107,7 +107,7 @@ describe('resending the verification email', () => {
   });
 
   it('limits resends to 5 an hour per user with 429 RATE_LIMITED and Retry-After', async () => {
-    const { api } = await registeredUser(app);
+    const { api } = await unverifiedUser(app);
     // A client address of its own, so that only the per-user limit can answer 429.
     const from = { 'x-forwarded-for': '198.51.100.7' };
     for (let i = 0; i < 5; i++) expect(await statusOf(resend(api, from))).toBe(200);
@@ -119,7 +119,7 @@ describe('resending the verification email', () => {
 
   it('limits resends to 20 an hour per client address, whichever account asks', async () => {
     const from = { 'x-forwarded-for': '203.0.113.77' };
-    const users = await Promise.all([1, 2, 3, 4, 5].map(() => registeredUser(app)));
+    const users = await Promise.all([1, 2, 3, 4, 5].map(() => unverifiedUser(app)));
     for (const { api } of users.slice(0, 4)) {
       for (let i = 0; i < 5; i++) expect(await statusOf(resend(api, from))).toBe(200);
     }
@@ -136,7 +136,7 @@ describe('invitation takeover through an unverified registration (security revie
     const { invitation, token } = await invite(app, owner, newhire, 'admin');
 
     // Mallory registers the invitee address: no mailbox needed.
-    const mallory = await registeredUser(app, { email: newhire, password: 'mallory-pass-1', organization: 'Mallory Org' });
+    const mallory = await unverifiedUser(app, { email: newhire, password: 'mallory-pass-1', organization: 'Mallory Org' });
     expect((await mallory.api.GET('/v1/invitations')).data).toEqual([]);
     for (const action of ['accept', 'reject'] as const) {
       const { error, response } = await answer(mallory.api, invitation.id, action);
@@ -163,7 +163,7 @@ describe('invitation takeover through an unverified registration (security revie
 
   it('treats an address registered before the invitation the same way', async () => {
     const email = uniqueEmail('first.last');
-    const squatter = await registeredUser(app, { email });
+    const squatter = await unverifiedUser(app, { email });
     const owner = await registeredUser(app);
     const { invitation } = await invite(app, owner, email, 'admin');
     expect((await squatter.api.GET('/v1/invitations')).data).toEqual([]);
@@ -175,7 +175,7 @@ describe('invitation takeover through an unverified registration (security revie
 
   it('lets an unverified invitee accept with the emailed token, which verifies the address', async () => {
     const owner = await registeredUser(app, { organization: 'Token Org' });
-    const invitee = await registeredUser(app);
+    const invitee = await unverifiedUser(app);
     const { token } = await invite(app, owner, invitee.email, 'member');
     const accepted = await invitee.api.POST('/v1/invitations/by-token/{token}/accept', { params: { path: { token } } });
     expect(accepted.response.status).toBe(200);
@@ -185,7 +185,7 @@ describe('invitation takeover through an unverified registration (security revie
 
   it('lists and accepts by id once the email is verified through its link', async () => {
     const owner = await registeredUser(app);
-    const invitee = await registeredUser(app);
+    const invitee = await unverifiedUser(app);
     const { invitation } = await invite(app, owner, invitee.email);
     expect((await invitee.api.GET('/v1/invitations')).data).toEqual([]);
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashToken } from '../../src/crypto.ts';
-import { PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, signedIn, SUBJECTS, uniqueEmail, unverifiedUser } from '../factories/accounts.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { Browser } from '../helpers/browser.ts';
 import { statusOf } from '../helpers/http.ts';
@@ -36,7 +36,7 @@ const confirm = (token: string, password = NEW_PASSWORD, headers: Record<string,
 
 describe('password reset', () => {
   it('emails a single-use link; confirming sets the password and ends every session', async () => {
-    const { api, email } = await registeredUser(app);
+    const { api, email } = await unverifiedUser(app);
     const other = await signedIn(app, email);
 
     const token = await resetToken(email);

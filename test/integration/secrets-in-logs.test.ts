@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKey } from '../factories/api-keys.ts';
-import { PASSWORD, SUBJECTS, verificationToken, registeredUser } from '../factories/accounts.ts';
+import { PASSWORD, SUBJECTS, verificationToken, unverifiedUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';
 import { invite } from '../factories/organizations.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
@@ -25,7 +25,7 @@ afterAll(() => app?.close());
 
 describe('secrets in the logs', () => {
   it('never logs a password, a token, a key or a cluster credential, at debug', async () => {
-    const owner = await registeredUser(app, { password: 'a passphrase nobody will ever log 71' });
+    const owner = await unverifiedUser(app, { password: 'a passphrase nobody will ever log 71' });
     secrets.set('password', 'a passphrase nobody will ever log 71');
     for (const [name, value] of owner.browser.cookies) secrets.set(`cookie ${name}`, value);
     secrets.set('verification token', await verificationToken(app, owner.email));

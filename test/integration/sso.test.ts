@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
-import { PASSWORD, registeredUser, signedIn, uniqueEmail, verifiedUser } from '../factories/accounts.ts';
+import { PASSWORD, registeredUser, signedIn, uniqueEmail, unverifiedUser, verifiedUser } from '../factories/accounts.ts';
+import { apiKey } from '../factories/api-keys.ts';
 import { invite } from '../factories/organizations.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
-import { Browser, parseSetCookie } from '../helpers/browser.ts';
+import { Browser, keyClient, parseSetCookie } from '../helpers/browser.ts';
 import { jsonOf, statusOf, type Problem } from '../helpers/http.ts';
 import { TestIdentityProvider, type IdpAccount } from '../helpers/oidc-provider.ts';
 import { RedirectBrowser } from '../helpers/redirect-browser.ts';
@@ -191,7 +192,7 @@ describe('signing in through the provider', () => {
   });
 
   it('refuses an email the provider has not verified with 400 SSO_FAILED, creating and linking nothing', async () => {
-    const { email, user } = await registeredUser(app);
+    const { email, user } = await unverifiedUser(app);
     const { response } = await signInWithIdp(idpAccount({ email, email_verified: false }));
 
     expect(response.status).toBe(400);
@@ -386,7 +387,7 @@ describe('linking an identity to an existing account (email ownership)', () => {
 
   it('refuses to link an account whose email nobody verified with 409 SSO_LINK_REQUIRES_SIGN_IN (pre-hijack)', async () => {
     // The squatter registers the victim's address with a password of their own, and stays signed in.
-    const squatter = await registeredUser(app, { email: uniqueEmail('victim') });
+    const squatter = await unverifiedUser(app, { email: uniqueEmail('victim') });
     const victim = idpAccount({ email: squatter.email });
 
     for (let attempt = 0; attempt < 2; attempt++) {
@@ -403,7 +404,7 @@ describe('linking an identity to an existing account (email ownership)', () => {
   });
 
   it('lets the owner of the mailbox take the address back with a reset, after which SSO links and the squatter is out', async () => {
-    const squatter = await registeredUser(app, { email: uniqueEmail('reclaimed') });
+    const squatter = await unverifiedUser(app, { email: uniqueEmail('reclaimed') });
     const victim = idpAccount({ email: squatter.email });
     await anonymous().POST('/v1/auth/password-reset/request', { body: { email: squatter.email } });
     const resetMail = await app.inbox.next(squatter.email, { subject: 'Reset your password' });
@@ -440,8 +441,29 @@ describe('linking an identity to an existing account (email ownership)', () => {
     expect(await statusOf(elsewhere.api.GET('/v1/auth/session'))).toBe(401);
   });
 
+  it('clears the password nobody proved, and takes back what the account made, when linking proves its address (review 24d823e, finding 9)', async () => {
+    const { browser, email, user } = await registeredRedirectBrowser();
+    const elsewhere = await signedIn(app, email);
+    // A key made before unverified accounts were refused keys.
+    await app.db('users').where({ id: user.id }).update({ email_verified_at: new Date() });
+    const key = await apiKey(elsewhere, [], { allow_hosted_models: true });
+    await app.db('users').where({ id: user.id }).update({ email_verified_at: null });
+    expect(await statusOf(keyClient(app.url, key.key).GET('/v1/models'))).toBe(200);
+
+    idp.signInAs(idpAccount({ email }));
+    expect((await browser.navigate(`${APP_ORIGIN}/v1/sso/login/testidp`)).response.status).toBe(302);
+    expect((await sessionOf(browser)).user).toMatchObject({ id: user.id, email_verified: true });
+
+    // The password set before anyone proved the address signs in no more: a reset sets a new one.
+    const signIn = await anonymous().POST('/v1/user/signin', { body: { email, password: PASSWORD } });
+    expect(signIn.response.status).toBe(401);
+    expect(await app.db('users').where({ id: user.id }).first('password_hash')).toEqual({ password_hash: null });
+    expect(await statusOf(elsewhere.api.GET('/v1/auth/session'))).toBe(401);
+    expect(await statusOf(keyClient(app.url, key.key).GET('/v1/models'))).toBe(401);
+  });
+
   it('does not link from a session of another account', async () => {
-    const unverified = await registeredUser(app);
+    const unverified = await unverifiedUser(app);
     const { browser, user: other } = await registeredRedirectBrowser();
 
     idp.signInAs(idpAccount({ email: unverified.email }));

@@ -37,7 +37,6 @@ const schema = z.object({
   SMTP_URL: z.url().optional(),
   MAIL_FROM: z.string().min(3).default('Model Deployment <no-reply@model-deployment.local>'),
   EMAIL_RETRY_LIMIT: z.coerce.number().int().min(0).max(100).default(30),
-  INVITATIONS_PER_DAY: z.coerce.number().int().min(1).max(100_000).default(50),
   EMAIL_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(5),
   EMAIL_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(900),
   MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
@@ -68,7 +67,8 @@ const schema = z.object({
   INFERENCE_CONNECT_TIMEOUT_SECONDS: z.coerce.number().positive().default(5),
   INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS: z.coerce.number().positive().default(600),
   INFERENCE_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().default(60),
-  DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).default(600),
+  /** Unset: DEPLOYMENT_START_TIMEOUT_SECONDS (an engine's recovery is a full reload). */
+  DEPLOYMENT_RECOVERY_GRACE_SECONDS: z.coerce.number().min(0).optional(),
   ENGINE_TIMEOUT_SECONDS: z.coerce.number().min(1).default(60),
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
   SHUTDOWN_DRAIN_SECONDS: z.coerce.number().min(0).max(300).default(0),
@@ -113,8 +113,6 @@ export interface Config {
   /** SMTP server for outgoing email; undefined starts MailDev (local stand-in) in development. */
   smtpUrl: string | undefined;
   mailFrom: string;
-  /** Invitation emails (created or resent) an organization may send in 24 hours. */
-  invitationsPerDay: number;
   /** Retries of an email that could not be sent, with exponential backoff from the delay. */
   emailRetry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
   maildev: { smtpPort: number; webPort: number };
@@ -245,6 +243,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.STRIPE_SECRET_KEY && e.STRIPE_EMULATOR) {
     throw new ConfigError('Invalid configuration:\n  STRIPE_EMULATOR: the Stripe emulator stands in only when STRIPE_SECRET_KEY is unset');
   }
+  // Xinference recovers a crashed model by loading it again: a grace shorter than a load fails a
+  // large model's legitimate reload (worker.py, recover_sub_pool).
+  if (e.NODE_ENV === 'production' && e.DEPLOYMENT_RECOVERY_GRACE_SECONDS !== undefined && e.DEPLOYMENT_RECOVERY_GRACE_SECONDS < e.DEPLOYMENT_START_TIMEOUT_SECONDS) {
+    throw new ConfigError(
+      'Invalid configuration:\n  DEPLOYMENT_RECOVERY_GRACE_SECONDS: at least DEPLOYMENT_START_TIMEOUT_SECONDS in production (a recovery reloads the model); unset, it is the start timeout',
+    );
+  }
   if (e.LOCAL_WEB_APP && e.NODE_ENV === 'production') {
     throw new ConfigError('Invalid configuration:\n  LOCAL_WEB_APP: the local stand-in for the web app runs only in development or test, never in production');
   }
@@ -291,7 +296,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     smtpUrl: e.SMTP_URL,
     mailFrom: e.MAIL_FROM,
-    invitationsPerDay: e.INVITATIONS_PER_DAY,
     emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS, maxDelaySeconds: e.EMAIL_RETRY_MAX_DELAY_SECONDS },
     maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
     webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),
@@ -323,7 +327,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       stuckAfterSeconds: e.DEPLOYMENT_STUCK_AFTER_SECONDS,
       startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
       readinessPollSeconds: e.READINESS_POLL_SECONDS,
-      recoveryGraceSeconds: e.DEPLOYMENT_RECOVERY_GRACE_SECONDS,
+      recoveryGraceSeconds: e.DEPLOYMENT_RECOVERY_GRACE_SECONDS ?? e.DEPLOYMENT_START_TIMEOUT_SECONDS,
     },
     inference: {
       connectTimeoutMs: e.INFERENCE_CONNECT_TIMEOUT_SECONDS * 1000,

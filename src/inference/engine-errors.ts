@@ -23,6 +23,12 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
       inference: { code: 'engine_overloaded', status: 503 },
     });
   }
+  if (isKeyBan(status, body)) {
+    // The (address, key) ban: the cluster's key, from the platform's address, for an hour
+    // (`auth_service.py`: 5 uses of a disabled or expired key in 300 s). A refused credential.
+    log.error({ engine_status: status, alert: 'cluster_key_banned' }, "the engine banned the cluster's inference API key from the platform's address");
+    return upstreamFailure();
+  }
   if (status === 429) {
     // Xinference answers 429 for a model's `request_limits` ("Rate limit reached…") and, on every
     // route, for an address it banned after invalid bearers: the platform's own address.
@@ -61,6 +67,19 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
  */
 export function isModelAccessRefusal(status: number, body: string): boolean {
   return status === 403 && /^API key does not have access to model\b/.test(validationReason(body) ?? '');
+}
+
+/** Xinference's 429 for the (address, key) ban (`api/oauth2/advanced/auth_service.py`, `is_key_banned`). */
+function isKeyBan(status: number, body: string): boolean {
+  return status === 429 && /Too many failed attempts for this key/i.test(body);
+}
+
+/**
+ * Whether the engine refused the cluster's inference key itself, so that every further call with
+ * it is refused too: a 401, a 403 other than one model's, or the key's ban.
+ */
+export function refusesCredential(status: number, body: string): boolean {
+  return status === 401 || (status === 403 && !isModelAccessRefusal(status, body)) || isKeyBan(status, body);
 }
 
 export function upstreamFailure(message = 'The model failed to answer.'): AppError {

@@ -6,7 +6,7 @@ import { toInferenceError } from '../http/problem.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { AnswerWatch } from './answer-watch.ts';
 import { EngineConnections } from './engine-connection.ts';
-import { ENGINE_ERROR_READ, engineError, isModelAccessRefusal, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
+import { ENGINE_ERROR_READ, engineError, refusesCredential, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import type { Target } from './routing.ts';
 
 /** The last event of a chat stream. */
@@ -151,7 +151,7 @@ export class Relay {
         const refusal = await readSome(response, ENGINE_ERROR_READ);
         const failure = engineError(statusCode, response.headers, refusal, req.log);
         // A 403 about this one model (a key limited to some models) fails the request, not the cluster.
-        if ((statusCode === 401 || statusCode === 403) && !isModelAccessRefusal(statusCode, refusal)) {
+        if (refusesCredential(statusCode, refusal)) {
           this.#credentialsRefused(input.target, `the engine answered ${statusCode} to the cluster's inference API key on ${input.path}`);
         }
         throw failure;

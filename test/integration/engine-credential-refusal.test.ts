@@ -124,3 +124,55 @@ describe('an inference API key limited to some models (N2)', () => {
     expect(await app.db('clusters').where({ name: 'gpu-one-model' }).first()).toBeUndefined();
   });
 });
+
+describe('what else a Xinference key or account can be refused for (item 23)', () => {
+  it('stops calling a cluster whose key expired, and one whose admin must change its password, as a refused credential', async () => {
+    const simulator = app.simulator;
+    const auth = simulator?.auth;
+    const credentials = simulator?.credentials;
+    if (!auth || !credentials) throw new Error('the simulator runs with authentication');
+    const cluster = () => app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first();
+
+    auth.expireApiKey(credentials.apiKey);
+    expect((await chatVia(app.url)).response.status).toBe(502);
+    await waitUntil(async () => (await cluster()).status === 'credentials_invalid', 'the cluster to be marked');
+    expect((await cluster()).status_reason).toMatch(/answered 401/);
+    expect((await chatVia(app.url)).response.status).toBe(503);
+    auth.addApiKey(credentials.apiKey, 'admin');
+
+    // Xinference signs the flagged account in, and refuses every call but the password change.
+    auth.setMustChangePassword(credentials.adminUser, true);
+    await expect(app.container.clusters.check(LOCAL_CLUSTER_NAME)).rejects.toThrow(/requires admin to change its password/);
+    auth.setMustChangePassword(credentials.adminUser, false);
+    await app.container.clusters.check(LOCAL_CLUSTER_NAME);
+    await waitUntil(async () => (await chatVia(app.url)).response.status === 200, 'the cluster to serve again');
+  });
+
+  // Last: the key stays banned from this address for the simulator's life.
+  it('treats the engine’s ban of the key from the platform’s address as a refused credential, with its own alert, not as a rate limit', async () => {
+    const simulator = app.simulator;
+    const auth = simulator?.auth;
+    const engineKey = simulator?.credentials?.apiKey;
+    if (!simulator || !auth || !engineKey) throw new Error('the simulator runs with authentication');
+    expect((await chatVia(app.url)).response.status).toBe(200);
+    // Five uses of the key while it was disabled, from this address (another client of the same key, say), ban it here for an hour.
+    auth.setApiKeyEnabled(engineKey, false);
+    for (let i = 0; i < 5; i++) {
+      const refused = await fetch(`${simulator.url}/v1/models`, { headers: { authorization: `Bearer ${engineKey}` } });
+      expect(refused.status).toBe(401);
+    }
+    auth.setApiKeyEnabled(engineKey, true);
+    const banned = await fetch(`${simulator.url}/v1/models`, { headers: { authorization: `Bearer ${engineKey}` } });
+    expect([banned.status, await banned.json()]).toEqual([429, { detail: 'Too many failed attempts for this key.' }]);
+
+    const refused = await chatVia(app.url);
+    expect(refused.response.status).toBe(502);
+    expect(refused.error).toMatchObject({ error: { code: 'upstream_error' } });
+    const calls = auth.refusals[429];
+    const next = await chatVia(app.url);
+    expect(next.response.status).toBe(503);
+    expect(next.error).toMatchObject({ error: { code: 'engine_unavailable' } });
+    expect(auth.refusals[429]).toBe(calls);
+    await waitUntil(async () => (await app.db('clusters').where({ name: LOCAL_CLUSTER_NAME }).first()).status === 'credentials_invalid', 'the cluster to be marked');
+  });
+});

@@ -91,6 +91,19 @@ describe('configuration', () => {
     expect(loadConfig({ ...development, PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
   });
 
+  it('gives a running model as long to recover as to start (issue 32 item 23: an engine recovery reloads the model), and refuses less in production', () => {
+    expect(loadConfig(production).provisioning).toMatchObject({ startTimeoutSeconds: 1800, recoveryGraceSeconds: 1800 });
+    expect(loadConfig({ ...production, DEPLOYMENT_START_TIMEOUT_SECONDS: '3600' }).provisioning.recoveryGraceSeconds).toBe(3600);
+    expect(loadConfig({ ...production, DEPLOYMENT_RECOVERY_GRACE_SECONDS: '2400' }).provisioning.recoveryGraceSeconds).toBe(2400);
+    expect(() => loadConfig({ ...production, DEPLOYMENT_RECOVERY_GRACE_SECONDS: '600' })).toThrow(
+      new ConfigError(
+        'Invalid configuration:\n  DEPLOYMENT_RECOVERY_GRACE_SECONDS: at least DEPLOYMENT_START_TIMEOUT_SECONDS in production (a recovery reloads the model); unset, it is the start timeout',
+      ),
+    );
+    // Tests and development may shorten it to watch a recovery fail.
+    expect(loadConfig({ ...development, DEPLOYMENT_RECOVERY_GRACE_SECONDS: '3' }).provisioning.recoveryGraceSeconds).toBe(3);
+  });
+
   it('reads the inference relay timeouts in seconds', () => {
     expect(loadConfig(development).inference).toEqual({ connectTimeoutMs: 5_000, firstByteTimeoutMs: 600_000, idleTimeoutMs: 60_000 });
     expect(loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0.5' }).inference.idleTimeoutMs).toBe(500);

@@ -14,6 +14,8 @@ export interface SimulatedUser {
   password: string;
   /** Xinference permission scopes, e.g. `admin`, `models:write`. */
   permissions: string[];
+  /** The account must set a new password before anything else (`auth_service.py`, `must_change_password`). */
+  mustChangePassword?: boolean;
 }
 
 export interface SimulatedApiKey {
@@ -22,6 +24,8 @@ export interface SimulatedApiKey {
   owner: string;
   /** Which models the key may call; `all` when none are given (`auth_service.py`, `create_api_key_for_user`). */
   modelPermissions?: ModelPermission[];
+  /** When the key stops working (`expires_at`); never when unset. */
+  expiresAt?: number;
 }
 
 /** `api/oauth2/advanced/cache.py`, `ModelPermission`: every model, one model uid, or one model type (`LLM`, `embedding`, …). */
@@ -36,6 +40,8 @@ export interface SimulatorAuthOptions {
   accessTokenExpireSeconds?: number;
   /** The address ban (XINFERENCE_RATE_LIMIT_IP_*: 10 failures in 300 s ban for 3600 s). */
   ban?: { maxFailures?: number; windowSeconds?: number; banSeconds?: number };
+  /** The (address, key) ban (XINFERENCE_RATE_LIMIT_KEY_*: 5 uses of a disabled or expired key in 300 s ban it for 3600 s). */
+  keyBan?: { maxFailures?: number; windowSeconds?: number; banSeconds?: number };
 }
 
 /**
@@ -88,11 +94,14 @@ export interface Principal {
 export class SimulatedAuth {
   readonly #secret = randomBytes(32);
   readonly #users = new Map<string, User>();
-  readonly #keys = new Map<string, { owner: string; enabled: boolean; modelPermissions: ModelPermission[] }>();
+  readonly #keys = new Map<string, { owner: string; enabled: boolean; modelPermissions: ModelPermission[]; expiresAt: number | undefined }>();
   readonly #refreshTokens = new Map<string, { userId: number; expiresAt: number }>();
   readonly #failures = new Map<string, FailureRecord>();
   readonly #expireSeconds: number;
   readonly #ban: { maxFailures: number; windowMs: number; banMs: number };
+  readonly #keyBan: { maxFailures: number; windowMs: number; banMs: number };
+  /** Failures of a disabled or expired key, by `<address> <key>` (`rate_limiter.py`, `record_key_failure`). */
+  readonly #keyFailures = new Map<string, FailureRecord>();
   /** Invalid bearers recorded toward the ban, over the simulator's life. */
   invalidBearers = 0;
   /** Requests answered 401, 403 or 429 by the auth check, over the simulator's life. */
@@ -105,9 +114,17 @@ export class SimulatedAuth {
       windowMs: (options.ban?.windowSeconds ?? 300) * 1000,
       banMs: (options.ban?.banSeconds ?? 3600) * 1000,
     };
+    this.#keyBan = {
+      maxFailures: options.keyBan?.maxFailures ?? 5,
+      windowMs: (options.keyBan?.windowSeconds ?? 300) * 1000,
+      banMs: (options.keyBan?.banSeconds ?? 3600) * 1000,
+    };
     let id = 0;
     for (const user of options.users ?? []) this.#users.set(user.username, { ...user, permissions: [...user.permissions], id: ++id, enabled: true, tokenVersion: 0 });
-    for (const key of options.apiKeys ?? []) this.addApiKey(key.key, key.owner, key.modelPermissions);
+    for (const key of options.apiKeys ?? []) {
+      this.addApiKey(key.key, key.owner, key.modelPermissions);
+      if (key.expiresAt !== undefined) this.expireApiKey(key.key, key.expiresAt);
+    }
   }
 
   /** `POST /token` (`api/oauth2/advanced/routes.py`, `advanced_login`; `auth_service.py`, `login`). */
@@ -116,7 +133,14 @@ export class SimulatedAuth {
     if (!user || !user.enabled || password !== user.password) {
       throw new SimulatorError(401, 'Incorrect username or password', { 'www-authenticate': 'Bearer' });
     }
-    return { access_token: this.#accessToken(user), refresh_token: this.#refreshToken(user), token_type: 'bearer' };
+    // `auth_service.py`, `login`: the flag rides along with working tokens, which every route but
+    // the password change then refuses.
+    return {
+      access_token: this.#accessToken(user),
+      refresh_token: this.#refreshToken(user),
+      token_type: 'bearer',
+      ...(user.mustChangePassword ? { must_change_password: true } : {}),
+    };
   }
 
   /** `POST /v1/auth/refresh`: rotates the refresh token (`auth_service.py`, `refresh_access_token`). */
@@ -157,14 +181,27 @@ export class SimulatedAuth {
 
     const key = this.#keys.get(token);
     if (key) {
-      if (!key.enabled) {
+      // A disabled or expired key counts toward the (address, key) ban, not the address ban.
+      const expired = key.expiresAt !== undefined && Date.now() > key.expiresAt;
+      if (!key.enabled || expired) {
+        this.#recordKeyFailure(address, token);
         this.refusals[401]++;
-        throw new SimulatorError(401, 'API key is disabled', challenge);
+        throw new SimulatorError(401, expired ? 'API key has expired' : 'API key is disabled', challenge);
+      }
+      if (this.#keyBanned(address, token)) {
+        this.refusals[429]++;
+        throw new SimulatorError(429, 'Too many failed attempts for this key.');
       }
       if (scopes.some((scope) => !API_KEY_SCOPES.has(scope))) {
         this.refusals[403]++;
         throw new SimulatorError(403, 'API keys can only access model query and inference endpoints', challenge);
       }
+      // An API key cannot change a password: its owner's flag blocks it outright.
+      if (this.#users.get(key.owner)?.mustChangePassword) {
+        this.refusals[403]++;
+        throw new SimulatorError(403, 'Password change required before using this account.', challenge);
+      }
+      this.#keyFailures.delete(`${address} ${token}`);
       return { username: key.owner, kind: 'api_key' };
     }
     if (token.startsWith('sk-') || token.startsWith('xf-')) {
@@ -178,6 +215,11 @@ export class SimulatedAuth {
     }
     const user = [...this.#users.values()].find((u) => u.id === payload.user_id);
     if (!user || !user.enabled) throw unauthenticated();
+    // Before the admin bypass: a flagged account may only change its own password (not simulated).
+    if (user.mustChangePassword) {
+      this.refusals[403]++;
+      throw new SimulatorError(403, 'Password change required before using this account.', challenge);
+    }
     if (payload.scopes.includes('admin')) return { username: user.username, kind: 'user' };
     // Live read: the user's current permissions, not the token's snapshot.
     if (scopes.some((scope) => !user.permissions.includes(scope))) {
@@ -204,7 +246,7 @@ export class SimulatedAuth {
   }
 
   addApiKey(key: string, owner: string, modelPermissions: ModelPermission[] = ALL_MODELS): void {
-    this.#keys.set(key, { owner, enabled: true, modelPermissions: modelPermissions.length ? [...modelPermissions] : ALL_MODELS });
+    this.#keys.set(key, { owner, enabled: true, modelPermissions: modelPermissions.length ? [...modelPermissions] : ALL_MODELS, expiresAt: undefined });
   }
 
   /**
@@ -223,6 +265,25 @@ export class SimulatedAuth {
       this.refusals[403]++;
       throw new SimulatorError(403, `API key does not have access to model: ${modelUid}`);
     }
+  }
+
+  /** Disables an API key, or enables it again (`PUT /v1/admin/keys/{id}`): a disabled key answers 401 and counts toward its (address, key) ban. */
+  setApiKeyEnabled(key: string, enabled: boolean): void {
+    const held = this.#keys.get(key);
+    if (!held) throw new Error(`no simulated API key ${key.slice(0, 6)}…`);
+    held.enabled = enabled;
+  }
+
+  /** Makes an API key expire at `at` (now by default): from then on it answers 401 "API key has expired". */
+  expireApiKey(key: string, at = Date.now()): void {
+    const held = this.#keys.get(key);
+    if (!held) throw new Error(`no simulated API key ${key.slice(0, 6)}…`);
+    held.expiresAt = at;
+  }
+
+  /** Flags a user for a forced password change (`must_change_password`), or clears the flag. */
+  setMustChangePassword(username: string, flag: boolean): void {
+    this.#user(username).mustChangePassword = flag;
   }
 
   /** Deletes an API key: it becomes an unknown `xf-` key, which counts toward the ban. */
@@ -287,6 +348,25 @@ export class SimulatedAuth {
     if (Date.now() < record.bannedUntil) return true;
     this.#failures.delete(address);
     return false;
+  }
+
+  /** `rate_limiter.py`, `is_key_banned`. */
+  #keyBanned(address: string, key: string): boolean {
+    const record = this.#keyFailures.get(`${address} ${key}`);
+    if (!record?.bannedUntil) return false;
+    if (Date.now() < record.bannedUntil) return true;
+    this.#keyFailures.delete(`${address} ${key}`);
+    return false;
+  }
+
+  /** `rate_limiter.py`, `record_key_failure`: the Nth failure of a key from one address within the window bans that pair. */
+  #recordKeyFailure(address: string, key: string): void {
+    const record = this.#keyFailures.get(`${address} ${key}`) ?? { timestamps: [], bannedUntil: 0 };
+    const now = Date.now();
+    record.timestamps = record.timestamps.filter((at) => at > now - this.#keyBan.windowMs);
+    record.timestamps.push(now);
+    if (record.timestamps.length >= this.#keyBan.maxFailures) record.bannedUntil = now + this.#keyBan.banMs;
+    this.#keyFailures.set(`${address} ${key}`, record);
   }
 
   /** `rate_limiter.py`, `record_invalid_key`: failures within the window; the Nth bans the address. */

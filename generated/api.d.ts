@@ -180,7 +180,12 @@ export interface paths {
          *     close it on `end` (`addEventListener('end', () => source.close())`); if it reconnects, it gets
          *     the events after its `Last-Event-ID`, if any, and `end` again.
          *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
-         *     for `getDeployment`.
+         *     for `getDeployment`. The stream lasts no longer than the session it was opened with and its
+         *     access: it closes (without `end`) when that session ends (sign-out, revocation, a password
+         *     reset, removal from the organization, leaving) or no longer reaches the deployment.
+         *     Each API process keeps at most `EVENT_STREAMS_PER_USER` streams open per user (default 20) and
+         *     `EVENT_STREAMS_PER_PROCESS` in all (default 2000): one more answers 429 `RATE_LIMITED` with
+         *     `Retry-After`; close a stream, or retry later.
          */
         get: operations["streamDeploymentEvents"];
         put?: never;
@@ -453,7 +458,7 @@ export interface paths {
          *     default when the customer has none, or always for `postpaid_activation`, which then also
          *     activates postpaid billing as `activatePostpaidSubscription` does. Needs role admin or super_admin.
          *
-         *     Errors: 422 `VALIDATION_FAILED` when `return_url` is not on an allowed origin;
+         *     Errors: 422 `VALIDATION_FAILED` when `return_url` is not an absolute URL or not on an allowed origin;
          *     502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         post: operations["createCheckoutSetupSession"];
@@ -595,7 +600,7 @@ export interface paths {
          *     no `return_url` the portal's back link leads to the web app's billing page. Creates the
          *     processor customer first if it does not exist yet. Needs role admin or super_admin.
          *
-         *     Errors: 422 `VALIDATION_FAILED` when `return_url` is not on an allowed origin;
+         *     Errors: 422 `VALIDATION_FAILED` when `return_url` is not an absolute URL or not on an allowed origin;
          *     502 `PAYMENT_PROCESSOR_ERROR` when the processor fails.
          */
         post: operations["createBillingPortalSession"];
@@ -746,7 +751,7 @@ export interface paths {
          * Receive payment-processor events
          * @description Receives Stripe events. Called by Stripe only: no session and no CSRF token; authenticity comes
          *     from the `Stripe-Signature` header, verified against the raw body with `STRIPE_WEBHOOK_SECRET`
-         *     (5-minute timestamp tolerance). A verified event is stored once by its `id` and answered 200
+         *     (5-minute timestamp tolerance, into the past and the future). A verified event is stored once by its `id` and answered 200
          *     `{received: true}` at once; a background job processes it, re-reading the object's current state
          *     from Stripe instead of trusting event order. A repeated event id is acknowledged the same way and
          *     ignored. Event types not handled are acknowledged and ignored.
@@ -1645,7 +1650,8 @@ export interface paths {
          *     CSRF token, but an `Origin` header, when present, must be allowed (403 `CSRF_FAILED`).
          *
          *     Errors: 400 `INVALID_VERIFICATION_TOKEN` when the token is unknown, older than 24 hours or
-         *     already used; 422 `VALIDATION_FAILED` for a malformed body.
+         *     already used; 422 `VALIDATION_FAILED` for a malformed body; 429 `RATE_LIMITED` with
+         *     `Retry-After` after 30 attempts from one client address within 15 minutes.
          */
         post: operations["confirmEmailVerification"];
         delete?: never;
@@ -2148,9 +2154,9 @@ export interface components {
             billing_mode: string;
             /** @description Account status, e.g. `active`. */
             status: string;
-            /** @description The processor's customer id (Stripe `cus_…`); `null` until the first card setup or portal visit creates it. */
+            /** @description The processor's customer id (Stripe `cus_…`); `null` until the first card setup or portal visit creates it, and always `null` for members and viewers (admins only see it). */
             processor_customer_id: string | null;
-            /** @description The processor's subscription id (Stripe `sub_…`); `null` until postpaid billing is activated. */
+            /** @description The processor's subscription id (Stripe `sub_…`); `null` until postpaid billing is activated, and always `null` for members and viewers (admins only see it). */
             processor_subscription_id: string | null;
             /**
              * @description The processor's subscription status: `incomplete`, `incomplete_expired`, `trialing`, `active`,
@@ -2626,7 +2632,10 @@ export interface components {
             /** @description The key's limits; an omitted or `null` field takes the organization's default. */
             limits?: components["schemas"]["ApiKeyLimitsChange"];
         };
-        /** @description A chat-completion request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /**
+         * @description A chat-completion request (the hosted OpenAI schema, plus the engine extensions `top_k` and
+         *     `repetition_penalty`). A top-level field not listed here answers 400 `unsupported_parameter`.
+         */
         CreateChatCompletionRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description The conversation so far: 1 to 2048 messages. */
@@ -2698,8 +2707,18 @@ export interface components {
             tool_choice?: ("none" | "auto" | "required") | components["schemas"]["ChatNamedToolChoice"];
             /** @description The output format. */
             response_format?: components["schemas"]["ResponseFormatText"] | components["schemas"]["ResponseFormatJsonObject"] | components["schemas"]["ResponseFormatJsonSchema"];
-        } & {
-            [key: string]: unknown;
+            /**
+             * Format: int32
+             * @description Engine extension (Xinference, vLLM): sample only from the `top_k` most likely tokens; `-1` (or
+             *     `0` on some engines) turns it off.
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Engine extension (Xinference, vLLM): penalizes tokens already in the prompt or the output;
+             *     `1` is none, above 1 discourages repetition.
+             */
+            repetition_penalty?: number | null;
         };
         /** @description Opens a checkout session that saves a card. Unknown fields are rejected. */
         CreateCheckoutSetupSessionRequest: {
@@ -2722,7 +2741,7 @@ export interface components {
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
         };
-        /** @description An embeddings request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /** @description An embeddings request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
         CreateEmbeddingRequest: {
             /**
              * @description Text to embed: a string, an array of up to 2048 strings, an array of up to 65536 token ids, or
@@ -2744,10 +2763,8 @@ export interface components {
             dimensions?: number;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
-        } & {
-            [key: string]: unknown;
         };
-        /** @description An image-generation request (the hosted OpenAI schema). Fields not listed are forwarded to the engine. */
+        /** @description An image-generation request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
         CreateImageRequest: {
             model: components["schemas"]["InferenceModelRef"];
             /** @description What to draw. */
@@ -2776,8 +2793,6 @@ export interface components {
             style?: string | null;
             /** @description An end-user id, for abuse monitoring. */
             user?: string;
-        } & {
-            [key: string]: unknown;
         };
         /** @description Whom to invite, and with which role. Unknown fields are rejected. */
         CreateInvitationRequest: {
@@ -2801,7 +2816,8 @@ export interface components {
             return_url?: string;
         };
         /**
-         * @description A rerank request (the Xinference / Cohere schema). Fields not listed are forwarded to the engine;
+         * @description A rerank request (the Xinference / Cohere schema). A top-level field not listed here answers 400
+         *     `unsupported_parameter`;
          *     the proxy sets `return_len: true` so that the engine counts tokens (`meta.tokens`) for metering.
          */
         CreateRerankRequest: {
@@ -2820,8 +2836,6 @@ export interface components {
              * @default false
              */
             return_documents?: boolean | null;
-        } & {
-            [key: string]: unknown;
         };
         CreateTranscriptionRequest: {
             /**
@@ -5718,6 +5732,21 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
+            /** @description 429 `RATE_LIMITED`: the caller (or this server) already has as many event streams open as allowed. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
@@ -5957,9 +5986,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -7831,7 +7864,7 @@ export interface operations {
                     "application/json": components["schemas"]["WebhookReceived"];
                 };
             };
-            /** @description 400: `INVALID_SIGNATURE` (the `Stripe-Signature` header does not verify against the raw body with the endpoint secret, or its timestamp is more than 5 minutes old) or `MALFORMED_REQUEST` (the body is not JSON). */
+            /** @description 400: `INVALID_SIGNATURE` (the `Stripe-Signature` header does not verify against the raw body with the endpoint secret, or its timestamp is more than 5 minutes from the server's clock, in the past or the future) or `MALFORMED_REQUEST` (the body is not JSON). */
             400: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -7948,9 +7981,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8256,9 +8293,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -8555,9 +8596,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -12457,9 +12502,13 @@ export interface operations {
              *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
              *     "The model refused the request as invalid.", or "The model refused the request: " and the
              *     engine's reason when that is a short validation message naming nothing of the cluster),
-             *     `unsupported_parameter` (a chat `logit_bias` other than null: the serving engine does not
-             *     implement it; `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine
-             *     generates one choice per request; `param` `n`). Both are refused before the engine is called.
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
+             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
+             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
             400: {
                 headers: {
@@ -12953,6 +13002,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429: `RATE_LIMITED`; retry after the given number of seconds. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };

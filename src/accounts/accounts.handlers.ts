@@ -55,8 +55,8 @@ export function accountHandlers(deps: {
       await passwordReset.confirm(body.token, body.password, clientAddress(req));
       return { status: 200, body: { reset: true } };
     },
-    confirmEmailVerification: async ({ body }) => {
-      const { email } = await emailVerification.confirm(body.token);
+    confirmEmailVerification: async ({ body, req }) => {
+      const { email } = await emailVerification.confirm(body.token, clientAddress(req));
       return { status: 200, body: { verified: true, email } };
     },
     resendEmailVerification: async (context) => {

@@ -53,8 +53,12 @@ export class EmailVerificationService {
     });
   }
 
-  /** Spends the token and marks the address verified; every other outstanding link of the user is spent too. */
-  async confirm(token: string): Promise<{ email: string }> {
+  /**
+   * Spends the token and marks the address verified; every other outstanding link of the user is
+   * spent too. At most 30 attempts per client address in 15 minutes, counted first.
+   */
+  async confirm(token: string, clientAddress: string): Promise<{ email: string }> {
+    await this.#limiter.hit({ key: `verify-confirm:address:${clientAddress}`, max: 30, windowSeconds: 15 * 60 });
     return this.#db.transaction(async (trx) => {
       const claimed = await claimEmailVerificationToken(trx, hashToken(token));
       // A token for an address the account no longer has proves nothing about the account.

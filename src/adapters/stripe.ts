@@ -33,7 +33,7 @@ export interface StripeSettings {
   webhookSecret: string;
   /** `http://127.0.0.1:12111` for the emulator; undefined for Stripe itself. */
   apiUrl?: string;
-  /** Accepted age of a webhook's signature timestamp (Stripe's default: 300 s). */
+  /** Accepted age of a webhook's signature timestamp, into the past and the future (Stripe's default: 300 s). */
   webhookToleranceSeconds?: number;
 }
 
@@ -243,6 +243,9 @@ export class StripePaymentProcessor implements PaymentProcessor {
     let event: Stripe.Event;
     try {
       event = this.stripe.webhooks.constructEvent(rawBody, signatureHeader ?? '', this.settings.webhookSecret, this.settings.webhookToleranceSeconds);
+      // The SDK bounds only the age; a timestamp ahead of the clock is bounded by the same tolerance.
+      const signedAt = Number(/(?:^|,)\s*t=(\d+)/.exec(signatureHeader ?? '')?.[1]);
+      if (!(signedAt - Date.now() / 1000 <= (this.settings.webhookToleranceSeconds ?? 300))) throw new Error('Timestamp is ahead of the clock by more than the tolerance');
     } catch (error) {
       throw new WebhookSignatureError(error instanceof Error ? error.message : 'Invalid signature', { cause: error });
     }

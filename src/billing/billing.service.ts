@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import type { InvoiceRow } from '../db/models/invoices.ts';
 import { AppError } from '../errors.ts';
@@ -51,8 +51,11 @@ export class BillingService {
     };
   }
 
+  /** The account; the processor's customer and subscription ids only for admins (null for members and viewers). */
   async account(principal: SessionPrincipal): Promise<Schemas['BillingAccount']> {
-    return toBillingAccount(await this.#accountOf(principal));
+    const account = toBillingAccount(await this.#accountOf(principal));
+    if (roleAtLeast(principal.role, 'admin')) return account;
+    return { ...account, processor_customer_id: null, processor_subscription_id: null };
   }
 
   async usage(principal: SessionPrincipal): Promise<UsageSummary> {
@@ -205,6 +208,9 @@ export class BillingService {
 
   #returnUrl(returnUrl: string | undefined): string {
     if (returnUrl === undefined) return this.#settings.billingPageUrl;
+    if (!URL.canParse(returnUrl)) {
+      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [{ location: 'body/return_url', message: 'must be an absolute URL' }] });
+    }
     if (!this.#settings.allowedOrigins.includes(new URL(returnUrl).origin)) {
       throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [{ location: 'body/return_url', message: 'must be on an allowed origin' }] });
     }

@@ -133,6 +133,13 @@ describe('payment setup', () => {
     const elsewhere = await owner.api.POST('/v1/billing/portal/session', { body: { return_url: 'https://evil.example/billing' } });
     expect(elsewhere.response.status).toBe(422);
   });
+
+  it.each(['http://localhost:31080.evil.example/', 'http://a:b/'])('refuses a return_url that is no URL, %s, with 422 VALIDATION_FAILED, not 500 (issue 32 item 11)', async (returnUrl) => {
+    const owner = await registeredUser(app);
+    const { response, error } = await owner.api.POST('/v1/billing/portal/session', { body: { return_url: returnUrl } });
+    expect(response.status).toBe(422);
+    expect(error).toMatchObject({ code: 'VALIDATION_FAILED', errors: [{ location: 'body/return_url', message: 'must be an absolute URL' }] });
+  });
 });
 
 describe('collection method', () => {
@@ -238,14 +245,17 @@ describe('invoices and webhooks', () => {
     expect(accountAfter).toEqual(accountBefore);
   });
 
-  it('refuses a bad or stale signature with 400 INVALID_SIGNATURE and stores nothing', async () => {
+  it('refuses a bad, stale or future-dated signature with 400 INVALID_SIGNATURE and stores nothing', async () => {
     const event = { id: `evt_forged_${Date.now()}`, object: 'event', type: 'invoice.paid', created: Math.floor(Date.now() / 1000), data: { object: { id: 'in_x', object: 'invoice' } }, livemode: false };
     const payload = JSON.stringify(event);
     const count = await eventCount();
     const wrongSecret = stripe.webhooks.generateTestHeaderString({ payload, secret: 'whsec_not_the_secret' });
     const stale = signed(payload, Math.floor(Date.now() / 1000) - 600);
+    // Dated ahead of the clock, by a day and by just over the tolerance (issue 32 item 11).
+    const future = signed(payload, Math.floor(Date.now() / 1000) + 86_400);
+    const soon = signed(payload, Math.floor(Date.now() / 1000) + 310);
     const tampered = signed(payload.replace('in_x', 'in_y'));
-    for (const signature of [wrongSecret, stale, tampered]) {
+    for (const signature of [wrongSecret, stale, future, soon, tampered]) {
       const response = await post(payload, signature);
       expect(response.status).toBe(400);
       expect(await response.json()).toMatchObject({ code: 'INVALID_SIGNATURE' });
@@ -271,6 +281,20 @@ describe('roles', () => {
       expect((await reader.api.PATCH('/v1/billing/subscription/collection-method', { body: { collection_method: 'send_invoice' } })).response.status).toBe(403);
     }
     expect((await account(owner.api))?.processor_customer_id).toBeNull();
+  });
+});
+
+describe('processor ids (issue 32 item 11)', () => {
+  it('shows the processor’s customer and subscription ids to admins only: viewers and members read null', async () => {
+    const owner = await activatedOwner();
+    const organizationId = (await owner.api.GET('/v1/organization')).data?.id ?? 0;
+    const mine = await account(owner.api);
+    expect(mine?.processor_customer_id).toMatch(/^cus_/);
+    expect(mine?.processor_subscription_id).toMatch(/^sub_/);
+    for (const role of ['viewer', 'member'] as const) {
+      const reader = await addedMember(app, organizationId, role);
+      expect(await account(reader.api)).toMatchObject({ organization_id: organizationId, processor_customer_id: null, processor_subscription_id: null, subscription_status: mine?.subscription_status });
+    }
   });
 });
 

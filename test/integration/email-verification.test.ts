@@ -127,6 +127,21 @@ describe('resending the verification email', () => {
     expect(await statusOf(resend(last, from))).toBe(429);
     expect(await statusOf(resend(last, { 'x-forwarded-for': '203.0.113.78' }))).toBe(200);
   });
+
+  it('limits confirm attempts to 30 per 15 minutes per client address with 429 RATE_LIMITED, even with a valid token (issue 32 item 11)', async () => {
+    const from = { 'x-forwarded-for': '203.0.113.90' };
+    const guess = () => new Browser(app.url).api.POST('/v1/user/email-verification/confirm', { body: { token: 'a'.repeat(32) }, headers: from });
+    for (let i = 0; i < 30; i++) expect(await statusOf(guess())).toBe(400);
+    const { api, email } = await unverifiedUser(app);
+    const token = await verificationToken(app, email);
+    const held = await new Browser(app.url).api.POST('/v1/user/email-verification/confirm', { body: { token }, headers: from });
+    expect(held.response.status).toBe(429);
+    expect(held.error).toMatchObject({ code: 'RATE_LIMITED' });
+    expect(Number(held.response.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect((await sessionOf(api))?.user.email_verified).toBe(false);
+    const elsewhere = await new Browser(app.url).api.POST('/v1/user/email-verification/confirm', { body: { token }, headers: { 'x-forwarded-for': '203.0.113.91' } });
+    expect(elsewhere.response.status).toBe(200);
+  });
 });
 
 describe('invitation takeover through an unverified registration (security review, finding 1)', () => {

@@ -37,6 +37,7 @@ const schema = z.object({
   SMTP_URL: z.url().optional(),
   MAIL_FROM: z.string().min(3).default('Model Deployment <no-reply@model-deployment.local>'),
   EMAIL_RETRY_LIMIT: z.coerce.number().int().min(0).max(100).default(30),
+  INVITATIONS_PER_DAY: z.coerce.number().int().min(1).max(100_000).default(50),
   EMAIL_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(5),
   EMAIL_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(900),
   MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
@@ -113,6 +114,8 @@ export interface Config {
   /** SMTP server for outgoing email; undefined starts MailDev (local stand-in) in development. */
   smtpUrl: string | undefined;
   mailFrom: string;
+  /** Invitation emails (created or resent) an organization may send in 24 hours. */
+  invitationsPerDay: number;
   /** Retries of an email that could not be sent, with exponential backoff from the delay. */
   emailRetry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
   maildev: { smtpPort: number; webPort: number };
@@ -296,6 +299,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     trustProxy: parseTrustProxy(e.TRUST_PROXY),
     smtpUrl: e.SMTP_URL,
     mailFrom: e.MAIL_FROM,
+    invitationsPerDay: e.INVITATIONS_PER_DAY,
     emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS, maxDelaySeconds: e.EMAIL_RETRY_MAX_DELAY_SECONDS },
     maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
     webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),

@@ -140,7 +140,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         context.request = api.router.parseRequest(context.validation.coerced, context.operation);
         return operationHandlers.get(context.operation.operationId ?? '')?.(context, req, res);
       }
-      throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: errors.map(toIssue) });
+      throw invalidRequest(errors, rulesOf(context.operation));
     },
   });
 
@@ -210,7 +210,7 @@ function directDispatch(
       }
       // As in validationFail: a multipart body is checked part by part by its handler.
       const issues = errors.filter((error) => operationRules.jsonBody || !isMissingBody(error));
-      if (issues.length) throw new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: issues.map(toIssue) });
+      if (issues.length) throw invalidRequest(issues, operationRules);
       const reply = await handler(handlerContext(operationId, operationRules, req, res, { body: input.requestBody, params: {}, query: req.query, cookies: {}, auth }));
       sendReply(api, operation, reply, req, res, validateResponses);
     });
@@ -272,9 +272,17 @@ class RequestContext {
   }
 }
 
-/** The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then sent; nothing when the handler answered itself (a relayed stream). */
+/**
+ * The operation's reply, checked against the document when asked (RESPONSE_VALIDATION), then sent;
+ * nothing when the handler answered itself (a relayed stream), or when the client left before any
+ * answer (its access line says 499; the handler's placeholder reply is no contract mismatch).
+ */
 function sendReply(api: OpenAPIBackend, operation: Operation, reply: LooseReply | undefined, req: Request, res: Response, validateResponses: boolean): void {
   if (!reply || res.headersSent) return;
+  if (res.destroyed || req.socket.destroyed) {
+    req.log.debug({ operationId: operation.operationId }, 'the client left before the answer');
+    return;
+  }
   if (validateResponses) assertDocumented(api, operation, reply, req);
   send(res, reply);
   logFailedAnswer(req, res);
@@ -392,6 +400,19 @@ function securityFailure(context: Context, keySent: boolean): AppError {
     failureOf('ApiKeyBearer') ??
     new AppError('UNAUTHENTICATED', 'Sign in to use this route.')
   );
+}
+
+/**
+ * The refusal of a request its validators found invalid. On an inference route a top-level field
+ * the contract does not name is refused as OpenAI refuses one: 400 `unsupported_parameter`,
+ * "Unrecognized request argument supplied: <field>", with the field as `param`.
+ */
+function invalidRequest(errors: ErrorObject[], rules: OperationRules): AppError {
+  const issues = errors.map(toIssue);
+  const unknown = rules.errorFormat === 'inference' ? errors.find((error) => error.instancePath === '/requestBody' && error.keyword === 'additionalProperties') : undefined;
+  if (!unknown) return new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: issues });
+  const field = String((unknown.params as { additionalProperty?: unknown }).additionalProperty).slice(0, 64);
+  return new AppError('VALIDATION_FAILED', `Unrecognized request argument supplied: ${field}`, { errors: issues, inference: { code: 'unsupported_parameter', param: field } });
 }
 
 function toIssue(error: ErrorObject): ValidationIssue {

@@ -10,6 +10,24 @@ import type { SecurityHandlers } from './openapi.ts';
 export const MAX_JSON_DEPTH = 64;
 
 /**
+ * Most objects and arrays, object members (keys) and strings a JSON body may hold in all; more
+ * answer 422 `VALIDATION_FAILED` (400 `invalid_parameter` on inference routes) before the body is
+ * parsed. They bound what parsing may allocate: an empty object costs about 20 times its three
+ * bytes of text (3.25 million of them in a 9.75 MB body took 670 MiB), a short string or a member
+ * 5 to 10 times, a number or a long string a few times at most. The largest bodies the contract
+ * allows in practice (2048 messages with tool calls, 128 tools with their schemas, 10,000 rerank
+ * documents) hold about a tenth of each.
+ */
+export const MAX_JSON_CONTAINERS = 20_000;
+export const MAX_JSON_MEMBERS = 100_000;
+export const MAX_JSON_STRINGS = 200_000;
+/**
+ * The longest array a JSON body may hold (the longest the contract documents: 65,536 token ids), so
+ * that no validation works through millions of items (a 9 MB array of numbers took 22 s).
+ */
+export const MAX_JSON_ARRAY_ITEMS = 65_536;
+
+/**
  * Authenticates a request to an operation that accepts API keys (the inference proxy) before a
  * byte of its body is read, with the same security handlers the OpenAPI binding runs (the binding
  * then reuses the result), and checks the caller's role. A request without a valid key or session
@@ -43,20 +61,24 @@ export function authenticateBeforeBody(security: SecurityHandlers): RequestHandl
 
 /**
  * Parses the JSON body of an operation that documents one, up to its `x-body-limit` (413
- * `PAYLOAD_TOO_LARGE` beyond); then refuses, for every route, a body nested deeper than 64 levels
+ * `PAYLOAD_TOO_LARGE` beyond), unless it holds more objects, arrays or members than parsing may
+ * cost (`jsonCostIssue`); then refuses, for every route, a body nested deeper than 64 levels
  * or with a NUL character in a string or a name, and a documented query parameter with one (422
  * `VALIDATION_FAILED`; 400 `invalid_parameter` on inference routes). A body no operation reads (no route, a route without a request body) is
  * not read; a multipart body is read by its handler as it streams. The raw bytes are kept only for
  * an `x-csrf-exempt` operation, which is verified by a signature over them.
  */
 export function jsonBodies(): RequestHandler[] {
-  const keepRawBody = (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
-    (req as Request).rawBody = buffer;
+  // body-parser calls `verify` with the (decompressed) bytes before it parses them.
+  const verify = (keepRaw: boolean) => (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
+    const issue = jsonCostIssue(buffer);
+    if (issue) throw Object.assign(new Error(issue.message), { costIssue: issue });
+    if (keepRaw) (req as Request).rawBody = buffer;
   };
   const parsers = new Map<string, RequestHandler>();
   const parserFor = (limit: number, keepRaw: boolean): RequestHandler => {
     const key = `${limit}/${keepRaw}`;
-    const parser = parsers.get(key) ?? express.json({ limit, ...(keepRaw ? { verify: keepRawBody } : {}) });
+    const parser = parsers.get(key) ?? express.json({ limit, verify: verify(keepRaw) });
     parsers.set(key, parser);
     return parser;
   };
@@ -66,7 +88,10 @@ export function jsonBodies(): RequestHandler[] {
       if (!operation?.jsonBody || operation.bodyLimit === undefined) return next();
       const length = operation.csrfExempt ? undefined : plainJsonLength(req, operation.bodyLimit);
       if (length !== undefined) return readPlainJson(req, length, next);
-      parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, next);
+      parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, (error?: unknown) => {
+        const costIssue = (error as { costIssue?: ValidationIssue } | undefined)?.costIssue;
+        next(costIssue ? tooCostly(costIssue) : error);
+      });
     },
     (req, _res, next) => {
       const issue = nulInQuery(req) ?? (req.body === undefined ? undefined : unsafeJson(req.body));
@@ -110,7 +135,10 @@ function readPlainJson(req: Request, length: number, next: NextFunction): void {
   };
   const onData = (chunk: Buffer) => void chunks.push(chunk);
   const onEnd = () => {
-    const text = (chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, length)).toString('utf8');
+    const bytes = chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, length);
+    const costIssue = jsonCostIssue(bytes);
+    if (costIssue) return done(tooCostly(costIssue));
+    const text = bytes.toString('utf8');
     const json = text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
     const first = /\S/.exec(json)?.[0];
     try {
@@ -127,6 +155,68 @@ function readPlainJson(req: Request, length: number, next: NextFunction): void {
   req.on('end', onEnd);
   req.on('close', onClose);
   req.on('error', onClose);
+}
+
+function tooCostly(issue: ValidationIssue): AppError {
+  return new AppError('VALIDATION_FAILED', `The JSON body ${issue.message}.`, { errors: [issue], inference: { code: 'invalid_parameter' } });
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COLON = 0x3a;
+const COMMA = 0x2c;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+
+/**
+ * Why parsing the JSON text `bytes` would cost too much, if it would: more than
+ * `MAX_JSON_CONTAINERS` objects and arrays, `MAX_JSON_MEMBERS` members or `MAX_JSON_STRINGS`
+ * strings (names included), an array of more than `MAX_JSON_ARRAY_ITEMS`, or nesting deeper than
+ * `MAX_JSON_DEPTH`. One pass over
+ * the bytes outside strings; a string is skipped to its closing quote with `indexOf` (a quote or a
+ * backslash byte never occurs inside a multi-byte UTF-8 character). Text that is not JSON is left
+ * to the parser, which refuses it.
+ */
+export function jsonCostIssue(bytes: Buffer): ValidationIssue | undefined {
+  let containers = 0;
+  let members = 0;
+  let strings = 0;
+  // The commas seen so far in each open container: an array's, or -1 for an object's.
+  const commas: number[] = [];
+  for (let at = 0; at < bytes.length; at++) {
+    const byte = bytes[at];
+    if (byte === QUOTE) {
+      if (++strings > MAX_JSON_STRINGS) return { location: 'body', message: `holds more than ${MAX_JSON_STRINGS} strings` };
+      at = closingQuote(bytes, at);
+      if (at < 0) return undefined;
+    } else if (byte === OPEN_BRACE || byte === OPEN_BRACKET) {
+      if (commas.length >= MAX_JSON_DEPTH) return { location: 'body', message: `nests deeper than ${MAX_JSON_DEPTH} levels` };
+      if (++containers > MAX_JSON_CONTAINERS) return { location: 'body', message: `holds more than ${MAX_JSON_CONTAINERS} objects and arrays` };
+      commas.push(byte === OPEN_BRACKET ? 0 : -1);
+    } else if (byte === CLOSE_BRACE || byte === CLOSE_BRACKET) {
+      commas.pop();
+    } else if (byte === COMMA) {
+      const top = commas.length - 1;
+      if ((commas[top] as number) >= 0 && (commas[top] = (commas[top] as number) + 1) >= MAX_JSON_ARRAY_ITEMS) {
+        return { location: 'body', message: `holds an array of more than ${MAX_JSON_ARRAY_ITEMS} items` };
+      }
+    } else if (byte === COLON) {
+      if (++members > MAX_JSON_MEMBERS) return { location: 'body', message: `holds more than ${MAX_JSON_MEMBERS} object members` };
+    }
+  }
+  return undefined;
+}
+
+/** Where the string opened at `open` closes (a quote not escaped by an odd run of backslashes); -1 if it does not. */
+function closingQuote(bytes: Buffer, open: number): number {
+  for (let at = bytes.indexOf(QUOTE, open + 1); at >= 0; at = bytes.indexOf(QUOTE, at + 1)) {
+    let backslashes = 0;
+    while (bytes[at - 1 - backslashes] === BACKSLASH) backslashes++;
+    if (backslashes % 2 === 0) return at;
+  }
+  return -1;
 }
 
 /** A documented query parameter with a NUL character (Postgres refuses them in text), if any. */
@@ -147,21 +237,23 @@ export function bytesInWords(bytes: number): string {
 
 /** The first place where `value` nests too deep or holds a NUL character, if any. Iterative: no stack to overflow. */
 export function unsafeJson(value: unknown): ValidationIssue | undefined {
-  const stack: Array<{ value: unknown; depth: number }> = [{ value, depth: 0 }];
+  if (typeof value === 'string') return value.includes('\u0000') ? locate(value, 'nul') : undefined;
+  if (value === null || typeof value !== 'object') return undefined;
+  // Only objects and arrays are stacked (a string is checked where it is met): no allocation per value.
+  const stack: Array<{ container: object; depth: number }> = [{ container: value, depth: 0 }];
+  const visit = (item: unknown, depth: number): boolean => {
+    if (typeof item === 'string') return !item.includes('\u0000');
+    if (item !== null && typeof item === 'object') stack.push({ container: item, depth });
+    return true;
+  };
   while (stack.length) {
-    const { value: current, depth } = stack.pop() as { value: unknown; depth: number };
-    if (typeof current === 'string') {
-      if (current.includes('\u0000')) return locate(value, 'nul');
-      continue;
-    }
-    if (current === null || typeof current !== 'object') continue;
+    const { container, depth } = stack.pop() as { container: object; depth: number };
     if (depth >= MAX_JSON_DEPTH) return locate(value, 'depth');
-    if (Array.isArray(current)) {
-      for (const item of current) stack.push({ value: item, depth: depth + 1 });
+    if (Array.isArray(container)) {
+      for (const item of container) if (!visit(item, depth + 1)) return locate(value, 'nul');
     } else {
-      for (const [key, item] of Object.entries(current)) {
-        if (key.includes('\u0000')) return locate(value, 'nul');
-        stack.push({ value: item, depth: depth + 1 });
+      for (const key in container) {
+        if (key.includes('\u0000') || !visit((container as Record<string, unknown>)[key], depth + 1)) return locate(value, 'nul');
       }
     }
   }

@@ -5,7 +5,7 @@ import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';
 import type { Metrics } from '../metrics/metrics.ts';
-import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, type RewritePolicy } from './json-rewrite.ts';
+import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, withoutReplica, type RewritePolicy } from './json-rewrite.ts';
 import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
 import type { AnswerWatch } from './answer-watch.ts';
 import type { Admission, KeyLimiter } from './key-limiter.ts';
@@ -193,10 +193,11 @@ export function inferenceHandlers(deps: {
       accepts: ['application/json'],
       meter: byTokens,
       prepare: (body) => {
-        // Xinference ignores `encoding_format` (floats always): base64 is encoded here, as OpenAI does.
+        // Xinference ignores `encoding_format` (floats always): base64 is encoded here, as OpenAI
+        // does. Its `model_replica` is dropped.
         const base64 = body.encoding_format === 'base64';
         delete body.encoding_format;
-        return base64 ? () => jsonRewrite(embeddingsAsBase64) : undefined;
+        return () => jsonRewrite(withoutReplica(base64 ? embeddingsAsBase64 : undefined));
       },
     }),
     createRerank: json('/v1/rerank', {

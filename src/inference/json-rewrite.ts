@@ -350,6 +350,14 @@ class Float32Base64 {
   }
 }
 
+/**
+ * `policy`, and the engine's `model_replica` (which of its replicas answered, an engine internal that
+ * OpenAI's answers do not have) dropped from the top of the answer.
+ */
+export function withoutReplica(policy: RewritePolicy = () => KEEP): RewritePolicy {
+  return (path, first) => (path.length === 1 && path[0] === 'model_replica' ? { kind: 'drop' } : policy(path, first));
+}
+
 /** OpenAI's `encoding_format: "base64"`: each `data[i].embedding` array as base64 of little-endian float32. */
 export const embeddingsAsBase64: RewritePolicy = (path, first) =>
   path.length === 3 && path[0] === 'data' && path[2] === 'embedding' && first === '[' ? { kind: 'float32-base64' } : KEEP;

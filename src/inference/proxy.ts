@@ -109,7 +109,8 @@ export class Relay {
         upstream.destroy(new Error('the engine stalled'));
       }, ms);
     };
-    const headers: Record<string, string | number> = { 'content-type': input.contentType, accept: req.headers.accept ?? '*/*' };
+    // The route's own media types, never the client's `Accept`: nothing the client writes in a header reaches the engine.
+    const headers: Record<string, string | number> = { 'content-type': input.contentType, accept: input.accepts.join(', ') };
     if (input.target.authorization) headers.authorization = input.target.authorization;
     if (typeof body === 'string') headers['content-length'] = Buffer.byteLength(body);
     const upstream = this.#engines.post(input.target.endpoint, input.path, headers);

@@ -197,11 +197,11 @@ describe('request validation on the inference routes', () => {
     expect(JSON.parse(String(stub.requestsTo(CHAT).at(-1)?.body)).temperature).toBe(0.5);
   });
 
-  it('sends the engine the headers of an HTTP/1.1 client: Host (uvicorn refuses a request without it), the length and type of the body, the client\'s Accept', async () => {
-    await client().chat.completions.create({ model: chat.id, messages: hello });
+  it('sends the engine the headers of an HTTP/1.1 client: Host (uvicorn refuses a request without it), the length and type of the body, the route\'s Accept (never the client\'s)', async () => {
+    await client().chat.completions.create({ model: chat.id, messages: hello }, { headers: { accept: 'text/html, application/json;q=0.9' } });
     const sent = stub.requestsTo(CHAT).at(-1);
     expect(sent?.headers).toEqual(
-      expect.objectContaining({ host: new URL(stub.url).host, 'content-type': 'application/json', 'content-length': String(sent?.body.length), accept: 'application/json', connection: 'keep-alive' }),
+      expect.objectContaining({ host: new URL(stub.url).host, 'content-type': 'application/json', 'content-length': String(sent?.body.length), accept: 'application/json, text/event-stream', connection: 'keep-alive' }),
     );
   });
 });

@@ -2578,13 +2578,23 @@ export interface components {
              */
             gpus: number;
             /**
+             * @description Whether this plan's deployment could be placed on this instance type of this cluster now (one
+             *     of its instances has the GPUs it needs free); false when the type cannot hold the model. The
+             *     plan shows availability, not free counts, which would show other organizations' activity.
+             */
+            available_now: boolean;
+            /**
              * Format: int32
-             * @description Their GPUs not allocated to a deployment.
+             * @deprecated
+             * @description Deprecated: no longer a count of free GPUs. `gpus` when `available_now`, 0 otherwise (exact
+             *     free counts would show other organizations' activity); read `available_now`.
              */
             free_gpus: number;
             /**
              * Format: int32
-             * @description The most free GPUs on one instance: a deployment takes all its GPUs from one instance.
+             * @deprecated
+             * @description Deprecated: no longer a count. The GPUs of one instance when `available_now`, 0 otherwise;
+             *     read `available_now`.
              */
             max_free_gpus_per_instance: number;
         };

@@ -74,18 +74,26 @@ export function toDeploymentPlan(facts: PlanFacts): DeploymentPlan {
           currency: chosenPrice.currency,
         }
       : null,
-    capacity: facts.capacity.map((group) => ({
-      cluster_id: group.clusterId,
-      provider: where.get(group.clusterId)?.provider ?? '',
-      region: where.get(group.clusterId)?.region ?? '',
-      instance_type: group.instanceType.name,
-      gpu_type: group.instanceType.gpuType,
-      gpu_memory_per_gpu_gb: group.instanceType.gpuMemoryGb,
-      instances: group.instances,
-      gpus: group.gpus,
-      free_gpus: group.freeGpus,
-      max_free_gpus_per_instance: group.maxFreeGpusPerInstance,
-    })),
+    capacity: facts.capacity.map((group) => {
+      // Availability for this plan's model, never the exact free counts: those would show other
+      // tenants' activity. The deprecated counts say all of the type's GPUs, or none.
+      const availableNow = placement.choices.some(
+        (choice) => choice.clusterId === group.clusterId && choice.instanceType.name === group.instanceType.name && choice.freeInstances > 0,
+      );
+      return {
+        cluster_id: group.clusterId,
+        provider: where.get(group.clusterId)?.provider ?? '',
+        region: where.get(group.clusterId)?.region ?? '',
+        instance_type: group.instanceType.name,
+        gpu_type: group.instanceType.gpuType,
+        gpu_memory_per_gpu_gb: group.instanceType.gpuMemoryGb,
+        instances: group.instances,
+        gpus: group.gpus,
+        available_now: availableNow,
+        free_gpus: availableNow ? group.gpus : 0,
+        max_free_gpus_per_instance: availableNow ? Math.ceil(group.gpus / Math.max(1, group.instances)) : 0,
+      };
+    }),
     guards: facts.guards.map((verdict) => ({ ...verdict })),
     would_be_refused: refusal ? { status: 409, code: refusal.code, detail: refusal.detail } : null,
   };

@@ -121,7 +121,7 @@ describe('planning a deployment against what provisioning then does', () => {
     await untilStatus(owner, running.id, 'terminated', 20_000);
   });
 
-  it('prices the chosen instance type and its alternatives as their GPU seconds are billed, and counts the GPUs a deployment takes', async () => {
+  it('prices the chosen instance type and its alternatives as their GPU seconds are billed, and shows availability, not the GPUs another organization takes (issue 32 item 11)', async () => {
     const owner = await payingOwner();
     const body = { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 };
     const before = await plan(owner.api, body);
@@ -152,13 +152,19 @@ describe('planning a deployment against what provisioning then does', () => {
     expect(before.placement.failure_stage).toBeNull();
 
     const a10g = (p: DeploymentPlan) => p.capacity.find((c) => c.instance_type === 'g5.12xlarge');
-    expect(a10g(before)).toMatchObject({ instances: 1, gpus: 4, gpu_memory_per_gpu_gb: 24, gpu_type: 'A10G' });
-    const running = await createAndProvision(owner, body, 'running');
+    expect(a10g(before)).toMatchObject({ instances: 1, gpus: 4, gpu_memory_per_gpu_gb: 24, gpu_type: 'A10G', available_now: true });
+    // Another organization takes one of the four A10Gs: this organization's plan shows the same.
+    const other = await payingOwner();
+    const running = await createAndProvision(other, body, 'running');
     const after = await plan(owner.api, body);
-    expect(a10g(after)?.free_gpus).toBe((a10g(before)?.free_gpus ?? 0) - 1);
-    expect(after.guards.find((g) => g.guard === 'active_deployment_limit')?.detail).toBe('Your organization has 1 of its 50 active deployments.');
-    await remove(owner.api, running.id);
-    await untilStatus(owner, running.id, 'terminated', 20_000);
+    expect(after.capacity).toEqual(before.capacity);
+    expect(a10g(after)).toMatchObject({ available_now: true, free_gpus: 4, max_free_gpus_per_instance: 4 });
+    const own = await createAndProvision(owner, body, 'running');
+    expect((await plan(owner.api, body)).guards.find((g) => g.guard === 'active_deployment_limit')?.detail).toBe('Your organization has 1 of its 50 active deployments.');
+    await remove(other.api, running.id);
+    await remove(owner.api, own.id);
+    await untilStatus(other, running.id, 'terminated', 20_000);
+    await untilStatus(owner, own.id, 'terminated', 20_000);
   });
 
   it('says provisioning would fail at capacity when nothing that holds the model has room, as it then does', async () => {
@@ -181,10 +187,11 @@ describe('planning a deployment against what provisioning then does', () => {
         ['g6e.12xlarge', 4, false],
         ['p5.48xlarge', 4, false],
       ]);
-      expect(planned.capacity.map((c) => [c.instance_type, c.free_gpus, c.max_free_gpus_per_instance])).toEqual([
-        ['g5.12xlarge', 4, 4],
-        ['g6e.12xlarge', 0, 0],
-        ['p5.48xlarge', 0, 0],
+      // The A10Gs are free but cannot hold the model: nothing is available for it.
+      expect(planned.capacity.map((c) => [c.instance_type, c.available_now, c.free_gpus, c.max_free_gpus_per_instance])).toEqual([
+        ['g5.12xlarge', false, 0, 0],
+        ['g6e.12xlarge', false, 0, 0],
+        ['p5.48xlarge', false, 0, 0],
       ]);
 
       const failed = await createAndProvision(owner, big, 'failed');

@@ -180,12 +180,7 @@ export interface paths {
          *     close it on `end` (`addEventListener('end', () => source.close())`); if it reconnects, it gets
          *     the events after its `Last-Event-ID`, if any, and `end` again.
          *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
-         *     for `getDeployment`. The stream lasts no longer than the session it was opened with and its
-         *     access: it closes (without `end`) when that session ends (sign-out, revocation, a password
-         *     reset, removal from the organization, leaving) or no longer reaches the deployment.
-         *     Each API process keeps at most `EVENT_STREAMS_PER_USER` streams open per user (default 20) and
-         *     `EVENT_STREAMS_PER_PROCESS` in all (default 2000): one more answers 429 `RATE_LIMITED` with
-         *     `Retry-After`; close a stream, or retry later.
+         *     for `getDeployment`.
          */
         get: operations["streamDeploymentEvents"];
         put?: never;
@@ -5742,21 +5737,6 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 429 `RATE_LIMITED`: the caller (or this server) already has as many event streams open as allowed. */
-            429: {
-                headers: {
-                    /**
-                     * @description Seconds to wait before trying again.
-                     * @example 1
-                     */
-                    "Retry-After": number;
-                    "X-Request-Id": components["headers"]["X-Request-Id"];
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["Problem"];
-                };
-            };
             /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
             default: {
                 headers: {
@@ -6089,7 +6069,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {
@@ -8084,7 +8067,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {
@@ -8396,7 +8382,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {
@@ -8699,7 +8688,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {
@@ -9801,7 +9793,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {
@@ -12605,7 +12600,10 @@ export interface operations {
              *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
              *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
              *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
-             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry).
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
              */
             429: {
                 headers: {

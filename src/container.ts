@@ -81,7 +81,7 @@ export function createContainer(deps: ContainerDeps) {
   const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
-  const router = new InferenceRouter({ db, clusters, log: deps.log });
+  const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement } });
   const journal = deps.usageJournalDir === undefined ? undefined : new UsageJournal(deps.usageJournalDir, deps.log, keyring.key(USAGE_JOURNAL_KEY_PURPOSE));
   const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, { metrics, journal });
   const keyLimiter = new KeyLimiter(db, deps.log);

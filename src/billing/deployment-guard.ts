@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { countActiveDeployments } from '../deployments/deployments.repository.ts';
 import { AppError } from '../errors.ts';
+import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
 import { usageSummary, type UsageSummary } from './usage-summary.ts';
 
@@ -26,7 +27,8 @@ export type DeploymentGuardVerdict =
 
 const passed = (guard: DeploymentGuardName, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'passed', code: null, detail });
 const notChecked = (guard: DeploymentGuardName, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'not_checked', code: null, detail });
-const refused = (guard: DeploymentGuardName, code: DeploymentGuardCode, detail: string): DeploymentGuardVerdict => ({ guard, verdict: 'refused', code, detail });
+type Refusal = Extract<DeploymentGuardVerdict, { verdict: 'refused' }>;
+const refused = (guard: DeploymentGuardName, code: DeploymentGuardCode, detail: string): Refusal => ({ guard, verdict: 'refused', code, detail });
 
 /**
  * Every billing check on creating a deployment, in one place: each guard's verdict, in the order
@@ -50,19 +52,7 @@ export async function deploymentGuardVerdicts(
       notChecked('spending_limit', none),
     ];
   }
-  const verdicts: DeploymentGuardVerdict[] = [];
-
-  if (!settings.enforcement) {
-    verdicts.push(notChecked('payment_setup', 'Billing enforcement is off: creating a deployment needs no payment setup.'));
-  } else if (!account.default_payment_method_id) {
-    verdicts.push(refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no default payment method; an admin adds a card under Billing, then try again.'));
-  } else if (!account.subscription_status || !CHARGEABLE_SUBSCRIPTION.has(account.subscription_status)) {
-    verdicts.push(
-      refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no active subscription; an admin activates postpaid billing under Billing, then try again.'),
-    );
-  } else {
-    verdicts.push(passed('payment_setup', 'Your organization has a default payment method and an active subscription.'));
-  }
+  const verdicts: DeploymentGuardVerdict[] = [paymentSetupVerdict(account, settings)];
 
   const active = await countActiveDeployments(trx, organizationId);
   verdicts.push(
@@ -75,23 +65,49 @@ export async function deploymentGuardVerdicts(
       : passed('active_deployment_limit', `Your organization has ${active} of its ${account.max_active_resources} active deployments.`),
   );
 
-  if (account.monthly_spending_limit === null) {
-    verdicts.push(passed('spending_limit', 'Your organization has no monthly spending limit.'));
-  } else {
-    const summary = await usageSummary(trx, organizationId);
-    const spentCents = periodSpentCents(summary);
-    const spent = `${formatCents(spentCents)} ${summary.currency.toUpperCase()}`;
-    verdicts.push(
-      spentCents >= toCents(account.monthly_spending_limit)
-        ? refused(
-            'spending_limit',
-            'SPENDING_LIMIT_REACHED',
-            `Your organization's estimated spending this period (${spent}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
-          )
-        : passed('spending_limit', `Your organization's estimated spending this period (${spent}) is below its monthly limit of ${account.monthly_spending_limit}.`),
-    );
-  }
+  verdicts.push(await spendingLimitVerdict(trx, organizationId, account));
   return verdicts;
+}
+
+function paymentSetupVerdict(account: BillingAccountRow, settings: DeploymentGuardSettings): DeploymentGuardVerdict {
+  if (!settings.enforcement) return notChecked('payment_setup', 'Billing enforcement is off: creating a deployment needs no payment setup.');
+  if (!account.default_payment_method_id) {
+    return refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no default payment method; an admin adds a card under Billing, then try again.');
+  }
+  if (!account.subscription_status || !CHARGEABLE_SUBSCRIPTION.has(account.subscription_status)) {
+    return refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no active subscription; an admin activates postpaid billing under Billing, then try again.');
+  }
+  return passed('payment_setup', 'Your organization has a default payment method and an active subscription.');
+}
+
+async function spendingLimitVerdict(db: Knex, organizationId: number, account: BillingAccountRow): Promise<DeploymentGuardVerdict> {
+  if (account.monthly_spending_limit === null) return passed('spending_limit', 'Your organization has no monthly spending limit.');
+  const summary = await usageSummary(db, organizationId);
+  const spentCents = periodSpentCents(summary);
+  const spent = `${formatCents(spentCents)} ${summary.currency.toUpperCase()}`;
+  return spentCents >= toCents(account.monthly_spending_limit)
+    ? refused(
+        'spending_limit',
+        'SPENDING_LIMIT_REACHED',
+        `Your organization's estimated spending this period (${spent}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
+      )
+    : passed('spending_limit', `Your organization's estimated spending this period (${spent}) is below its monthly limit of ${account.monthly_spending_limit}.`);
+}
+
+/**
+ * What a hosted-model call needs under `BILLING_ENFORCEMENT`, as creating a deployment does: the
+ * payment setup and room under the monthly spending limit (the active-deployment limit is about
+ * deployments only). The first refusal, or undefined; nothing is checked with enforcement off.
+ */
+export async function hostedCallRefusal(
+  db: Knex,
+  organizationId: number,
+  settings: DeploymentGuardSettings,
+): Promise<Refusal | undefined> {
+  if (!settings.enforcement) return undefined;
+  const account = await findBillingAccount(db, organizationId);
+  if (!account) return refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no billing account.');
+  return firstRefusal([paymentSetupVerdict(account, settings), await spendingLimitVerdict(db, organizationId, account)]);
 }
 
 /** The first refusal: what create answers (409), or undefined when every guard lets it through. */

@@ -5,6 +5,7 @@ import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
+import { hostedCallRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
 
@@ -26,6 +27,8 @@ export interface Target {
 /** Who is calling, as far as routing is concerned: a session reaches its candidates, a key its scope. */
 export type Caller = { kind: 'session' } | { kind: 'apiKey'; deploymentIds: ReadonlySet<string> };
 
+/** How long an organization's billing state (payment setup, spending limit) is trusted for hosted calls, in this process. */
+const BILLING_CACHE_MS = 10_000;
 /** How long what a caller may call is trusted without a lookup, in this process. */
 const CACHE_MS = 2_000;
 /** When a caller may try again a deployment whose cluster's credentials were refused. */
@@ -109,10 +112,15 @@ export class InferenceRouter {
   /** Clusters refused here, until every cached read shows the mark in the database. */
   readonly #refused = new Map<string, { until: number }>();
 
-  constructor(deps: { db: Knex; clusters: ClustersService; log: Logger }) {
+  readonly #billing: DeploymentGuardSettings;
+  /** Each organization's answer to `hostedCallRefusal`, for BILLING_CACHE_MS (concurrent misses share one read). */
+  readonly #billingVerdicts = new Map<number, { at: number; refusal: Promise<AppError | undefined> }>();
+
+  constructor(deps: { db: Knex; clusters: ClustersService; log: Logger; billing?: DeploymentGuardSettings }) {
     this.#db = deps.db;
     this.#clusters = deps.clusters;
     this.#log = deps.log;
+    this.#billing = deps.billing ?? { enforcement: false };
   }
 
   async resolve(principal: Principal, model: unknown): Promise<Target> {
@@ -228,6 +236,8 @@ export class InferenceRouter {
     }
     // A key of an unverified account cannot exist (keys need a verified creator); a session is checked here.
     if (principal.kind === 'session') requireVerifiedEmail(principal, 'call hosted models');
+    const refusal = await this.#billingRefusal(organizationId);
+    if (refusal) throw refusal;
     const unusable = this.#unusable();
     const route = routes.find((r) => r.cluster_status !== 'credentials_invalid' && !unusable.has(r.cluster_id));
     if (!route) {
@@ -245,6 +255,32 @@ export class InferenceRouter {
       endpoint: route.endpoint,
       authorization: this.#clusters.authorizationHeader(route.sealed_credential),
     };
+  }
+
+  /**
+   * Under BILLING_ENFORCEMENT, a hosted call is billed to an organization that may create a
+   * deployment: payment set up and its spending limit not reached (`hostedCallRefusal`); else 429
+   * `insufficient_quota`, as OpenAI answers an account with no billing. Read once per organization
+   * per BILLING_CACHE_MS in this process, so a hosted call costs no extra query in between.
+   */
+  async #billingRefusal(organizationId: number): Promise<AppError | undefined> {
+    if (!this.#billing.enforcement) return undefined;
+    const now = Date.now();
+    let entry = this.#billingVerdicts.get(organizationId);
+    if (!entry || now - entry.at >= BILLING_CACHE_MS) {
+      const refusal = hostedCallRefusal(this.#db, organizationId, this.#billing).then((found) =>
+        found
+          ? new AppError(found.code, `${found.detail} Hosted models need it too.`, {
+              headers: { 'Retry-After': String(BILLING_CACHE_MS / 1000), 'x-should-retry': 'false' },
+              inference: { code: 'insufficient_quota', status: 429 },
+            })
+          : undefined,
+      );
+      entry = { at: now, refusal };
+      this.#billingVerdicts.set(organizationId, entry);
+      refusal.catch(() => this.#billingVerdicts.delete(organizationId));
+    }
+    return entry.refusal;
   }
 
   /** The running hosted models, the same for every caller: one query, cached 2 s (concurrent misses share it). */

@@ -206,9 +206,12 @@ export class XinferenceClient {
       instance.status === 'CREATING' ||
       instance.status === 'UPDATING' ||
       (instance.status === 'READY' && replicas.some((replica) => replica.status === 'CREATING' || replica.status === 'LOADING'));
-    if (launching) return 'pending';
+    // A worker recreating a dead model (auto-recovery) holds its launch guard: waited out as a launch.
+    const recovering = (instance.status === 'ERROR' || instance.status === 'TERMINATING') && replicas.some((replica) => replica.status === 'TERMINATING');
+    if (launching || recovering) return 'pending';
     const response = await this.#managed('DELETE', `v1/models/${encodeURIComponent(modelUid)}`);
-    if (response.status === 400 && /-rep\d+\s*$/.test(response.detail)) return 'pending';
+    // 400 naming `…-repN` (not routed yet), or "`<uid>-repN` is launching" (`core/worker.py`, `terminate_model`, during a recovery).
+    if (response.status === 400 && /-rep\d+(\s+is launching)?\s*$/.test(response.detail)) return 'pending';
     if (response.status === 400 && /not found/i.test(response.detail)) return 'stopped';
     if (response.status !== 200) throw new EngineError('unavailable', response.detail);
     return (await this.#instance(modelUid)) ? 'pending' : 'stopped';

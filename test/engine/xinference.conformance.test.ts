@@ -305,18 +305,43 @@ describe('M9: auto-recovery', () => {
     await stopped(spec.modelUid);
   });
 
-  simulatorOnly('past its recover budget the model is evicted: it stays ERROR, stops serving, frees its GPU, and a DELETE confirms it gone (simulator only)', async () => {
+  simulatorOnly('answers inference 500 while the dead replica is torn down, then 503 while it loads again; describe 400; a DELETE 400 "is launching", which the client waits out (simulator only)', async () => {
+    const sim = engine.simulator;
+    if (!sim) throw new Error('no simulator');
+    const spec = engine.launchSpec();
+    await client.launch(spec);
+    await ready(spec.modelUid);
+    const { access_token: token } = await signIn();
+    const chat = () => raw('/v1/chat/completions', { method: 'POST', bearer: engine.apiKey, body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'hi' }] }) });
+    expect(sim.crash(spec.modelUid)).toBe(true);
+    // core/worker.py, get_model: "stopping" is a RuntimeError (500), "loading" a ModelNotReadyError (503).
+    expect(await chat()).toMatchObject({ status: 500, body: { detail: `Model ${spec.modelUid}-rep0 is in stopping state` } });
+    expect((await raw(`/v1/models/${spec.modelUid}`, { bearer: token })).status).toBe(400);
+    await poll(async () => ((await chat()).status === 503 ? true : undefined), 'the relaunch', engine.loadTimeoutMs, 5);
+    expect(await raw(`/v1/models/${spec.modelUid}`, { method: 'DELETE', bearer: token })).toMatchObject({ status: 400, body: { detail: `${spec.modelUid}-rep0 is launching` } });
+    expect(await client.stop(spec.modelUid)).toBe('pending');
+    await ready(spec.modelUid);
+    await stopped(spec.modelUid);
+  });
+
+  simulatorOnly('past its recover budget the model is marked dead: TERMINATED, dropped from the list, its GPU freed, and a DELETE answers not found (simulator only)', async () => {
     const sim = engine.simulator;
     if (!sim) throw new Error('no simulator');
     const spec = engine.launchSpec();
     await client.launch(spec);
     await ready(spec.modelUid);
     sim.crash(spec.modelUid, { recover: false });
-    await poll(async () => (sim.gpus().some((gpu) => gpu.holders.includes(`${spec.modelUid}-rep0`)) ? undefined : true), 'the GPU to be freed', 5_000, 20);
-    expect(await client.state(spec.modelUid)).toMatchObject({ state: 'recovering' });
+    // core/supervisor.py, mark_replica_dead; core/status_guard.py drops TERMINATED instances.
+    await poll(async () => ((await client.state(spec.modelUid)).state === 'missing' ? true : undefined), 'the model to be dropped', 5_000, 20);
+    expect(sim.gpus().some((gpu) => gpu.holders.includes(`${spec.modelUid}-rep0`))).toBe(false);
+    const { access_token: token } = await signIn();
+    expect(await raw(`/v1/models/${spec.modelUid}`, { method: 'DELETE', bearer: token })).toMatchObject({
+      status: 400,
+      body: { detail: `Model not found in the model list, uid: ${spec.modelUid}` },
+    });
     const chat = await raw('/v1/chat/completions', { method: 'POST', bearer: engine.apiKey, body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'hi' }] }) });
     expect(chat.status).toBe(404);
-    await stopped(spec.modelUid);
+    expect(await client.stop(spec.modelUid)).toBe('stopped');
   });
 });
 

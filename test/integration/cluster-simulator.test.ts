@@ -280,11 +280,12 @@ describe('local GPU cluster simulator (Xinference REST subset)', () => {
     await untilServing('crash-1');
     expect((await chat({ model: 'crash-1' })).status).toBe(200);
 
+    // Past the recover budget (core/supervisor.py, mark_replica_dead): TERMINATED, dropped from the list, forgotten.
     expect(sim.crash('crash-1', { recover: false })).toBe(true);
     await waitUntil(async () => held('crash-1').length === 0, 'the evicted model to free its GPU');
-    expect((await instance('crash-1'))?.status).toBe('ERROR');
+    expect(await instance('crash-1')).toBeUndefined();
     expect((await chat({ model: 'crash-1' })).status).toBe(404);
-    expect((await call('/v1/models/crash-1', { method: 'DELETE' })).status).toBe(200);
+    expect((await call('/v1/models/crash-1', { method: 'DELETE' })).status).toBe(400);
     expect(sim.crash('crash-1')).toBe(false);
   });
 

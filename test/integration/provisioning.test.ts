@@ -191,9 +191,12 @@ describe('provisioning on the cluster', () => {
     expect(simulator().running()).toContain(uid);
   });
 
-  it('fails at health_check a running model that does not come back within the grace period, releasing its GPUs', async () => {
+  it('fails at health_check a running model that does not come back within the grace period, releasing its GPUs once the engine lets it go', async () => {
     const running = await until((await deploy({ model_name: 'phi-3-mini-128k-instruct' })).id, 'running');
-    expect(simulator().crash(running.engine_model_uid as string, { recover: false })).toBe(true);
+    // A reload longer than the 3 s grace; the DELETE that follows waits it out (the worker's launch guard).
+    simulator().setModelLoadMs(5000);
+    expect(simulator().crash(running.engine_model_uid as string)).toBe(true);
+    simulator().setModelLoadMs(300);
     const failed = await until(running.id, 'failed');
     expect(failed).toMatchObject({ failure_stage: 'health_check', failure_reason: expect.stringMatching(/did not recover on its engine within \d+ seconds/) });
     await waitUntil(async () => (await activeAllocations(running.id)).length === 0, 'the GPUs to be released');

@@ -63,7 +63,7 @@ export interface ClusterSettings {
   log?: SimulatorLog | undefined;
 }
 
-type InstanceStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING';
+type InstanceStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING' | 'TERMINATED';
 type ReplicaStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING';
 
 interface WorkerState {
@@ -110,6 +110,8 @@ export interface Model {
   launching: boolean;
   /** Dropped from the instance list (TERMINATED). */
   dropped: boolean;
+  /** Being recreated after a crash (`core/worker.py`, `recover_model`): its spec is gone until it is ready again. */
+  recovering: boolean;
   status: InstanceStatus;
   abilities: string[];
   createdTs: number;
@@ -197,6 +199,7 @@ export class SimulatedCluster {
       registered: true,
       launching: true,
       dropped: false,
+      recovering: false,
       status: 'CREATING',
       abilities: [],
       createdTs: Math.floor(Date.now() / 1000),
@@ -447,11 +450,9 @@ export class SimulatedCluster {
     const active = model.replicas.filter((replica) => replica.active);
     const unrouted = active.find((replica) => !replica.routed);
     if (unrouted) throw valueError(`Model not found in the model list, uid: ${unrouted.uid}`);
-    if (active.length === 0) {
-      // Every replica was evicted: the replica info goes, the ERROR instance stays listed.
-      model.registered = false;
-      return;
-    }
+    // `core/worker.py`, `terminate_model`: the worker relaunching a recovering model holds its launch guard.
+    const relaunching = model.recovering && model.launching ? active[0] : undefined;
+    if (relaunching) throw valueError(`${relaunching.uid} is launching`);
     model.status = 'TERMINATING';
     for (const replica of active) {
       replica.status = 'TERMINATING';
@@ -500,8 +501,12 @@ export class SimulatedCluster {
    * while its recover budget lasts (`core/worker.py`, `recover_sub_pool`, `recover_model`;
    * XINFERENCE_MODEL_ACTOR_AUTO_RECOVER_LIMIT, unbounded by default): the replica goes TERMINATING
    * ("stopping"), the instance TERMINATING then ERROR, then the model loads again: the instance is
-   * READY, then the replica READY. Past the budget the replica is evicted: the instance stays ERROR,
-   * the GPUs are freed, and the model no longer serves. In-flight requests fail either way.
+   * READY, then the replica READY. While the dead replica is torn down, inference answers 500 "is in
+   * stopping state"; while it loads again, 503, and a DELETE 400 "… is launching" (the launch guard);
+   * describe answers 400 throughout (`worker.py`, `get_model`, `describe_model`, `terminate_model`).
+   * Past the budget the replica is marked dead (`core/supervisor.py`, `mark_replica_dead`): the
+   * instance becomes TERMINATED and is dropped from the list (`core/status_guard.py`), the uid is
+   * forgotten (a DELETE answers 400 "not found") and the GPUs are freed. In-flight requests fail either way.
    */
   crash(uid: string, options: { recover?: boolean; message?: string } = {}): boolean {
     const model = this.models.get(uid);
@@ -520,26 +525,29 @@ export class SimulatedCluster {
       replica.modelState = 'stopping';
     }
     const recover = options.recover ?? (model.recoveriesLeft === null || model.recoveriesLeft > 0);
-    this.#after(model, 1, () => {
-      model.status = 'ERROR';
-    });
     if (!recover) {
       this.#after(model, 1, () => {
-        this.#releaseGpus(model);
-        for (const replica of model.replicas) {
-          replica.active = false;
-          replica.routed = false;
-        }
+        model.status = 'TERMINATED';
+        this.#remove(model, reason);
       });
       return true;
     }
+    model.recovering = true;
     if (model.recoveriesLeft !== null) model.recoveriesLeft--;
-    // Recreating the model is a new load, of the load time configured now.
+    // Recreating the model is a new load, of the load time configured now, after the teardown.
     const recoveryMs = this.settings.modelLoadMs;
-    this.#after(model, Math.max(2, Math.floor(recoveryMs * 0.5)), () => {
+    const teardownMs = Math.max(1, Math.floor(recoveryMs * 0.2));
+    this.#after(model, teardownMs, () => {
+      model.status = 'ERROR';
+      model.launching = true;
+      for (const replica of model.replicas) replica.modelState = 'loading';
+    });
+    this.#after(model, Math.max(teardownMs + 1, Math.floor(recoveryMs * 0.5)), () => {
       model.status = 'READY';
     });
-    this.#after(model, Math.max(3, recoveryMs), () => {
+    this.#after(model, Math.max(teardownMs + 2, recoveryMs), () => {
+      model.launching = false;
+      model.recovering = false;
       for (const replica of model.replicas) {
         replica.status = 'READY';
         replica.modelState = 'ready';
@@ -557,6 +565,8 @@ export class SimulatedCluster {
     if (!model || !model.registered) throw valueError(`Model not found in the model list, uid: ${uid}`);
     const replica = model.replicas.find((r) => r.active);
     if (!replica) throw valueError(`Model not found in the model list, uid: ${uid}`);
+    // `worker.py`, `describe_model`: the dead replica's spec was popped; it returns with the relaunch.
+    if (model.recovering) throw valueError(`Model not found in the model list, uid: ${replica.uid}`);
     if (!replica.routed) throw notReady(`Model ${uid} is launching, not yet ready for inference`);
     if (replica.modelState !== 'ready') throw notReady(`Model ${replica.uid} is loading`);
     return { model, replica };
@@ -576,6 +586,8 @@ export class SimulatedCluster {
     const replica = model.replicas.find((r) => r.active);
     if (!replica) throw new SimulatorError(404, `Model not found in the model list, uid: ${model.uid}`);
     if (!replica.routed) throw notReady(`Model ${model.uid} is launching, not yet ready for inference`);
+    // `worker.py`, `get_model`: a replica being torn down is a RuntimeError (500); one loading, 503.
+    if (replica.modelState === 'stopping') throw new SimulatorError(500, `Model ${replica.uid} is in stopping state`);
     if (replica.modelState !== 'ready') throw notReady(`Model ${replica.uid} is loading`);
     return model;
   }

@@ -17,6 +17,7 @@ interface Source {
 interface LlmFamily {
   model_name: string;
   model_ability: string[];
+  architectures?: string[];
   model_specs: Array<{ model_format: string; model_size_in_billions: number | string; model_src: Record<string, Source> }>;
 }
 interface OtherModel {
@@ -38,6 +39,7 @@ const llm = Object.fromEntries(
     family.model_name,
     {
       abilities: family.model_ability,
+      architectures: family.architectures ?? [],
       specs: family.model_specs.flatMap((spec) => {
         const hub = spec.model_src.huggingface;
         return hub ? [[spec.model_format, String(spec.model_size_in_billions), hub.quantizations ?? []]] : [];
@@ -63,7 +65,7 @@ const byEngine = (file: string) => {
 
 const registry = {
   source: `xorbitsai/inference at ${commit}: xinference/model/{llm/llm_family.json,embedding,rerank,audio,image/model_spec.json}`,
-  license: 'Apache License 2.0; derived data (families, formats, sizes, Hugging Face quantizations, abilities). See xinference-models.LICENSE.',
+  license: 'Apache License 2.0; derived data (families, formats, sizes, Hugging Face quantizations, abilities, architectures). See xinference-models.LICENSE.',
   LLM: llm,
   embedding: withSpecs('embedding-model_spec.json'),
   rerank: withSpecs('rerank-model_spec.json'),

@@ -32,6 +32,7 @@ interface HubSource {
 interface LlmFamily {
   model_name: string;
   model_ability: string[];
+  architectures?: string[];
   model_specs: Array<{ model_format: string; model_size_in_billions: number | string; model_src: Record<string, HubSource> }>;
 }
 interface OtherModel {
@@ -64,6 +65,8 @@ const ENGINES: Record<string, { types: string[]; formats: string[]; quantization
       format === 'pytorch' ? q === 'none' : format === 'awq' ? /[48]/.test(q) : format === 'gptq' ? /[348]/.test(q) : true,
   },
   'llama.cpp': { types: ['LLM'], formats: ['ggufv2'] },
+  // model/llm/transformers/core.py, `match_json`: any family without a custom implementation.
+  Transformers: { types: ['LLM'], formats: ['pytorch', 'gptq', 'awq', 'bnb', 'fp4'] },
   sentence_transformers: { types: ['embedding', 'rerank'], formats: ['pytorch'] },
   transformers: { types: ['audio'], formats: ['pytorch'] },
   diffusers: { types: ['image'], formats: ['diffusers'] },
@@ -71,6 +74,35 @@ const ENGINES: Record<string, { types: string[]; formats: string[]; quantization
 
 function readSpecs<T>(file: string): T {
   return JSON.parse(readFileSync(path.join(SPECS_DIR, file), 'utf8')) as T;
+}
+
+/**
+ * The architectures vLLM's chat engine runs, in any vLLM version Xinference knows
+ * (`model/llm/vllm/core.py`, `VLLM_SUPPORTED_CHAT_MODELS` and `_update_vllm_supported_lists`), and
+ * those of its multimodal engine, which also needs the `vision` ability (`VLLM_SUPPORTED_MULTI_MODEL_LIST`).
+ * A family matched by neither launches on vLLM only when Xinference's virtualenv mode bypasses the
+ * check (`model/llm/llm_family.py`), which a cluster may turn off.
+ */
+const VLLM_CHAT_ARCHITECTURES = new Set([
+  'BaichuanForCausalLM', 'ChatGLMForConditionalGeneration', 'ChatGLMModel', 'CohereForCausalLM', 'DeepseekV2ForCausalLM', 'DeepseekV32ForCausalLM',
+  'DeepseekV3ForCausalLM', 'DeepseekV4ForCausalLM', 'Ernie4_5ForCausalLM', 'Gemma3ForCausalLM', 'GemmaForCausalLM', 'Glm4ForCausalLM', 'Glm4MoeForCausalLM',
+  'Glm4MoeLiteForCausalLM', 'GlmForCausalLM', 'GlmMoeDsaForCausalLM', 'GptOssForCausalLM', 'HYV3ForCausalLM', 'HunYuanDenseV1ForCausalLM', 'InternLM2ForCausalLM',
+  'InternLM3ForCausalLM', 'LlamaForCausalLM', 'MiniCPM3ForCausalLM', 'MiniCPMForCausalLM', 'MiniMaxM2ForCausalLM', 'MistralForCausalLM', 'MixtralForCausalLM',
+  'OrionForCausalLM', 'QWenLMHeadModel', 'Qwen2ForCausalLM', 'Qwen2MoeForCausalLM', 'Qwen3ForCausalLM', 'Qwen3MoeForCausalLM', 'Qwen3NextForCausalLM',
+  'Qwen3_5MoeForCausalLM', 'SeedOssForCausalLM',
+]);
+const VLLM_MULTIMODAL_ARCHITECTURES = new Set([
+  'Gemma3ForConditionalGeneration', 'Gemma4ForConditionalGeneration', 'Glm4vForConditionalGeneration', 'Glm4vMoeForConditionalGeneration', 'InternVLChatModel',
+  'KimiK25ForConditionalGeneration', 'MiniCPMV', 'MiniCPMV4_6ForConditionalGeneration', 'MiniMaxM3SparseForConditionalGeneration', 'MllamaForConditionalGeneration',
+  'Qwen2AudioForConditionalGeneration', 'Qwen2VLForConditionalGeneration', 'Qwen2_5OmniModel', 'Qwen2_5_VLForConditionalGeneration',
+  'Qwen3OmniMoeForConditionalGeneration', 'Qwen3VLMoeForConditionalGeneration', 'Qwen3_5ForConditionalGeneration', 'Qwen3_5MoeForConditionalGeneration',
+]);
+
+/** Whether vLLM's chat or multimodal engine matches the family by its architectures (`VLLMChatModel.match_json`, `VLLMMultiModel.match_json`). */
+function vllmRuns(family: LlmFamily): boolean {
+  const architectures = family.architectures ?? [];
+  if (architectures.some((a) => VLLM_CHAT_ARCHITECTURES.has(a))) return true;
+  return family.model_ability.includes('vision') && architectures.some((a) => VLLM_MULTIMODAL_ARCHITECTURES.has(a));
 }
 
 const sizeOf = (size: number | string) => Number(String(size).replace('_', '.'));
@@ -113,6 +145,7 @@ function fromRegistry(): { llms: Map<string, LlmFamily>; others: Record<string, 
       {
         model_name: name,
         model_ability: family.abilities,
+        architectures: family.architectures,
         model_specs: family.specs.map(([format, size, quantizations]) => ({ model_format: format, model_size_in_billions: size, model_src: hub(quantizations) })),
       },
     ]),
@@ -147,6 +180,9 @@ function problemsOf(row: CatalogRow): string[] {
     const family = llms.get(row.model_name);
     if (!family) return [...problems, `${label}: Xinference has no LLM family of that name`];
     if (!family.model_ability.includes('chat')) problems.push(`${label}: the family's abilities are ${family.model_ability.join(', ')}, without chat`);
+    if (row.model_engine === 'vLLM' && !vllmRuns(family)) {
+      problems.push(`${label}: vLLM does not run the architectures ${(family.architectures ?? []).join(', ') || '(none)'} without virtualenv mode`);
+    }
     const specs = family.model_specs.filter((spec) => spec.model_format === row.model_format && sizeOf(spec.model_size_in_billions) === Number(row.model_size_in_billions));
     if (specs.length === 0) return [...problems, `${label}: no ${row.model_format} spec of ${Number(row.model_size_in_billions)}B`];
     for (const q of row.quantizations) {
@@ -184,7 +220,7 @@ describe('the simulator\'s copy of Xinference\'s model specifications', () => {
 });
 
 describe('the catalog against Xinference 3.x model specifications', () => {
-  it('offers only launch combinations Xinference has, on engines that run them, and only chat-capable LLMs', async () => {
+  it('offers only launch combinations Xinference has, on engines that run them (vLLM by architecture), and only chat-capable LLMs', async () => {
     const rows: CatalogRow[] = await db('deployable_models as m')
       .join('model_specs as s', 's.deployable_model_id', 'm.id')
       .where('m.enabled', true)
@@ -219,6 +255,10 @@ describe('the catalog against Xinference 3.x model specifications', () => {
       expect.stringMatching(/quantization Q5_K_M is not offered/),
     ]);
     expect(problemsOf(row({ model_name: 'gemma-3-it', model_size_in_billions: '1' }))).toEqual([expect.stringMatching(/no pytorch spec of 1B/)]);
+    expect(problemsOf(row({ model_name: 'phi-3-mini-128k-instruct', model_size_in_billions: '4', model_engine: 'Transformers' }))).toEqual([]);
+    expect(problemsOf(row({ model_name: 'phi-3-mini-128k-instruct', model_size_in_billions: '4' }))).toEqual([
+      expect.stringMatching(/vLLM does not run the architectures Phi3ForCausalLM without virtualenv mode/),
+    ]);
     expect(problemsOf(row({ model_format: 'ggufv2', quantizations: ['Q4_K_M'] }))).toEqual([]);
     expect(problemsOf(row({ model_engine: 'llama.cpp' }))).toEqual([expect.stringMatching(/llama.cpp does not run the pytorch format/)]);
     expect(problemsOf(row({ model_name: 'FLUX.1-schnell', model_type: 'image', model_format: 'pytorch', model_engine: 'diffusers' }))).toEqual([

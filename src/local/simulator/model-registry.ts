@@ -14,7 +14,8 @@ type OtherSpec = [format: string, quantizations: string[]];
 type EngineEntry = { abilities: string[]; engine: string | null; format: string | null };
 
 export interface Registry {
-  LLM: Record<string, { abilities: string[]; specs: LlmSpec[] }>;
+  /** `architectures`: what vLLM's chat engine matches a family by (`model/llm/vllm/core.py`, `VLLMChatModel.match_json`). */
+  LLM: Record<string, { abilities: string[]; architectures: string[]; specs: LlmSpec[] }>;
   embedding: Record<string, { specs: OtherSpec[] }>;
   rerank: Record<string, { specs: OtherSpec[] }>;
   audio: Record<string, EngineEntry[]>;

@@ -180,7 +180,12 @@ export interface paths {
          *     close it on `end` (`addEventListener('end', () => source.close())`); if it reconnects, it gets
          *     the events after its `Last-Event-ID`, if any, and `end` again.
          *     Any role may follow; 404 when the deployment does not exist or belongs to someone else, as
-         *     for `getDeployment`.
+         *     for `getDeployment`. The stream lasts no longer than the session it was opened with and its
+         *     access: it closes (without `end`) when that session ends (sign-out, revocation, a password
+         *     reset, removal from the organization, leaving) or no longer reaches the deployment.
+         *     Each API process keeps at most `EVENT_STREAMS_PER_USER` streams open per user (default 20) and
+         *     `EVENT_STREAMS_PER_PROCESS` in all (default 2000): one more answers 429 `RATE_LIMITED` with
+         *     `Retry-After`; close a stream, or retry later.
          */
         get: operations["streamDeploymentEvents"];
         put?: never;
@@ -5730,6 +5735,21 @@ export interface operations {
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 429 `RATE_LIMITED`: the caller (or this server) already has as many event streams open as allowed. */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };

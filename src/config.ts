@@ -74,6 +74,8 @@ const schema = z.object({
   SHUTDOWN_TIMEOUT_MS: z.coerce.number().int().min(0).default(15_000),
   SHUTDOWN_DRAIN_SECONDS: z.coerce.number().min(0).max(300).default(0),
   EVENT_STREAM_HEARTBEAT_SECONDS: z.coerce.number().min(0.05).max(300).default(15),
+  EVENT_STREAMS_PER_USER: z.coerce.number().int().min(1).max(10_000).default(20),
+  EVENT_STREAMS_PER_PROCESS: z.coerce.number().int().min(1).max(1_000_000).default(2_000),
   WEBHOOK_ALLOW_PRIVATE_TARGETS: booleanFlag.optional(),
   WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().min(0.1).max(60).default(10),
   WEBHOOK_RETRY_LIMIT: z.coerce.number().int().min(0).max(50).default(12),
@@ -179,6 +181,8 @@ export interface Config {
   shutdownDrainMs: number;
   /** How often an open deployment event stream sends a `: keep-alive` comment. */
   eventStreamHeartbeatMs: number;
+  /** Deployment event streams open at once in one process: in all, and per user (429 past either). */
+  eventStreamLimits: { perProcess: number; perUser: number };
   /**
    * The Prometheus metrics listener (src/metrics/): `/metrics` on a port of its own, never on the
    * public API port; undefined (METRICS_PORT unset) means no listener and nothing recorded.
@@ -342,6 +346,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     shutdownDrainMs: e.SHUTDOWN_DRAIN_SECONDS * 1000,
     eventStreamHeartbeatMs: e.EVENT_STREAM_HEARTBEAT_SECONDS * 1000,
+    eventStreamLimits: { perProcess: e.EVENT_STREAMS_PER_PROCESS, perUser: e.EVENT_STREAMS_PER_USER },
     metrics: e.METRICS_PORT === undefined ? undefined : { port: e.METRICS_PORT, host: e.METRICS_HOST ?? '127.0.0.1' },
     webhooks: {
       allowPrivateTargets: e.WEBHOOK_ALLOW_PRIVATE_TARGETS ?? false,

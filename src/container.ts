@@ -101,7 +101,7 @@ export function createContainer(deps: ContainerDeps) {
   const spendingAlerts = new SpendingAlerts({ db, outbox, billingPageUrl: `${config.webAppUrl}/settings/billing` });
   // Without a processor (none configured), usage waits in Postgres unreported.
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
-  const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs });
+  const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs, limits: config.eventStreamLimits });
   const webhooks = new WebhooksService({ db, boss, keyring, settings: config.webhooks });
   const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl, metrics });
   const webhookDispatcher = new WebhookDispatcher({ db, boss, log: deps.log });

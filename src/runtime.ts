@@ -90,6 +90,11 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       resync: () => container.apiKeys.forgetAll(),
     });
     changes.subscribe(CHANGE_CHANNELS.deploymentEvent, { changed: (deploymentId) => container.eventStreams.notify(deploymentId), resync: () => container.eventStreams.resync() });
+    // A session or membership that ended ends the streams opened with it.
+    changes.subscribe(CHANGE_CHANNELS.accessChanged, {
+      changed: (userId) => container.eventStreams.accessChanged(Number(userId)),
+      resync: () => container.eventStreams.recheckAll(),
+    });
     // A cluster whose engine refused its credentials in another process is not called from this one either.
     changes.subscribe(CHANGE_CHANNELS.cluster, { changed: (payload) => container.router.clusterChanged(payload), resync: () => container.router.forgetAll() });
   }

@@ -11,6 +11,11 @@ export const CHANGE_CHANNELS = {
   apiKey: 'api_key_changed',
   /** A deployment event was appended (src/events/); payload: the deployment's id. */
   deploymentEvent: 'deployment_event',
+  /**
+   * A user's sessions ended or moved, or their memberships ended or changed role (announced by
+   * triggers: migrations/20261128110000_access_change_notifications.ts); payload: the user's id.
+   */
+  accessChanged: 'access_changed',
   /** A cluster's status changed (its engine refused its credentials, or it is active again); payload: `<id> <status>`. */
   cluster: 'cluster_status_changed',
 } as const;

@@ -1,4 +1,6 @@
+import type { SessionStore } from '../accounts/sessions.ts';
 import type { DeploymentsService } from '../deployments/deployments.service.ts';
+import { AppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
 import type { DeploymentEventStreams } from './event-streams.ts';
 
@@ -7,15 +9,35 @@ type EventHandlers = Pick<Handlers, 'streamDeploymentEvents'>;
 /** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
 const STREAMED = { status: 200, body: undefined } as never;
 
-export function eventHandlers(deps: { deployments: DeploymentsService; eventStreams: DeploymentEventStreams }): EventHandlers {
-  const { deployments, eventStreams } = deps;
+export function eventHandlers(deps: { deployments: DeploymentsService; eventStreams: DeploymentEventStreams; sessions: SessionStore }): EventHandlers {
+  const { deployments, eventStreams, sessions } = deps;
   return {
     streamDeploymentEvents: async (context) => {
       const id = context.params.deployment_id;
+      const principal = context.auth;
       // Scoped as getDeployment: 404 for a deployment that is not the caller's.
-      const deployment = await deployments.get(context.auth, id);
+      const deployment = await deployments.get(principal, id);
       const lastEventId = context.headers['last-event-id'];
-      eventStreams.open(context.req, context.res, id, typeof lastEventId === 'string' ? lastEventId : undefined, deployment.status);
+      eventStreams.open(context.req, context.res, {
+        deploymentId: id,
+        lastEventId: typeof lastEventId === 'string' ? lastEventId : undefined,
+        status: deployment.status,
+        owner: {
+          userId: principal.user.id,
+          // The session still exists and, as it is now, still reaches the deployment (same rule as at open).
+          stillAllowed: async () => {
+            const now = await sessions.load(principal.sessionId);
+            if (!now) return false;
+            return deployments.get(now, id).then(
+              () => true,
+              (error: unknown) => {
+                if (error instanceof AppError) return false;
+                throw error;
+              },
+            );
+          },
+        },
+      });
       return STREAMED;
     },
   };

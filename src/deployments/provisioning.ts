@@ -36,6 +36,9 @@ import {
 } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
 import { loadingMessage } from '../events/event-messages.ts';
+import { releaseGpus } from '../clusters/gpu-ledger.ts';
+import type { HostedModelEndpointRow } from '../db/models/hosted-model-endpoints.ts';
+import { failHostedEndpoint, findRunningHostedEndpoints, recordHostedHealth } from '../hosted/hosted-models.repository.ts';
 
 export const PROVISION_QUEUE = 'provision-deployment';
 export const AWAIT_READY_QUEUE = 'await-deployment-ready';
@@ -263,6 +266,47 @@ export class Provisioner {
         log.warn({ deployment_id: deployment.id, err: String(error) }, 'could not check a running deployment');
       }
     }
+    for (const endpoint of await findRunningHostedEndpoints(this.#db)) {
+      try {
+        await this.#checkHosted(endpoint, log);
+      } catch (error) {
+        log.warn({ hosted_endpoint_id: endpoint.id, err: String(error) }, 'could not check a running hosted model');
+      }
+    }
+  }
+
+  /**
+   * A running hosted model, checked as a running deployment is: one the engine lost (eviction,
+   * worker death) or failed is marked `failed` at once, one not ready (auto-recovery) only past the
+   * recovery grace. A failed one no longer routes, the operator is alerted to run `hosted launch`
+   * again, and its GPUs are given back once the engine no longer holds the model.
+   */
+  async #checkHosted(endpoint: HostedModelEndpointRow, log: Logger): Promise<void> {
+    const client = await this.#clusters.clientOf(endpoint.cluster_id);
+    const state = await client.state(endpoint.engine_model_uid);
+    if (state.state === 'ready') {
+      if (endpoint.engine_unhealthy_since) await recordHostedHealth(this.#db, endpoint.id, null);
+      return;
+    }
+    let reason: string;
+    if (state.state === 'missing') reason = 'The engine no longer serves the model.';
+    else if (state.state === 'error') reason = `The engine reports the model failed: ${state.message}`;
+    else if (!endpoint.engine_unhealthy_since) {
+      await recordHostedHealth(this.#db, endpoint.id, 'now');
+      log.warn({ hosted_endpoint_id: endpoint.id, model: endpoint.model_name, engine_state: state.state }, 'the engine reports a running hosted model not ready; waiting for its recovery');
+      return;
+    } else {
+      const unhealthyFor = (Date.now() - endpoint.engine_unhealthy_since.getTime()) / 1000;
+      if (unhealthyFor <= this.#settings.recoveryGraceSeconds) return;
+      reason = `The model did not recover on its engine within ${Math.round(unhealthyFor)} seconds.`;
+    }
+    if (!(await failHostedEndpoint(this.#db, endpoint.id, reason))) return;
+    log.error(
+      { alert: 'hosted_model_failed', hosted_endpoint_id: endpoint.id, model: endpoint.model_name, cluster_id: endpoint.cluster_id, reason },
+      'a hosted model stopped serving: run `hosted launch` again',
+    );
+    const gone = state.state === 'missing' || (await client.stop(endpoint.engine_model_uid).catch(() => 'pending' as const)) === 'stopped';
+    if (gone) await releaseGpus(this.#db, { hostedEndpointId: endpoint.id });
   }
 
   async #checkRunning(deployment: DeploymentRow, log: Logger): Promise<void> {

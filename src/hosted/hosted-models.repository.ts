@@ -49,12 +49,38 @@ export async function saveHostedEndpoint(
   endpoint: Pick<HostedModelEndpointRow, 'model_name' | 'cluster_id' | 'engine_model_uid' | 'state' | 'state_reason'>,
 ): Promise<string> {
   const row = await HostedModelEndpointRow.query(db)
-    .insert(endpoint)
+    .insert({ ...endpoint, engine_unhealthy_since: null })
     .onConflict(['cluster_id', 'model_name'])
-    .merge(['engine_model_uid', 'state', 'state_reason'])
+    .merge(['engine_model_uid', 'state', 'state_reason', 'engine_unhealthy_since'])
     .returning('id')
     .castTo<{ id: string }>();
   return row.id;
+}
+
+/** The running hosted models on clusters whose engine accepts the platform's credentials: what the reconciler checks. */
+export async function findRunningHostedEndpoints(db: Db): Promise<HostedModelEndpointRow[]> {
+  return HostedModelEndpointRow.query(db)
+    .alias('e')
+    .join('clusters as c', 'c.id', 'e.cluster_id')
+    .where({ 'e.state': 'running', 'c.status': 'active' })
+    .select('e.*');
+}
+
+/** Records since when the engine reports a running hosted model not ready (`now`), or that it serves again (null). */
+export async function recordHostedHealth(db: Db, id: string, since: 'now' | null): Promise<void> {
+  await HostedModelEndpointRow.query(db)
+    .findById(id)
+    .where({ state: 'running' })
+    .patch({ engine_unhealthy_since: since === 'now' ? db.fn.now() : null });
+}
+
+/** Marks a running hosted model failed (it no longer routes); whether it was running. */
+export async function failHostedEndpoint(db: Db, id: string, reason: string): Promise<boolean> {
+  const changed = await HostedModelEndpointRow.query(db)
+    .findById(id)
+    .where({ state: 'running' })
+    .patch({ state: 'failed', state_reason: reason.slice(0, 1000), engine_unhealthy_since: null });
+  return changed > 0;
 }
 
 /** Records the instance a launch was placed on. */

@@ -11,6 +11,8 @@ export class HostedModelEndpointRow extends BaseModel {
   declare instance_id: string | null;
   declare state: 'launching' | 'running' | 'failed';
   declare state_reason: string | null;
+  /** Since when the engine has reported the running model not ready (auto-recovery); null while it serves. */
+  declare engine_unhealthy_since: Date | null;
   declare created_at: Date;
   declare updated_at: Date;
 }

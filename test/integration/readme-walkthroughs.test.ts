@@ -52,6 +52,7 @@ let service: ChildProcess;
 let output = '';
 let port: number;
 let stripePort: number;
+let mailWebPort: number;
 let work: string;
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
 
@@ -63,13 +64,14 @@ async function startAsMakeRun(databaseUrl: string): Promise<void> {
   for (let attempt = 1; ; attempt++) {
     port = await freePort();
     stripePort = await freePort();
+    mailWebPort = await freePort();
     const ports = {
       PORT: port,
       CLUSTER_SIMULATOR_PORT: await freePort(),
       CLUSTER_SIMULATOR_HOSTED_PORT: await freePort(),
       STRIPE_EMULATOR_PORT: stripePort,
       MAILDEV_SMTP_PORT: await freePort(),
-      MAILDEV_WEB_PORT: await freePort(),
+      MAILDEV_WEB_PORT: mailWebPort,
     };
     const env = withoutVariables(process.env, ['METRICS_PORT', 'PUBLIC_URL', 'WEB_APP_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'APP_SECRET']);
     Object.assign(env, { NODE_ENV: 'development', LOG_LEVEL: 'info', DATABASE_URL: databaseUrl }, Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])));
@@ -108,7 +110,7 @@ describe('the README walkthroughs, as a reader runs them', () => {
     const blocks = await readmeBlocks();
     expect(new Set(blocks.map((block) => block.walkthrough))).toEqual(new Set(['quick-start', 'key-limits', 'billing']));
     // The test's own Node first on PATH (the project's Node 24, as `make run` puts it first).
-    const env = { ...withoutVariables(process.env, ['OPENAI_API_KEY', 'OPENAI_BASE_URL']), PORT: String(port), STRIPE_EMULATOR_PORT: String(stripePort), PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}` };
+    const env = { ...withoutVariables(process.env, ['OPENAI_API_KEY', 'OPENAI_BASE_URL']), PORT: String(port), STRIPE_EMULATOR_PORT: String(stripePort), MAILDEV_WEB_PORT: String(mailWebPort), PATH: `${path.dirname(process.execPath)}:${process.env.PATH ?? ''}` };
     const result = await runWalkthrough(blocks, { cwd: work, env, timeoutMs: 120_000, writeFile: (name, text) => writeFile(path.join(work, name), text), steps: { checkout: saveCardAtCheckout } });
     const report = () => `exit ${result.code}\n${result.runs.map((run) => `--- README.md:${run.block.line}\n${run.output}`).join('\n')}\nstderr:\n${result.stderr}\nservice:\n${output.slice(-4000)}`;
     expect(result.code, report()).toBe(0);

@@ -109,6 +109,51 @@ describe('M1: credentials and scopes', () => {
   });
 });
 
+describe('issue 32 items 22, 23: keys limited to some models, expired and banned keys, a forced password change', () => {
+  it('checks a key\'s model access before it looks the model up, so registration can tell which model types the key may call', async () => {
+    // The suite's key may call at least LLMs; an unknown uid is "not found", never 403, for a type the key may call.
+    const types = await client.checkInferenceKey(engine.apiKey);
+    expect(types).toContain('LLM');
+    const chat = await raw('/v1/chat/completions', { method: 'POST', bearer: engine.apiKey, body: JSON.stringify({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }) });
+    expect([400, 404]).toContain(chat.status);
+  });
+
+  simulatorOnly('refuses a key limited to one model type on every other type\'s route with 403, in Xinference words (simulator only)', async () => {
+    engine.simulator?.auth?.addApiKey('xf-conformance-embeddings-only', 'admin', [{ permission_type: 'model_type', permission_value: 'embedding' }]);
+    const chat = await raw('/v1/chat/completions', {
+      method: 'POST',
+      bearer: 'xf-conformance-embeddings-only',
+      body: JSON.stringify({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(chat).toMatchObject({ status: 403, body: { detail: 'API key does not have access to model: no-such-model' } });
+    expect(await client.checkInferenceKey('xf-conformance-embeddings-only')).toEqual(['embedding']);
+  });
+
+  simulatorOnly('answers an expired key 401 and, after five uses of it from one address, bans the key there with 429 (simulator only)', async () => {
+    const auth = engine.simulator?.auth;
+    if (!auth) throw new Error('no simulator');
+    auth.addApiKey('xf-conformance-expiring', 'admin');
+    auth.expireApiKey('xf-conformance-expiring');
+    for (let i = 0; i < 5; i++) expect((await raw('/v1/models', { bearer: 'xf-conformance-expiring' })).body.detail).toBe('API key has expired');
+    auth.expireApiKey('xf-conformance-expiring', Date.now() + 3_600_000);
+    expect(await raw('/v1/models', { bearer: 'xf-conformance-expiring' })).toMatchObject({ status: 429, body: { detail: 'Too many failed attempts for this key.' } });
+  });
+
+  simulatorOnly('signs in a user who must change their password with the flag, and refuses their token and their keys with 403; the client refuses the login (simulator only)', async () => {
+    const auth = engine.simulator?.auth;
+    if (!auth) throw new Error('no simulator');
+    auth.addUser({ username: 'flagged', password: 'flagged-password', permissions: ['admin'], mustChangePassword: true });
+    auth.addApiKey('xf-conformance-flagged', 'flagged');
+    const signedIn = await raw('/token', { method: 'POST', body: JSON.stringify({ username: 'flagged', password: 'flagged-password' }) });
+    expect(signedIn).toMatchObject({ status: 200, body: { must_change_password: true } });
+    for (const bearer of [signedIn.body.access_token as string, 'xf-conformance-flagged']) {
+      expect(await raw('/v1/models', { bearer })).toMatchObject({ status: 403, body: { detail: 'Password change required before using this account.' } });
+    }
+    const flagged = new XinferenceClient(engine.url, { management: { username: 'flagged', password: 'flagged-password' } });
+    await expect(flagged.checkManagementAccess()).rejects.toThrow(/requires flagged to change its password/);
+  });
+});
+
 describe('M2: expiring tokens and the address ban', () => {
   it('gives access tokens an expiry, and rotates the refresh token: a used one is refused', async () => {
     const { access_token: access, refresh_token: refresh } = await signIn();

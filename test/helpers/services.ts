@@ -7,6 +7,7 @@ import { createContainer, jobDefinitions, type Container } from '../../src/conta
 import { createDatabase } from '../../src/db/database.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from '../../src/jobs/queue.ts';
 import type { ClusterSimulator, SimulatedWorker } from '../../src/local/cluster-simulator.ts';
+import { markEmailVerified } from '../../src/accounts/accounts.repository.ts';
 import { startLocalCluster } from '../../src/local/local-cluster.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
@@ -30,7 +31,7 @@ export interface Services {
   db: Knex;
   log: Logger;
   simulator: ClusterSimulator | undefined;
-  /** A new user with an organization of their own, registered through the accounts service: their session's principal. */
+  /** A new user with an organization of their own, registered through the accounts service, their email verified: their session's principal. */
   owner(overrides?: Partial<RegisterRequest>): Promise<SessionPrincipal>;
   close(): Promise<void>;
 }
@@ -58,7 +59,11 @@ export async function startServices(
       const input = { email, password: PASSWORD, organization: `Org of ${email}`, ...overrides };
       // Each owner from an address of its own: the per-address registration limit is not under test here.
       const session = await container.accounts.register(input, `192.0.2.${++registered}`);
-      return session.principal;
+      // An owner who proved their address, as the factories' registered users (an unverified account creates no keys or invitations).
+      await markEmailVerified(db, session.principal.user.id);
+      const verified = await container.sessions.load(session.principal.sessionId);
+      if (!verified) throw new Error('the new session is gone');
+      return verified;
     },
     async close() {
       await simulator?.stop();

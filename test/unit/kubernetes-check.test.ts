@@ -139,7 +139,6 @@ describe('the Kubernetes manifests check (make k8s-check)', () => {
     expect(problemsOf(production((_, find) => (find('Service', 'model-deployment-api').spec.selector['app.kubernetes.io/component'] = 'web')))).toEqual([
       'Service/model-deployment-api: selects the pods of 0 Deployments, not 1',
       'Service/model-deployment-api: targetPort http is no container port of the pods it selects',
-      'Service/model-deployment-api: targetPort metrics is no container port of the pods it selects',
     ]);
     expect(problemsOf(production((_, find) => (find('PodDisruptionBudget', 'model-deployment-worker').spec.selector.matchLabels = {})))).toEqual([
       'PodDisruptionBudget/model-deployment-worker: selects the pods of 0 Deployments, not 1',

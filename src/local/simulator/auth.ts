@@ -182,7 +182,7 @@ export class SimulatedAuth {
     const key = this.#keys.get(token);
     if (key) {
       // A disabled or expired key counts toward the (address, key) ban, not the address ban.
-      const expired = key.expiresAt !== undefined && Date.now() > key.expiresAt;
+      const expired = key.expiresAt !== undefined && Date.now() >= key.expiresAt; // expired from its expiry on
       if (!key.enabled || expired) {
         this.#recordKeyFailure(address, token);
         this.refusals[401]++;

@@ -23,6 +23,8 @@ export interface PlanFacts {
 export function toDeploymentPlan(facts: PlanFacts): DeploymentPlan {
   const { launch, placement, refusal } = facts;
   const where = new Map(facts.clusters.map((row) => [row.cluster_id, { provider: row.provider, region: row.region }]));
+  /** A cluster's id with where it runs. */
+  const located = (clusterId: string) => ({ cluster_id: clusterId, provider: where.get(clusterId)?.provider ?? '', region: where.get(clusterId)?.region ?? '' });
   const priceOf = (choice: PlacementChoice) => {
     const price = facts.prices.find((p) => p.instance_id === choice.instanceId && p.gpu_count === choice.gpuCount);
     if (!price) throw new Error(`no GPU service for ${choice.gpuCount} GPUs of instance ${choice.instanceId}`);
@@ -31,9 +33,7 @@ export function toDeploymentPlan(facts: PlanFacts): DeploymentPlan {
   const option = (choice: PlacementChoice): PlanOption => {
     const price = priceOf(choice);
     return {
-      cluster_id: choice.clusterId,
-      provider: where.get(choice.clusterId)?.provider ?? '',
-      region: where.get(choice.clusterId)?.region ?? '',
+      ...located(choice.clusterId),
       instance_type: choice.instanceType.name,
       gpu_type: choice.instanceType.gpuType,
       gpu_count: choice.gpuCount,
@@ -81,9 +81,7 @@ export function toDeploymentPlan(facts: PlanFacts): DeploymentPlan {
         (choice) => choice.clusterId === group.clusterId && choice.instanceType.name === group.instanceType.name && choice.freeInstances > 0,
       );
       return {
-        cluster_id: group.clusterId,
-        provider: where.get(group.clusterId)?.provider ?? '',
-        region: where.get(group.clusterId)?.region ?? '',
+        ...located(group.clusterId),
         instance_type: group.instanceType.name,
         gpu_type: group.instanceType.gpuType,
         gpu_memory_per_gpu_gb: group.instanceType.gpuMemoryGb,

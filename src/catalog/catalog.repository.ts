@@ -109,3 +109,9 @@ export async function setModelEnabled(db: Db, modelName: string, enabled: boolea
 export async function restrictModel(db: Db, modelName: string, organizationIds: number[] | null): Promise<boolean> {
   return (await DeployableModelRow.query(db).where({ model_name: modelName }).patch({ allowed_organization_ids: organizationIds })) > 0;
 }
+
+/** The context length in tokens of each catalog model that states one (the language models). */
+export async function contextLengths(db: Db): Promise<Map<string, number>> {
+  const rows = await DeployableModelRow.query(db).whereNotNull('context_length').select('model_name', 'context_length');
+  return new Map(rows.map((row) => [row.model_name, row.context_length as number]));
+}

@@ -8,6 +8,8 @@ export interface Usage {
 }
 
 const KEEP = 64 * 1024;
+/** Generated text kept for an estimate of a stream cut short (the rest is counted in characters). */
+const KEEP_TEXT = 64 * 1024;
 /** Longest event the stream parser holds while it is incomplete; a longer one is skipped. */
 const EVENT_MAX = 1024 * 1024;
 /** A key and its flat object value, matched where the key starts (sticky). */
@@ -19,7 +21,8 @@ const RERANK_TOKENS = { key: '"tokens"', pattern: /"tokens"\s*:\s*(\{[^{}]*\})/y
  * it. For JSON, the first and last 64 KiB (where `usage`, or rerank's `meta.tokens`, is). For an
  * event stream, each event as it completes (eventsource-parser, so every framing the SSE standard
  * allows: LF, CRLF or CR line ends, multi-line data), counting the chunks that carried generated
- * content and keeping the last usage reported.
+ * content, keeping the generated text (its first 64 Ki characters; the rest counted) for an estimate
+ * of a stream cut short, and keeping the last usage reported.
  */
 export class AnswerWatch {
   readonly #streaming: boolean;
@@ -29,6 +32,8 @@ export class AnswerWatch {
   #tail = '';
   #reported: Usage | undefined;
   #contentChunks = 0;
+  #text = '';
+  #textChars = 0;
   #lastBytes = '\n\n';
 
   constructor(streaming: boolean) {
@@ -64,6 +69,14 @@ export class AnswerWatch {
     return this.#contentChunks;
   }
 
+  /**
+   * The generated text the stream carried (content, reasoning, tool calls' names and arguments),
+   * as far as it was kept, and its whole length in characters.
+   */
+  get generated(): { text: string; chars: number } {
+    return { text: this.#text, chars: this.#textChars };
+  }
+
   /** The usage the engine reported: the last stream chunk's, or the JSON answer's. */
   usage(): Usage | undefined {
     if (this.#streaming) return this.#reported;
@@ -80,16 +93,34 @@ export class AnswerWatch {
 
   #event(data: string): void {
     if (!data.startsWith('{')) return;
-    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown[] } }> };
+    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; reasoning_content?: unknown; tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } } | null> } } | null> };
     try {
       chunk = JSON.parse(data);
     } catch {
       return;
     }
     if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
-    if (chunk.choices?.some((choice) => (typeof choice.delta?.content === 'string' && choice.delta.content !== '') || (choice.delta?.tool_calls?.length ?? 0) > 0)) {
-      this.#contentChunks++;
+    let generated = false;
+    for (const choice of chunk.choices ?? []) {
+      const delta = choice?.delta;
+      if (!delta) continue;
+      if (this.#keep(delta.content)) generated = true;
+      if (this.#keep(delta.reasoning_content)) generated = true;
+      for (const call of delta.tool_calls ?? []) {
+        this.#keep(call?.function?.name);
+        this.#keep(call?.function?.arguments);
+        generated = true;
+      }
     }
+    if (generated) this.#contentChunks++;
+  }
+
+  /** Keeps generated text; false when `text` is none. */
+  #keep(text: unknown): boolean {
+    if (typeof text !== 'string' || text === '') return false;
+    this.#textChars += text.length;
+    if (this.#text.length < KEEP_TEXT) this.#text += text.slice(0, KEEP_TEXT - this.#text.length);
+    return true;
   }
 }
 

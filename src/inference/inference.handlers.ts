@@ -8,7 +8,7 @@ import type { Metrics } from '../metrics/metrics.ts';
 import { embeddingsAsBase64, imagesAs, JsonStreamRewriter, withoutReplica, type RewritePolicy } from './json-rewrite.ts';
 import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metered } from './metering.ts';
 import type { AnswerWatch } from './answer-watch.ts';
-import type { Admission, KeyLimiter } from './key-limiter.ts';
+import type { Admission, Cost, KeyLimiter } from './key-limiter.ts';
 import { Relay, type AnswerRewrite, type Delivery, type MediaType } from './proxy.ts';
 import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
@@ -22,6 +22,21 @@ type InferenceHandlers = Pick<
 
 /** Largest engine answer a transcript is rendered from (a verbose_json of 25 MiB of audio is far smaller). */
 const TRANSCRIPT_ANSWER_LIMIT = 8 * 1024 * 1024;
+
+/** A prompt's estimate at admission, before anything is counted: a token per 4 bytes of the request sent. */
+const PROMPT_BYTES_PER_TOKEN = 4;
+/** The completion reserved for a model whose context length is unknown and a request that sets no `max_tokens`. */
+const UNKNOWN_CONTEXT_TOKENS = 32_768;
+
+/**
+ * The most a chat request may generate: its `max_completion_tokens` (or the deprecated
+ * `max_tokens`), at most the model's context length; the context length when it sets neither.
+ */
+function completionLimit(body: Record<string, unknown>, target: Pick<Target, 'contextLength'>): number {
+  const asked = body.max_completion_tokens ?? body.max_tokens;
+  const context = target.contextLength ?? UNKNOWN_CONTEXT_TOKENS;
+  return typeof asked === 'number' && asked >= 0 ? Math.min(asked, context) : context;
+}
 
 /** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
 const STREAMED = { status: 200, body: undefined } as never;
@@ -100,42 +115,49 @@ export function inferenceHandlers(deps: {
     target: Target,
     route: string,
     forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd'>,
-    meter: (answer: AnswerWatch) => Metered,
+    meter: (answer: AnswerWatch) => Metered | Promise<Metered>,
   ): Promise<void> => {
-    const usageOf = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => {
-      const record = usageRecord(outcome, answer);
-      limiter.settle(admission, { tokens: record.unit === 'token' ? record.totalTokens : 0, hostedModel: target.deploymentId === null ? target.modelName : null });
-      return record;
+    const usageRecord = (outcome: Delivery['outcome'], metered: Metered): UsageRecord => {
+      limiter.settle(admission, metered.unit === 'token' ? metered.totalTokens : 0);
+      return {
+        usageId: randomUUID(),
+        requestId: context.requestId,
+        organizationId: target.organizationId,
+        deploymentId: target.deploymentId,
+        apiKeyId: principal.kind === 'apiKey' ? principal.keyId : null,
+        userId: principal.kind === 'session' ? principal.user.id : null,
+        route,
+        model: target.modelName,
+        outcome,
+        ...metered,
+        recordedAt: new Date(),
+      };
     };
-    const usageRecord = (outcome: Delivery['outcome'], answer: AnswerWatch): UsageRecord => ({
-      usageId: randomUUID(),
-      requestId: context.requestId,
-      organizationId: target.organizationId,
-      deploymentId: target.deploymentId,
-      apiKeyId: principal.kind === 'apiKey' ? principal.keyId : null,
-      userId: principal.kind === 'session' ? principal.user.id : null,
-      route,
-      model: target.modelName,
-      outcome,
-      ...meter(answer),
-      recordedAt: new Date(),
-    });
     let committed = false;
-    const delivery = await relay.forward({
-      ...forward,
-      beforeEnd: (answer) => {
-        committed = true;
-        return usage.commit(usageOf('completed', answer));
-      },
-    });
-    if (delivery && !committed) usage.record(usageOf(delivery.outcome, delivery.answer));
+    try {
+      const delivery = await relay.forward({
+        ...forward,
+        beforeEnd: (answer) => {
+          committed = true;
+          const metered = meter(answer);
+          return metered instanceof Promise ? metered.then((m) => usage.commit(usageRecord('completed', m))) : usage.commit(usageRecord('completed', metered));
+        },
+      });
+      if (delivery && !committed) usage.record(usageRecord(delivery.outcome, await meter(delivery.answer)));
+    } finally {
+      // A request that failed used nothing: its reservation is given back.
+      limiter.settle(admission, 0);
+    }
   };
 
-  /** Admits an API key's request under its limits (429 over them), with their `x-ratelimit-*` headers on the answer. */
-  const admit = async (context: HandlerContext<OperationId>, principal: Principal): Promise<Admission | undefined> => {
+  /**
+   * Admits an API key's request under its limits, reserving the most it can cost (429 over them),
+   * with their `x-ratelimit-*` headers on the answer.
+   */
+  const admit = async (context: HandlerContext<OperationId>, principal: Principal, cost: Cost): Promise<Admission | undefined> => {
     if (principal.kind !== 'apiKey' || !principal.limits) return undefined;
     const headers: Record<string, string> = {};
-    const admission = await limiter.admit(principal, headers);
+    const admission = await limiter.admit(principal, headers, cost);
     for (const [name, value] of Object.entries(headers)) context.res.setHeader(name, value);
     return admission;
   };
@@ -151,6 +173,8 @@ export function inferenceHandlers(deps: {
       options: {
         accepts: readonly MediaType[];
         meter: Meter;
+        /** The route generates text (chat): its `max_tokens` is reserved too. */
+        generates?: boolean;
         refuse?: (body: Record<string, unknown>) => void;
         /** Changes the body sent to the engine; returns the rewrite of the answer, if any. */
         prepare?: (body: Record<string, unknown>) => (() => AnswerRewrite) | undefined;
@@ -160,12 +184,15 @@ export function inferenceHandlers(deps: {
       const principal = callerOf(context);
       const body = { ...(context.body as unknown as Record<string, unknown>) };
       options.refuse?.(body);
-      const admission = await admit(context, principal);
       const target = await router.resolve(principal, body.model);
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
       const request = { bytes: Buffer.byteLength(payload), body };
+      const admission = await admit(context, principal, {
+        tokens: Math.ceil(request.bytes / PROMPT_BYTES_PER_TOKEN) + (options.generates ? completionLimit(body, target) : 0),
+        hostedModel: target.deploymentId === null ? target.modelName : null,
+      });
       await relayMetered(
         context,
         principal,
@@ -182,6 +209,7 @@ export function inferenceHandlers(deps: {
     createChatCompletion: json('/v1/chat/completions', {
       accepts: ['application/json', 'text/event-stream'],
       meter: byTokens,
+      generates: true,
       refuse: refuseUnsupportedChat,
       prepare: (body) => {
         // Usage of a stream is reported in its last chunk only when asked for; metering needs it.
@@ -221,10 +249,10 @@ export function inferenceHandlers(deps: {
     }),
     createTranscription: async (context) => {
       const principal = callerOf(context);
-      const admission = await admit(context, principal);
       const form = await TranscriptionForm.open(context.req, context.bodyLimit);
       try {
         const target = await router.resolve(principal, form.model);
+        const admission = await admit(context, principal, { tokens: 0, hostedModel: null });
         const path = '/v1/audio/transcriptions';
         await relayMetered(
           context,
@@ -257,7 +285,7 @@ export function inferenceHandlers(deps: {
     // requests_per_minute, uses no tokens, and is refused once a monthly budget is used up.
     listModels: async (context) => {
       const principal = callerOf(context);
-      await admit(context, principal);
+      await admit(context, principal, { tokens: 0, hostedModel: null });
       return { status: 200, body: { object: 'list', data: await router.models(principal) } };
     },
   };

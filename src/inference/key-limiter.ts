@@ -17,6 +17,13 @@ const MINUTE_SHARE_TTL_MS = 60_000 * MINUTE_SHARE;
 /** Hosted-model prices are trusted this long without a lookup. */
 const PRICES_TTL_MS = 60_000;
 
+/** The hosted models' prices per token, as read (`known` once the read is done). */
+interface Prices {
+  at: number;
+  byModel: Promise<Map<string, number>>;
+  known?: Map<string, number>;
+}
+
 type Kind = 'requests' | 'tokens' | 'monthly_tokens' | 'monthly_spend';
 
 interface Limit {
@@ -43,10 +50,26 @@ interface Share {
   pending?: Promise<number>;
 }
 
-/** An admitted request: what it still owes once its tokens are known. */
+/**
+ * The most a request can cost, reserved against the key's limits before it is forwarded: its
+ * prompt's estimate plus the completion it may generate (`max_tokens`, at most the model's context),
+ * and for a hosted model their price.
+ */
+export interface Cost {
+  tokens: number;
+  /** The hosted model's name (priced per token); null for a deployment of the organization (billed by GPU time). */
+  hostedModel: string | null;
+}
+
+/** An admitted request: what it reserved of each limit, settled once its usage is known. */
 export interface Admission {
   keyId: number;
   limits: readonly Limit[];
+  /** Units reserved of each of `limits`, in its order. */
+  reserved: number[];
+  /** The request's cost as reserved; its settled usage is counted against the same hosted model. */
+  cost: Cost;
+  settled: boolean;
 }
 
 /**
@@ -54,14 +77,18 @@ export interface Admission {
  * budget; see `ApiKeyLimits` in the spec), with no database write per request and correct across
  * processes sharing one Postgres: each process takes shares of every limit from a count in
  * Postgres (`take_from_api_key_bucket`, under the row's lock), a twentieth of a per-minute limit or a
- * thousandth of a monthly budget at a time, and admits requests from its share in memory; the
- * requests that find the share empty together wait for one take. Tokens are known when an answer
- * ends: they are taken from the share then, and what goes beyond it is owed and paid to the count at
- * the next take. What N processes admit together:
+ * thousandth of a monthly budget at a time (more when one request reserves more), and admits
+ * requests from its share in memory; the requests that find the share short together wait for one
+ * take. Each request reserves the most it can cost before it is forwarded (`Cost`: one request, its
+ * prompt's estimate plus its `max_tokens`, their price); what it used replaces the reservation when
+ * it ends (`settle`), and what goes beyond the share is owed and paid to the count at once. What N
+ * processes admit together:
  * - requests: never more than the limit's bucket would admit to one process, plus at most N shares
  *   (an unused share of a per-minute limit is dropped after 3 s, the time the count takes to forget it);
- * - tokens and spend: beyond that, at most what the requests admitted while some share was left use
- *   (a request is admitted while any token is left; its answer may use more).
+ * - tokens and spend: a request is admitted in full while its reservation fits; when it does not,
+ *   still while something is left, and the count then owes its whole reservation, so the requests
+ *   after it are refused. A budget is overshot by at most one request's reservation per process
+ *   (plus what a prompt uses beyond its estimate).
  * A key with no limit (its own, or its organization's default) costs nothing here.
  */
 export class KeyLimiter {
@@ -69,7 +96,7 @@ export class KeyLimiter {
   readonly #log: Logger;
   /** Per key, its shares by bucket. */
   readonly #shares = new Map<number, Map<string, Share>>();
-  #prices: { at: number; byModel: Promise<Map<string, number>> } | undefined;
+  #prices: Prices | undefined;
   /** Each cached key state's limits as buckets, until the month ends. */
   readonly #buckets = new WeakMap<EffectiveLimits, { until: number; limits: Limit[] }>();
 
@@ -79,37 +106,43 @@ export class KeyLimiter {
   }
 
   /**
-   * Admits a request of the key, or throws 429 (`rate_limit_exceeded` with the wait, or
-   * `insufficient_quota` for a budget used up); the `x-ratelimit-*` headers for the answer go in
-   * `headers`. Undefined when nothing limits the key. While this process's shares last, it answers
-   * at once (no promise); it waits only for a take from the shared counts.
+   * Admits a request of the key, reserving `cost` (see `Cost`), or throws 429
+   * (`rate_limit_exceeded` with the wait, or `insufficient_quota` for a budget used up); the
+   * `x-ratelimit-*` headers for the answer go in `headers`. Undefined when nothing limits the key.
+   * While this process's shares hold the reservation, it answers at once (no promise); it waits only
+   * for a take from the shared counts (or the hosted prices, read once a minute).
    */
-  admit(principal: ApiKeyPrincipal, headers: Record<string, string>): Admission | undefined | Promise<Admission> {
+  admit(principal: ApiKeyPrincipal, headers: Record<string, string>, cost: Cost): Admission | undefined | Promise<Admission> {
     const { limits: effective } = principal;
     if (!effective) return undefined;
     const now = Date.now();
     const limits = this.#limitsOf(effective, now);
+    const price = this.#pricePerTokenNow(cost.hostedModel, limits);
+    if (price === undefined) return this.#pricePerToken(cost.hostedModel as string).then(() => this.admit(principal, headers, cost) as Admission | Promise<Admission>);
+    const reserved = limits.map((limit) => reservationOf(limit, cost, price));
     const shares = limits.map((limit) => this.#share(principal.keyId, limit));
-    if (!limits.every((limit, i) => holdsUnit(limit, shares[i] as Share, now))) return this.#admitAfterTakes(principal.keyId, limits, headers, now);
-    const requests = limits.findIndex((limit) => limit.kind === 'requests');
-    if (requests >= 0) (shares[requests] as Share).local -= 1;
+    if (!limits.every((limit, i) => holds(limit, shares[i] as Share, Math.max(1, reserved[i] as number), now))) {
+      return this.#admitAfterTakes(principal.keyId, limits, reserved, cost, headers, now);
+    }
+    shares.forEach((share, i) => (share.local -= reserved[i] as number));
     Object.assign(headers, headersOf(limits, (limit) => this.#peek(principal.keyId, limit)));
-    return { keyId: principal.keyId, limits };
+    return { keyId: principal.keyId, limits, reserved, cost, settled: false };
   }
 
-  async #admitAfterTakes(keyId: number, limits: readonly Limit[], headers: Record<string, string>, now: number): Promise<Admission> {
-    let request: Share | undefined;
-    for (const limit of limits) {
-      const share = await this.#claim(keyId, limit, now);
+  async #admitAfterTakes(keyId: number, limits: readonly Limit[], reserved: number[], cost: Cost, headers: Record<string, string>, now: number): Promise<Admission> {
+    const claimed: Array<{ share: Share; units: number }> = [];
+    for (const [i, limit] of limits.entries()) {
+      const units = reserved[i] as number;
+      const share = await this.#claim(keyId, limit, units, now);
       if (!share) {
-        // The request unit claimed is given back: this request is not made.
-        if (request) request.local += 1;
+        // What was reserved of the other limits is given back: this request is not made.
+        for (const claim of claimed) claim.share.local += claim.units;
         throw refusal(limit, this.#share(keyId, limit), headersOf(limits, (l) => this.#peek(keyId, l)), now);
       }
-      if (limit.kind === 'requests') request = share;
+      claimed.push({ share, units });
     }
     Object.assign(headers, headersOf(limits, (limit) => this.#peek(keyId, limit)));
-    return { keyId, limits };
+    return { keyId, limits, reserved, cost, settled: false };
   }
 
   /** The key's limits as buckets, made once per key state and month. */
@@ -124,13 +157,15 @@ export class KeyLimiter {
   }
 
   /**
-   * Counts what an admitted request used once its answer ended: its tokens, and for a hosted model
-   * the tokens' price (`model`: the hosted model's name; null for a deployment of the organization,
-   * which is billed by GPU time). Anything owed beyond this process's share is paid in the background.
+   * Replaces an admitted request's reservation with what it used once it ended (`tokens`: 0 for a
+   * request that failed or is not metered in tokens; counted against the cost's hosted model, if
+   * any). Once per admission. What is owed beyond this process's share is paid, and what a share
+   * holds beyond its usual size is given back, in the background.
    */
-  settle(admission: Admission | undefined, used: { tokens: number; hostedModel: string | null }): void {
-    if (!admission || used.tokens <= 0) return;
-    void this.#settle(admission, used).catch((error: unknown) => this.#log.error({ err: error, api_key_id: admission.keyId }, 'key limit usage could not be counted'));
+  settle(admission: Admission | undefined, tokens: number): void {
+    if (!admission || admission.settled) return;
+    admission.settled = true;
+    void this.#settle(admission, tokens).catch((error: unknown) => this.#log.error({ err: error, api_key_id: admission.keyId }, 'key limit usage could not be counted'));
   }
 
   /** Gives back to the shared counts what this process holds of monthly budgets (a graceful stop). */
@@ -144,45 +179,64 @@ export class KeyLimiter {
     this.#shares.clear();
   }
 
-  async #settle(admission: Admission, used: { tokens: number; hostedModel: string | null }): Promise<void> {
-    for (const limit of admission.limits) {
-      let amount = 0;
-      if (limit.kind === 'tokens' || limit.kind === 'monthly_tokens') amount = used.tokens;
-      if (limit.kind === 'monthly_spend' && used.hostedModel) amount = used.tokens * (await this.#pricePerToken(used.hostedModel)) * 1_000_000;
-      if (amount <= 0) continue;
+  async #settle(admission: Admission, tokens: number): Promise<void> {
+    const price = admission.cost.hostedModel ? await this.#pricePerToken(admission.cost.hostedModel) : 0;
+    for (const [i, limit] of admission.limits.entries()) {
+      const used = limit.kind === 'requests' ? 1 : reservationOf(limit, { ...admission.cost, tokens }, price);
       const share = this.#share(admission.keyId, limit);
-      share.local -= amount;
+      share.local += (admission.reserved[i] as number) - used;
       // Owed units are paid at once, so the other processes see them within a round trip.
-      if (share.local < 0) await this.#refill(admission.keyId, limit, share);
+      if (share.local < 0) await this.#refill(admission.keyId, limit, share, 0);
+      else this.#giveBack(admission.keyId, limit, share);
     }
   }
 
   /**
-   * The share of `limit` once it holds a unit for this request (one request unit is taken from it
-   * at once; tokens and spend only need one left), refilled from the shared count when empty, one
-   * take at a time per share; undefined when the shared count has nothing left.
+   * A share holding more than its usual size (a reservation given back) returns the excess to the
+   * shared count, so that the other processes may use it and a per-minute share does not drop it.
    */
-  async #claim(keyId: number, limit: Limit, now: number): Promise<Share | undefined> {
+  #giveBack(keyId: number, limit: Limit, share: Share): void {
+    const excess = Math.floor(share.local - shareSize(limit));
+    if (excess < 1) return;
+    share.local -= excess;
+    void this.#take(keyId, limit, 0, -excess).catch((error: unknown) => this.#log.warn({ err: error, api_key_id: keyId }, 'a key limit reservation could not be given back'));
+  }
+
+  /**
+   * The share of `limit` once it holds `units` for this request, taken from it (refilled from the
+   * shared count, one take at a time per share); or, when the count cannot cover them, still while
+   * the share holds a unit (the count then owes the rest); undefined when nothing is left.
+   */
+  async #claim(keyId: number, limit: Limit, units: number, now: number): Promise<Share | undefined> {
     const share = this.#share(keyId, limit);
     if (expired(limit, share, now)) share.local = 0;
+    const needed = Math.max(1, units);
     // Requests that waited on one take may find it used up by the others: they take again, until
     // the shared count has nothing left. Checked and claimed with no await in between.
-    while (share.local < 1) if ((await this.#refill(keyId, limit, share)) === 0 && share.local < 1) return undefined;
-    if (limit.kind === 'requests') share.local -= 1;
+    while (share.local < needed) if ((await this.#refill(keyId, limit, share, needed - share.local)) === 0) break;
+    if (share.local < 1) return undefined;
+    share.local -= units;
     return share;
   }
 
-  /** Takes a share from the shared count (paying what is owed); resolves with the units granted. */
-  #refill(keyId: number, limit: Limit, share: Share): Promise<number> {
+  /**
+   * Takes a share (at least `wanted` units) from the shared count, paying what is owed; resolves
+   * with the units granted. What is owed moves to the count when the take starts, so usage settled
+   * meanwhile is counted once.
+   */
+  #refill(keyId: number, limit: Limit, share: Share, wanted: number): Promise<number> {
     share.pending ??= (async () => {
+      const owed = Math.max(0, -share.local);
+      share.local += owed;
       try {
-        const wanted = Math.max(1, Math.floor(limit.capacity * (limit.leakPerSecond > 0 ? MINUTE_SHARE : MONTH_SHARE)));
-        const owed = Math.max(0, -share.local);
-        const taken = await this.#take(keyId, limit, wanted, owed);
-        share.local = Math.max(0, share.local) + taken.granted;
+        const taken = await this.#take(keyId, limit, Math.max(shareSize(limit), Math.ceil(wanted)), owed);
+        share.local += taken.granted;
         share.remaining = taken.remaining;
         share.takenAt = Date.now();
         return taken.granted;
+      } catch (error) {
+        share.local -= owed;
+        throw error;
       } finally {
         share.pending = undefined;
       }
@@ -230,6 +284,17 @@ export class KeyLimiter {
     return Math.max(0, Math.min(limit.capacity, share.remaining + leaked + Math.max(0, share.local)));
   }
 
+  /**
+   * Dollars per token of the hosted model as this process knows them now: 0 when nothing prices the
+   * request (not a hosted model, or no spend budget), undefined when the prices must be read first.
+   */
+  #pricePerTokenNow(model: string | null, limits: readonly Limit[]): number | undefined {
+    if (!model || !limits.some((limit) => limit.kind === 'monthly_spend')) return 0;
+    const prices = this.#prices;
+    if (!prices?.known || Date.now() - prices.at > PRICES_TTL_MS) return undefined;
+    return prices.known.get(model) ?? 0;
+  }
+
   /** Dollars per token of each hosted model, from the price table. */
   async #pricePerToken(model: string): Promise<number> {
     if (!this.#prices || Date.now() - this.#prices.at > PRICES_TTL_MS) {
@@ -237,8 +302,12 @@ export class KeyLimiter {
         .where({ resource_kind: 'hosted_model' })
         .select('instance_type', 'unit_amount_decimal')
         .then((rows: Array<{ instance_type: string; unit_amount_decimal: string }>) => new Map(rows.map((row) => [row.instance_type, Number(row.unit_amount_decimal)])));
-      this.#prices = { at: Date.now(), byModel };
-      byModel.catch(() => (this.#prices = undefined));
+      const prices: Prices = { at: Date.now(), byModel };
+      this.#prices = prices;
+      byModel.then(
+        (known) => (prices.known = known),
+        () => (this.#prices = undefined),
+      );
     }
     return (await this.#prices.byModel).get(model) ?? 0;
   }
@@ -256,9 +325,21 @@ function expired(limit: Limit, share: Share, now: number): boolean {
   return limit.leakPerSecond > 0 && share.local > 0 && now - share.takenAt > MINUTE_SHARE_TTL_MS;
 }
 
-/** The share has a unit for one more request, now. */
-function holdsUnit(limit: Limit, share: Share, now: number): boolean {
-  return share.local >= 1 && !expired(limit, share, now);
+/** The share holds `units` for one more request, now. */
+function holds(limit: Limit, share: Share, units: number, now: number): boolean {
+  return share.local >= units && !expired(limit, share, now);
+}
+
+/** The units a process takes of `limit` at a time: a twentieth of a per-minute limit, a thousandth of a monthly budget, at least 1. */
+function shareSize(limit: Limit): number {
+  return Math.max(1, Math.floor(limit.capacity * (limit.leakPerSecond > 0 ? MINUTE_SHARE : MONTH_SHARE)));
+}
+
+/** The units of `limit` a request of `cost` takes (a spend budget counts millionths of a dollar of hosted tokens). */
+function reservationOf(limit: Limit, cost: Cost, pricePerToken: number): number {
+  if (limit.kind === 'requests') return 1;
+  if (limit.kind === 'monthly_spend') return cost.hostedModel ? cost.tokens * pricePerToken * 1_000_000 : 0;
+  return cost.tokens;
 }
 
 /** The key's limits as buckets; monthly budgets first (they refuse for longest). */

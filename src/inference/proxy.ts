@@ -76,7 +76,8 @@ export class Relay {
   /**
    * Sends one request to the engine and streams its answer to the client. Throws an AppError when
    * nothing was sent to the client yet; resolves with what was delivered once the answer started,
-   * or `undefined` when the client left before the engine answered.
+   * `aborted` with an empty answer when the client left after the whole request reached the engine
+   * but before its answer, or `undefined` when it left before that.
    */
   async forward(input: {
     req: Request;
@@ -220,9 +221,10 @@ export class Relay {
       return { outcome: 'aborted', answer };
     } catch (error) {
       if (error instanceof AppError) throw error;
-      // The client left (its connection closed) before the answer: nothing to send it. (Not `req.destroyed`,
+      // The client left (its connection closed) before the answer: nothing to send it, but an engine
+      // that read the whole request works on it, so it is metered with no answer. (Not `req.destroyed`,
       // which is true once a request's body has been read.)
-      if (clientLeft || res.destroyed) return undefined;
+      if (clientLeft || res.destroyed) return upstream.writableFinished ? { outcome: 'aborted', answer: new AnswerWatch(false) } : undefined;
       if (stalled || (error as { code?: string }).code === 'ETIMEDOUT') throw upstreamTimeout();
       req.log.warn({ err: String(error) }, 'the engine could not be reached');
       throw upstreamFailure('The model could not be reached.');

@@ -6,6 +6,7 @@ import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/dep
 import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
 import { hostedCallRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
+import { contextLengths } from '../catalog/catalog.repository.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
 
@@ -22,6 +23,8 @@ export interface Target {
   /** The engine's base URL and the cluster credential to send it. */
   endpoint: string;
   authorization: string | undefined;
+  /** The model's context length in tokens, null when unknown (the most one request can use). */
+  contextLength: number | null;
 }
 
 /** Who is calling, as far as routing is concerned: a session reaches its candidates, a key its scope. */
@@ -29,6 +32,8 @@ export type Caller = { kind: 'session' } | { kind: 'apiKey'; deploymentIds: Read
 
 /** How long an organization's billing state (payment setup, spending limit) is trusted for hosted calls, in this process. */
 const BILLING_CACHE_MS = 10_000;
+/** How long the catalog's context lengths are trusted without a lookup, in this process (they change with a migration). */
+const CATALOG_CACHE_MS = 60_000;
 /** How long what a caller may call is trusted without a lookup, in this process. */
 const CACHE_MS = 2_000;
 /** When a caller may try again a deployment whose cluster's credentials were refused. */
@@ -112,6 +117,9 @@ export class InferenceRouter {
   /** Clusters refused here, until every cached read shows the mark in the database. */
   readonly #refused = new Map<string, { until: number }>();
 
+  /** Each catalog model's context length, shared by every caller. */
+  #contextLengths: { at: number; lengths: Promise<Map<string, number>> } | undefined;
+
   readonly #billing: DeploymentGuardSettings;
   /** Each organization's answer to `hostedCallRefusal`, for BILLING_CACHE_MS (concurrent misses share one read). */
   readonly #billingVerdicts = new Map<number, { at: number; refusal: Promise<AppError | undefined> }>();
@@ -142,6 +150,7 @@ export class InferenceRouter {
       clusterId: chosen.cluster_id as string,
       endpoint: chosen.endpoint as string,
       authorization: this.#clusters.authorizationHeader(chosen.sealed_credential),
+      contextLength: await this.#contextLength(chosen.model_name),
     };
   }
 
@@ -254,6 +263,7 @@ export class InferenceRouter {
       clusterId: route.cluster_id,
       endpoint: route.endpoint,
       authorization: this.#clusters.authorizationHeader(route.sealed_credential),
+      contextLength: await this.#contextLength(route.model_name),
     };
   }
 
@@ -286,6 +296,17 @@ export class InferenceRouter {
   /** The running hosted models, the same for every caller: one query, cached 2 s (concurrent misses share it). */
   #hostedRoutes(): Promise<HostedRoute[]> {
     return this.#cached(HOSTED_KEY, () => findHostedRoutes(this.#db)) as Promise<HostedRoute[]>;
+  }
+
+  /** The model's context length (the catalog's, read once per CATALOG_CACHE_MS for every model); null when it states none. */
+  async #contextLength(model: string): Promise<number | null> {
+    const now = Date.now();
+    if (!this.#contextLengths || now - this.#contextLengths.at >= CATALOG_CACHE_MS) {
+      const lengths = contextLengths(this.#db);
+      this.#contextLengths = { at: now, lengths };
+      lengths.catch(() => (this.#contextLengths = undefined));
+    }
+    return (await this.#contextLengths.lengths).get(model) ?? null;
   }
 
   #unusable(): ReadonlySet<string> {

@@ -88,17 +88,31 @@ describe('usage extraction from JSON answers', () => {
 describe('metering by route', () => {
   const request = { bytes: 400, body: {} };
 
-  it('meters tokens as reported, or estimates them from the request and the content chunks relayed', () => {
+  it('meters tokens as reported, or estimates them with the tokenizer from the prompt sent and the text delivered', async () => {
     const reported = watch(true, `data: ${chunk('a')}\n\ndata: ${chunk(null, { usage })}\n\n`);
     expect(byTokens({ answer: reported }, request)).toEqual({ unit: 'token', quantity: 14, promptTokens: 11, completionTokens: 3, totalTokens: 14, estimated: false });
-    const cut = watch(true, `data: ${chunk('a')}\n\ndata: ${chunk('b')}\n\ndata: ${chunk('c')}\n\n`);
-    expect(byTokens({ answer: cut }, request)).toEqual({ unit: 'token', quantity: 103, promptTokens: 100, completionTokens: 3, totalTokens: 103, estimated: true });
+    // cl100k: "user\nhello there" is 4 tokens, plus 4 for the message; " hello world" three times is 6.
+    const prompt = { bytes: 400, body: { model: 'm', messages: [{ role: 'user', content: 'hello there' }], max_tokens: 10 } };
+    const cut = watch(true, `data: ${chunk(' hello world')}\n\ndata: ${chunk(' hello world')}\n\ndata: ${chunk(' hello world')}\n\n`);
+    expect(await byTokens({ answer: cut }, prompt)).toEqual({ unit: 'token', quantity: 14, promptTokens: 8, completionTokens: 6, totalTokens: 14, estimated: true });
+    // A chunk holds at least a token, whatever its text.
+    const tiny = watch(true, `data: ${chunk('a')}\n\ndata: ${chunk('b')}\n\ndata: ${chunk('c')}\n\n`);
+    expect(await byTokens({ answer: tiny }, prompt)).toMatchObject({ completionTokens: 3, estimated: true });
+    // Nothing delivered (the client left before the answer): the prompt only.
+    expect(await byTokens({ answer: new AnswerWatch(false) }, prompt)).toMatchObject({ promptTokens: 8, completionTokens: 0, totalTokens: 8 });
   });
 
-  it('meters rerank in the engine’s input tokens, images per image asked for, transcriptions per request', () => {
+  it('samples a long prompt and scales it to its length, and counts token-id inputs one token each', async () => {
+    const long = { bytes: 0, body: { input: 'The quick brown fox jumps over the lazy dog. '.repeat(20_000) } };
+    const tokens = (await byTokens({ answer: new AnswerWatch(false) }, long)).promptTokens;
+    expect(Math.abs(tokens - 200_000) / 200_000).toBeLessThan(0.01);
+    expect((await byTokens({ answer: new AnswerWatch(false) }, { bytes: 0, body: { input: [[1, 2, 3], [4, 5]] } })).promptTokens).toBe(5);
+  });
+
+  it('meters rerank in the engine’s input tokens, images per image asked for, transcriptions per request', async () => {
     const rerank = watch(false, '{"meta":{"tokens":{"input_tokens":38,"output_tokens":38}}}');
     expect(byRerankTokens({ answer: rerank }, request)).toMatchObject({ unit: 'token', quantity: 38, estimated: false });
-    expect(byRerankTokens({ answer: watch(false, '{}') }, request)).toMatchObject({ unit: 'token', quantity: 100, estimated: true });
+    expect(await byRerankTokens({ answer: watch(false, '{}') }, { bytes: 0, body: { query: 'hello there', documents: ['hello world'] } })).toMatchObject({ unit: 'token', quantity: 5, estimated: true });
     expect(byImages({ answer: watch(false, '{}') }, { bytes: 10, body: { n: 3 } })).toMatchObject({ unit: 'image', quantity: 3 });
     expect(byImages({ answer: watch(false, '{}') }, { bytes: 10, body: {} })).toMatchObject({ unit: 'image', quantity: 1 });
     expect(perRequest({ answer: watch(false, '{"text":"hi"}') }, request)).toMatchObject({ unit: 'request', quantity: 1 });

@@ -15,6 +15,8 @@ export class DeployableModelRow extends BaseModel {
   declare enabled: boolean;
   declare hosted: boolean;
   declare sort_order: number;
+  /** A language model's context length in tokens (Xinference's model family); null for other models. */
+  declare context_length: number | null;
   /** Null: every organization sees the model. */
   declare allowed_organization_ids: number[] | null;
   /** Generated full-text search vector (name, family, provider, tags, description). */

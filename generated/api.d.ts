@@ -2036,7 +2036,7 @@ export interface components {
             requests_per_minute: number | null;
             /**
              * Format: int32
-             * @description Tokens per minute (a request is admitted while any are left; its tokens count when it ends).
+             * @description Tokens per minute (a request reserves its prompt and `max_tokens` when admitted; what it used counts when it ends).
              */
             tokens_per_minute: number | null;
             /**
@@ -2055,7 +2055,13 @@ export interface components {
          *     per-minute limit, `insufficient_quota` (with `x-should-retry: false`) for a monthly budget. Tokens are
          *     those the usage records count (prompt and completion); the spend is that of the hosted models'
          *     tokens at the price table's unit prices (the organization's own deployments are billed by GPU
-         *     time, not per request, and spend nothing here).
+         *     time, not per request, and spend nothing here). Each request reserves the most it can cost before
+         *     it is forwarded: its prompt (a token per 4 bytes of the request) plus `max_completion_tokens` (or
+         *     `max_tokens`; the model's context length when neither is set, and at most that length), priced
+         *     for a hosted model; what it used replaces the reservation when it ends. A request is admitted
+         *     while its reservation fits, and still while anything is left, so that concurrent requests
+         *     overshoot a budget by at most one request's reservation (per API process). Set `max_tokens` to
+         *     keep a small budget from being held by one request's reservation.
          * @example {
          *       "requests_per_minute": 600,
          *       "tokens_per_minute": 200000,
@@ -2071,7 +2077,7 @@ export interface components {
             requests_per_minute: number | null;
             /**
              * Format: int32
-             * @description Tokens per minute (a request is admitted while any are left; its tokens count when it ends).
+             * @description Tokens per minute (a request reserves its prompt and `max_tokens` when admitted; what it used counts when it ends).
              */
             tokens_per_minute: number | null;
             /**
@@ -2680,7 +2686,8 @@ export interface components {
             max_tokens?: number | null;
             /**
              * Format: int32
-             * @description Upper bound on generated tokens.
+             * @description Upper bound on generated tokens. A key with token or spend limits reserves this many (at most
+             *     the model's context length, which is reserved when it is not set) until the answer ends.
              */
             max_completion_tokens?: number | null;
             /** @description Up to 4 sequences where generation stops. */

@@ -186,20 +186,25 @@ export class KeyLimiter {
       const share = this.#share(admission.keyId, limit);
       share.local += (admission.reserved[i] as number) - used;
       // Owed units are paid at once, so the other processes see them within a round trip.
-      if (share.local < 0) await this.#refill(admission.keyId, limit, share, 0);
-      else this.#giveBack(admission.keyId, limit, share);
+      if (share.local < 0) {
+        await this.#refill(admission.keyId, limit, share, 0);
+        continue;
+      }
+      // The share keeps one more request's reservation beyond its usual size, so that requests that
+      // reserve more than a share go on without a take each; the rest goes back to the count.
+      const size = shareSize(limit);
+      const reserved = admission.reserved[i] as number;
+      const excess = Math.floor(share.local - size - (reserved > size ? reserved : 0));
+      if (excess >= 1) {
+        share.local -= excess;
+        this.#giveBack(admission.keyId, limit, excess);
+      }
     }
   }
 
-  /**
-   * A share holding more than its usual size (a reservation given back) returns the excess to the
-   * shared count, so that the other processes may use it and a per-minute share does not drop it.
-   */
-  #giveBack(keyId: number, limit: Limit, share: Share): void {
-    const excess = Math.floor(share.local - shareSize(limit));
-    if (excess < 1) return;
-    share.local -= excess;
-    void this.#take(keyId, limit, 0, -excess).catch((error: unknown) => this.#log.warn({ err: error, api_key_id: keyId }, 'a key limit reservation could not be given back'));
+  /** Returns units this process holds but will not use to the shared count, for the other processes. */
+  #giveBack(keyId: number, limit: Limit, units: number): void {
+    void this.#take(keyId, limit, 0, -units).catch((error: unknown) => this.#log.warn({ err: error, api_key_id: keyId }, 'key limit units could not be given back'));
   }
 
   /**
@@ -209,7 +214,13 @@ export class KeyLimiter {
    */
   async #claim(keyId: number, limit: Limit, units: number, now: number): Promise<Share | undefined> {
     const share = this.#share(keyId, limit);
-    if (expired(limit, share, now)) share.local = 0;
+    if (expired(limit, share, now)) {
+      // The count has forgotten about a share's worth since: a share is dropped, more (a
+      // reservation given back) goes back.
+      const unused = Math.floor(share.local);
+      share.local = 0;
+      if (unused > shareSize(limit)) this.#giveBack(keyId, limit, unused);
+    }
     const needed = Math.max(1, units);
     // Requests that waited on one take may find it used up by the others: they take again, until
     // the shared count has nothing left. Checked and claimed with no await in between.
@@ -220,7 +231,7 @@ export class KeyLimiter {
   }
 
   /**
-   * Takes a share (at least `wanted` units) from the shared count, paying what is owed; resolves
+   * Takes a share (and `wanted` units more when they are more than a share) from the shared count, paying what is owed; resolves
    * with the units granted. What is owed moves to the count when the take starts, so usage settled
    * meanwhile is counted once.
    */
@@ -229,7 +240,9 @@ export class KeyLimiter {
       const owed = Math.max(0, -share.local);
       share.local += owed;
       try {
-        const taken = await this.#take(keyId, limit, Math.max(shareSize(limit), Math.ceil(wanted)), owed);
+        // A request that reserves more than a share takes its reservation and a share more.
+        const size = shareSize(limit);
+        const taken = await this.#take(keyId, limit, wanted > size ? Math.ceil(wanted) + size : size, owed);
         share.local += taken.granted;
         share.remaining = taken.remaining;
         share.takenAt = Date.now();

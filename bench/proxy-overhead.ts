@@ -111,10 +111,10 @@ const settings = {
 };
 
 
-/** The request both targets get, but for `model`. */
-const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }] };
-/** Streamed: `ignore_eos` makes the engine generate exactly `max_tokens` (vLLM's parameter, forwarded as an unlisted field). */
-const STREAM_BODY = { ...CHAT_BODY, max_tokens: settings.streamTokens, ignore_eos: true };
+/** The request both targets get, but for `model`: one token, so a non-streamed answer takes one token latency. */
+const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }], max_tokens: 1 };
+/** Streamed: exactly `streamTokens` (the simulator's answer length, which `max_tokens` does not cut short). */
+const STREAM_BODY = { ...CHAT_BODY, max_tokens: settings.streamTokens };
 
 const out = (text = '') => process.stdout.write(`${text}\n`);
 const step = (text: string) => out(`• ${text}`);
@@ -373,8 +373,8 @@ async function main(): Promise<number> {
         '--port', '0',
         '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuName: 'NVIDIA A10G', gpuCount: 4, gpuMemoryGb: 24 }]),
         '--model-load-ms', '50',
-        // One token per answer: a non-streamed answer takes one token latency.
-        '--completion-tokens', '1',
+        // Answers of `streamTokens` tokens; a non-streamed request asks for one (`max_tokens`).
+        '--completion-tokens', String(settings.streamTokens),
         '--token-latency-ms', String(settings.upstreamMs),
       ],
       // The secrets through the environment, not the command line (which process lists show).

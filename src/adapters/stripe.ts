@@ -51,9 +51,14 @@ export function createStripeClient(settings: Pick<StripeSettings, 'secretKey' | 
   });
 }
 
+/** Marks the customer portal configuration this service created (`metadata.created_by`). */
+const PORTAL_CONFIGURATION_OWNER = 'model-deployment-service';
+
 export class StripePaymentProcessor implements PaymentProcessor {
   private readonly stripe: Stripe;
   private readonly settings: StripeSettings;
+  /** The portal configuration's id (undefined: the account's default), found or created once. */
+  #portal: Promise<string | undefined> | undefined;
 
   constructor(settings: StripeSettings) {
     this.settings = settings;
@@ -173,7 +178,37 @@ export class StripePaymentProcessor implements PaymentProcessor {
   }
 
   createPortalSession(input: { customerId: string; returnUrl: string }): Promise<{ url: string }> {
-    return call(async () => ({ url: (await this.stripe.billingPortal.sessions.create({ customer: input.customerId, return_url: input.returnUrl })).url }));
+    return call(async () => {
+      const configuration = await this.#portalConfiguration();
+      return { url: (await this.stripe.billingPortal.sessions.create({ customer: input.customerId, return_url: input.returnUrl, configuration })).url };
+    });
+  }
+
+  /**
+   * The portal configuration sessions use: the account's default when its portal settings were saved
+   * in the Dashboard, else ours, created through the API once (a fresh account has neither, and
+   * Stripe refuses a session without one): invoices and cards, nothing else to change there.
+   */
+  #portalConfiguration(): Promise<string | undefined> {
+    this.#portal ??= (async () => {
+      for await (const configuration of this.stripe.billingPortal.configurations.list({ active: true, limit: 100 })) {
+        if (configuration.is_default) return undefined;
+        if (configuration.metadata?.created_by === PORTAL_CONFIGURATION_OWNER) return configuration.id;
+      }
+      const created = await this.stripe.billingPortal.configurations.create(
+        {
+          name: 'Model deployment billing',
+          features: { invoice_history: { enabled: true }, payment_method_update: { enabled: true } },
+          metadata: { created_by: PORTAL_CONFIGURATION_OWNER },
+        },
+        { idempotencyKey: `portal-configuration-${PORTAL_CONFIGURATION_OWNER}` },
+      );
+      return created.id;
+    })().catch((error: unknown) => {
+      this.#portal = undefined;
+      throw error;
+    });
+    return this.#portal;
   }
 
   ensureMeterPrices(input: MeterPricesInput): Promise<ProcessorMeterPrice[]> {
@@ -215,14 +250,22 @@ export class StripePaymentProcessor implements PaymentProcessor {
     });
   }
 
-  reportMeterEvent(input: MeterEventInput): Promise<void> {
+  reportMeterEvent(input: MeterEventInput): Promise<'accepted' | 'duplicate'> {
     return call(async () => {
-      await this.stripe.billing.meterEvents.create({
-        event_name: input.meter,
-        payload: { stripe_customer_id: input.customerId, value: String(input.value) },
-        identifier: input.identifier,
-        timestamp: Math.floor(input.timestamp.getTime() / 1000),
-      });
+      try {
+        await this.stripe.billing.meterEvents.create({
+          event_name: input.meter,
+          payload: { stripe_customer_id: input.customerId, value: String(input.value) },
+          identifier: input.identifier,
+          timestamp: Math.floor(input.timestamp.getTime() / 1000),
+        });
+        return 'accepted';
+      } catch (error) {
+        // Stripe refuses a repeated identifier (400, `stripe-should-retry: false`); its message is
+        // the only mark it has (quoted in langfuse/langfuse#16292 and by other clients).
+        if (error instanceof Stripe.errors.StripeInvalidRequestError && error.message.startsWith('An event already exists with identifier')) return 'duplicate';
+        throw error;
+      }
     });
   }
 

@@ -1,8 +1,10 @@
 import type { Knex } from 'knex';
+import type { Logger } from 'pino';
 import type { PgBoss } from 'pg-boss';
 import { AppError } from '../errors.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
 import { activate } from './billing.service.ts';
+import { installationId } from './installation.ts';
 import { requireProcessor, WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession } from './payment-processor.ts';
 import {
   findAccountByCustomer,
@@ -52,8 +54,12 @@ export class BillingWebhooks {
     });
   }
 
-  /** The job: re-reads the event's object and writes the processor's current state. */
-  async process(eventId: string): Promise<void> {
+  /**
+   * The job: re-reads the event's object and writes the processor's current state. An invoice or a
+   * subscription is written only to the account of the customer it belongs to at the processor: an
+   * event (however well signed) naming another customer moves nothing between organizations.
+   */
+  async process(eventId: string, log?: Logger): Promise<void> {
     const processor = this.#processor;
     const event = await findWebhookEvent(this.#db, eventId);
     if (!processor || !event || event.processed_at) return;
@@ -64,12 +70,19 @@ export class BillingWebhooks {
       await this.#db.transaction(async (trx) => {
         // One event of an account at a time: each writes what it read under the lock.
         const locked = await lockAccount(trx, account.id);
-        if (session?.status === 'complete') await completeCheckout(trx, processor, locked, session);
-        if (event.object_type === 'invoice') await upsertInvoice(trx, locked.id, await processor.getInvoice(event.object_id));
+        if (session?.status === 'complete') await completeCheckout(trx, processor, locked, session, await installationId(this.#db));
+        const notTheirs = (kind: string, owner: string) =>
+          log?.warn({ event_id: eventId, object_id: event.object_id, event_customer: customerId, object_customer: owner }, `a billing event names another customer than its ${kind}'s; ignored`);
+        if (event.object_type === 'invoice') {
+          const invoice = await processor.getInvoice(event.object_id);
+          if (invoice.customerId === customerId) await upsertInvoice(trx, locked.id, invoice);
+          else notTheirs('invoice', invoice.customerId);
+        }
         if (event.object_type === 'subscription') {
           const subscription = await processor.getSubscription(event.object_id);
           // A former subscription's late events do not replace the current one.
-          if (!locked.processor_subscription_id || locked.processor_subscription_id === subscription.id) await recordSubscription(trx, locked.id, subscription);
+          if (subscription.customerId !== customerId) notTheirs('subscription', subscription.customerId);
+          else if (!locked.processor_subscription_id || locked.processor_subscription_id === subscription.id) await recordSubscription(trx, locked.id, subscription);
         }
         const customer = await processor.getCustomer(customerId);
         await recordDefaultPaymentMethod(trx, locked.id, customer.defaultPaymentMethodId);
@@ -84,12 +97,18 @@ export class BillingWebhooks {
  * `postpaid_activation`, which then activates postpaid billing (once: `activate` keeps a live
  * subscription and creates with an idempotency key).
  */
-async function completeCheckout(trx: Knex.Transaction, processor: PaymentProcessor, account: Awaited<ReturnType<typeof lockAccount>>, session: ProcessorCheckoutSession): Promise<void> {
+async function completeCheckout(
+  trx: Knex.Transaction,
+  processor: PaymentProcessor,
+  account: Awaited<ReturnType<typeof lockAccount>>,
+  session: ProcessorCheckoutSession,
+  installation: string,
+): Promise<void> {
   const intent = session.setupIntentId ? await processor.getSetupIntent(session.setupIntentId) : undefined;
   const card = intent?.status === 'succeeded' ? intent.paymentMethodId : null;
   if (!card) return;
   if (session.metadata.purpose === 'postpaid_activation') {
-    const subscription = await activate(processor, account, card);
+    const subscription = await activate(processor, account, card, installation);
     const by = Number(session.metadata.user_id);
     await recordSubscription(trx, account.id, subscription, account.processor_subscription_id === subscription.id || !Number.isInteger(by) ? undefined : by);
     return;
@@ -104,6 +123,6 @@ export function billingEventJob(webhooks: BillingWebhooks): JobDefinition<{ even
     retryLimit: 8,
     retryDelaySeconds: 2,
     concurrency: 4,
-    handle: ({ eventId }) => webhooks.process(eventId),
+    handle: ({ eventId }, { log }) => webhooks.process(eventId, log),
   };
 }

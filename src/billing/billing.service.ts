@@ -6,6 +6,7 @@ import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import type { InvoiceRow } from '../db/models/invoices.ts';
 import { AppError } from '../errors.ts';
 import { findBillingAccount } from './billing.repository.ts';
+import { installationId } from './installation.ts';
 import { PaymentProcessorError, requireProcessor, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
 import { listInvoicesOf, lockAccount, recordCustomer, recordDefaultPaymentMethod, recordSubscription } from './processor-state.repository.ts';
 import { METER_PRICES } from './usage-reporting.ts';
@@ -71,7 +72,7 @@ export class BillingService {
     const processor = this.#requireProcessor();
     const account = await this.#accountOf(principal);
     const card = await this.#ownCard(account, paymentMethodId, 'body/processor_payment_method_id', 'VALIDATION_FAILED');
-    const subscription = await activate(processor, account, card.id);
+    const subscription = await activate(processor, account, card.id, await installationId(this.#db));
     await this.#db.transaction(async (trx) => {
       await lockAccount(trx, account.id);
       await recordDefaultPaymentMethod(trx, account.id, card.id);
@@ -133,7 +134,7 @@ export class BillingService {
     const organization = requireOrganization(principal);
     const session = await processor.createSetupCheckoutSession({
       // One session per request: the key only guards the SDK's own retries of this call.
-      key: `${organization.id}-${randomUUID()}`,
+      key: `${await installationId(this.#db)}-${randomUUID()}`,
       customerId,
       currency: 'usd',
       ui: 'embedded',
@@ -170,7 +171,8 @@ export class BillingService {
     const account = await this.#accountOf(principal);
     if (account.processor_customer_id) return account.processor_customer_id;
     const organization = requireOrganization(principal);
-    const customer = await processor.ensureCustomer({ key: `org-${organization.id}`, organizationId: organization.id, name: organization.name, email: principal.user.email });
+    const key = `${await installationId(this.#db)}-${account.processor_key}`;
+    const customer = await processor.ensureCustomer({ key, organizationId: organization.id, name: organization.name, email: principal.user.email });
     await recordCustomer(this.#db, account.id, customer.id);
     return (await this.#accountOf(principal)).processor_customer_id ?? customer.id;
   }
@@ -223,7 +225,7 @@ export class BillingService {
  * meters' prices when it has none (the key follows the subscription it replaces, so a retry
  * creates no second one).
  */
-export async function activate(processor: PaymentProcessor, account: BillingAccountRow, paymentMethodId: string): Promise<ProcessorSubscription> {
+export async function activate(processor: PaymentProcessor, account: BillingAccountRow, paymentMethodId: string, installation: string): Promise<ProcessorSubscription> {
   const customerId = account.processor_customer_id ?? '';
   await processor.setDefaultPaymentMethod(customerId, paymentMethodId);
   if (account.processor_subscription_id) {
@@ -232,7 +234,7 @@ export async function activate(processor: PaymentProcessor, account: BillingAcco
   }
   const prices = await processor.ensureMeterPrices(METER_PRICES);
   return processor.createSubscription({
-    key: `account-${account.id}-after-${account.processor_subscription_id ?? 'none'}`,
+    key: `${installation}-${account.processor_key}-after-${account.processor_subscription_id ?? 'none'}`,
     customerId,
     priceIds: prices.map((price) => price.priceId),
     defaultPaymentMethodId: paymentMethodId,

@@ -186,8 +186,12 @@ export interface PaymentProcessor {
   createPortalSession(input: { customerId: string; returnUrl: string }): Promise<{ url: string }>;
   /** Finds or creates each meter, its product and its price (by lookup key), at the given unit amounts. */
   ensureMeterPrices(input: MeterPricesInput): Promise<ProcessorMeterPrice[]>;
-  /** One usage report; the processor counts an `identifier` once. */
-  reportMeterEvent(input: MeterEventInput): Promise<void>;
+  /**
+   * One usage report. `duplicate`: the processor refused it because it holds an event of this
+   * `identifier` already (Stripe's 400 "An event already exists with identifier …"), which it counts
+   * once; it enforces that only within a window (at least 24 hours), after which a repeat counts again.
+   */
+  reportMeterEvent(input: MeterEventInput): Promise<'accepted' | 'duplicate'>;
   /** The meter's total for a customer over [start, end), minute-aligned (the processor's summary). */
   meterTotal(input: MeterTotalInput): Promise<number>;
   /** Checks the signature of a webhook on its raw body; throws `WebhookSignatureError` when it does not hold. */

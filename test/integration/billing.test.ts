@@ -245,6 +245,33 @@ describe('invoices and webhooks', () => {
     expect(accountAfter).toEqual(accountBefore);
   });
 
+  it('writes an invoice or a subscription only to its own customer’s account: a signed event naming another customer moves nothing (issue 33 item 5)', async () => {
+    const customerId = (await account(owner.api))?.processor_customer_id ?? '';
+    const other = await activatedOwner();
+    await webhooksSettled();
+    const otherCustomer = (await account(other.api))?.processor_customer_id ?? '';
+    const mine = (type: string) => stripe.events.list({ type, limit: 100 }).then((list) => list.data.find((event) => (event.data.object as { customer?: string }).customer === customerId));
+    const [paid, subscribed] = await Promise.all([mine('invoice.paid'), mine('customer.subscription.created')]);
+    if (!paid || !subscribed) throw new Error('no events to forge');
+    const before = { mine: await invoices(owner.api), theirs: await invoices(other.api), theirAccount: await account(other.api) };
+    // Plain records: spreading the SDK's union of every event object type costs the type checker minutes.
+    const forged = [paid, subscribed].map((event) => {
+      const object = event.data.object as unknown as Record<string, unknown>;
+      return { ...(event as unknown as Record<string, unknown>), id: `${event.id}_other`, data: { object: { ...object, customer: otherCustomer } } };
+    });
+    for (const event of forged) {
+      const payload = JSON.stringify(event);
+      expect((await post(payload, signed(payload))).status).toBe(200);
+    }
+    await waitUntil(
+      async () => (await app.db('billing_webhook_events').whereIn('id', forged.map((event) => event.id)).whereNotNull('processed_at')).length === forged.length,
+      'the forged events processed',
+    );
+    expect(await invoices(owner.api)).toEqual(before.mine);
+    expect(await invoices(other.api)).toEqual(before.theirs);
+    expect((await account(other.api))?.processor_subscription_id).toBe(before.theirAccount?.processor_subscription_id);
+  });
+
   it('refuses a bad, stale or future-dated signature with 400 INVALID_SIGNATURE and stores nothing', async () => {
     const event = { id: `evt_forged_${Date.now()}`, object: 'event', type: 'invoice.paid', created: Math.floor(Date.now() / 1000), data: { object: { id: 'in_x', object: 'invoice' } }, livemode: false };
     const payload = JSON.stringify(event);

@@ -113,13 +113,15 @@ describe('payment processor port (StripePaymentProcessor)', () => {
     expect(await processor.getInvoice(invoices[0]?.id ?? '')).toEqual(invoices[0]);
   });
 
-  it('reports meter events idempotently and reads the meter total back', async () => {
+  it('reports meter events, tells a repeated identifier Stripe refuses as a duplicate, and reads the meter total back', async () => {
     const customer = await customerFor(6);
     const [gpu] = await processor.ensureMeterPrices(PRICES);
     const minute = new Date(Math.floor(Date.now() / 60_000) * 60_000);
+    const outcomes = [];
     for (const identifier of [`r1-${run}`, `r1-${run}`, `r2-${run}`]) {
-      await processor.reportMeterEvent({ meter: 'gpu_instance_seconds', customerId: customer.id, value: 30, identifier, timestamp: minute });
+      outcomes.push(await processor.reportMeterEvent({ meter: 'gpu_instance_seconds', customerId: customer.id, value: 30, identifier, timestamp: minute }));
     }
+    expect(outcomes).toEqual(['accepted', 'duplicate', 'accepted']);
     const window = { meterId: gpu?.meterId ?? '', customerId: customer.id, start: new Date(minute.getTime() - 3_600_000), end: new Date(minute.getTime() + 3_600_000) };
     await waitUntil(async () => (await processor.meterTotal(window)) === 60, 'the meter total to be 60', onEmulator ? 5_000 : 120_000);
   });

@@ -71,14 +71,17 @@ describe('Stripe emulator through the stripe SDK (also against Stripe test mode)
     expect(mismatch).toMatchObject({ statusCode: 400, message: expect.stringContaining('same parameters') });
   });
 
-  it('counts a meter event once per identifier in the meter event summary', async () => {
+  it('refuses a meter event identifier it accepted before with 400, and counts the event once in the summary', async () => {
     const customer = await newCustomer('meter');
     const [gpu] = await processor().ensureMeterPrices(PRICES);
     const minute = Math.floor(Date.now() / 60_000) * 60;
     const report = (identifier: string, value: string) =>
       stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', identifier, timestamp: minute, payload: { stripe_customer_id: customer.id, value } });
     await report(`a-${run}`, '60');
-    await report(`a-${run}`, '60');
+    // Stripe enforces the identifier's uniqueness (over at least 24 hours) by refusing a repeat.
+    const repeat = await report(`a-${run}`, '60').catch((error: unknown) => error);
+    expect(repeat).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
+    expect(repeat).toMatchObject({ statusCode: 400, message: `An event already exists with identifier a-${run}.` });
     await report(`b-${run}`, '15');
     const total = async () => {
       const summaries = await stripe.billing.meters.listEventSummaries(gpu?.meterId ?? '', { customer: customer.id, start_time: minute - 3600, end_time: minute + 3600 });
@@ -86,6 +89,16 @@ describe('Stripe emulator through the stripe SDK (also against Stripe test mode)
     };
     // Stripe aggregates in the background: poll (the emulator answers at once).
     await waitUntil(async () => (await total()) === 75, 'the meter summary to count 75', onEmulator ? 5_000 : 120_000);
+  });
+
+  it('takes only whole-number values and identifiers of at most 100 characters', async () => {
+    const customer = await newCustomer('meter-values');
+    await processor().ensureMeterPrices(PRICES);
+    const report = (identifier: string, value: string) => stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', identifier, payload: { stripe_customer_id: customer.id, value } });
+    await expect(report(`decimal-${run}`, '1.5')).rejects.toMatchObject({ statusCode: 400 });
+    await expect(report(`x${run}`.padEnd(101, 'x'), '1')).rejects.toMatchObject({ statusCode: 400, param: 'identifier' });
+    await expect(report(`x${run}`.padEnd(100, 'x'), '1')).resolves.toMatchObject({ identifier: `x${run}`.padEnd(100, 'x') });
+    await expect(report(`negative-${run}`, '-5')).resolves.toMatchObject({ payload: { value: '-5' } });
   });
 
   it('refuses an unknown parameter and a missing one the way Stripe does', async () => {
@@ -204,6 +217,35 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     expect(Buffer.from(await pdf.arrayBuffer()).subarray(0, 5).toString()).toBe('%PDF-');
     const renewed = await stripe.subscriptions.retrieve(subscription.id);
     expect(renewed.items.data[0]?.current_period_start).toBe(subscription.items.data[0]?.current_period_end);
+  });
+
+  it('accepts a meter event identifier again once its 24-hour uniqueness window is over, as a new event counted again', async () => {
+    const { clock, customer, start } = await subscribed('window', 'pm_card_visa');
+    const [gpu] = await processor().ensureMeterPrices(PRICES);
+    const report = (timestamp: number) =>
+      stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', identifier: `window-${run}`, timestamp, payload: { stripe_customer_id: customer.id, value: '7' } });
+    await report(start + 60);
+    await advance(clock, start + 86_400 - 60);
+    await expect(report(start + 120)).rejects.toMatchObject({ statusCode: 400 });
+    await advance(clock, start + 86_400 + 60);
+    await report(start + 180);
+    const minute = Math.floor(start / 60) * 60;
+    const summaries = await stripe.billing.meters.listEventSummaries(gpu?.meterId ?? '', { customer: customer.id, start_time: minute, end_time: minute + 3600 });
+    expect(summaries.data.reduce((sum, summary) => sum + Number(summary.aggregated_value), 0)).toBe(14);
+  });
+
+  it('refuses a portal session until a configuration exists, as Stripe does on a fresh account; the processor creates one, once', async () => {
+    const customer = await newCustomer('portal');
+    await expect(stripe.billingPortal.sessions.create({ customer: customer.id })).rejects.toMatchObject({
+      statusCode: 400,
+      message: expect.stringContaining('until you save your customer portal settings'),
+    });
+    const first = await processor().createPortalSession({ customerId: customer.id, returnUrl: 'https://app.example.com/billing' });
+    // Another process (a new processor) finds the configuration instead of making a second one.
+    const second = await processor().createPortalSession({ customerId: customer.id, returnUrl: 'https://app.example.com/billing' });
+    const ours = (await stripe.billingPortal.configurations.list({ limit: 100 })).data.filter((c) => c.metadata?.created_by === 'model-deployment-service');
+    expect(ours).toEqual([expect.objectContaining({ active: true, is_default: false, features: expect.objectContaining({ invoice_history: { enabled: true } }) })]);
+    for (const { url } of [first, second]) expect((await fetch(url)).status).toBe(200);
   });
 
   it('sends invoice.payment_failed when the default card fails its charges, and the subscription goes past_due; the invoice can be voided', async () => {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, type PaymentProcessor, type ProcessorMeterPrice } from '../../src/billing/payment-processor.ts';
+import { installationId } from '../../src/billing/installation.ts';
 import { METER_PRICES, REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billing/usage-reporting.ts';
 import { jobDefinitions } from '../../src/container.ts';
 import { usageSummary } from '../../src/billing/usage-summary.ts';
@@ -52,20 +53,39 @@ const T0 = new Date(Math.floor(Date.now() / 60_000) * 60_000 - 2 * 3_600_000);
 const after = (seconds: number) => new Date(T0.getTime() + seconds * 1000);
 
 /**
- * An organization with a processor customer and a deployment running since T0 at GPU_PRICE a
- * second, its seconds closed at the given offsets.
+ * An organization with a processor customer subscribed to the meters (`customer`: without the
+ * subscription; `none`: no customer) and a deployment running since T0 at GPU_PRICE a second, its
+ * seconds closed at the given offsets.
  */
-async function meteredOrganization(closedAt: number[], withCustomer = true): Promise<{ owner: SessionPrincipal; deploymentId: string; customerId: string | undefined }> {
+async function meteredOrganization(
+  closedAt: number[],
+  setup: 'subscribed' | 'customer' | 'none' = 'subscribed',
+): Promise<{ owner: SessionPrincipal; deploymentId: string; customerId: string | undefined }> {
   const owner = await services.owner();
   const deploymentId = await runningDeployment(services, owner);
   await runningSince(services, deploymentId, T0);
   for (const seconds of closedAt) await services.container.gpuMeter.accrue(deploymentId, after(seconds));
   const serviceKeys = services.db('gpu_usage_intervals').where({ deployment_id: deploymentId }).distinct('service_key');
   await services.db('prices').whereIn('service_key', serviceKeys).update({ unit_amount_decimal: GPU_PRICE });
-  if (!withCustomer) return { owner, deploymentId, customerId: undefined };
+  if (setup === 'none') return { owner, deploymentId, customerId: undefined };
   const customer = await processor.ensureCustomer({ key: `org-${run}-${organizationOf(owner)}`, organizationId: organizationOf(owner), name: 'Org' });
   await services.db('billing_accounts').where({ organization_id: organizationOf(owner) }).update({ processor_customer_id: customer.id });
+  if (setup === 'subscribed') await subscribe(owner, customer.id);
   return { owner, deploymentId, customerId: customer.id };
+}
+
+/** Subscribes the organization's customer to the meters' prices with a test card, and records it as billing does. */
+async function subscribe(owner: SessionPrincipal, customerId: string, side: Services = services): Promise<void> {
+  const card = await target.stripe.paymentMethods.attach('pm_card_visa', { customer: customerId });
+  await processor.setDefaultPaymentMethod(customerId, card.id);
+  const subscription = await processor.createSubscription({
+    key: `subscription-${run}-${organizationOf(owner)}-${customerId}`,
+    customerId,
+    priceIds: [gpuMeter.priceId, tokenMeter.priceId],
+    defaultPaymentMethodId: card.id,
+    metadata: {},
+  });
+  await side.db('billing_accounts').where({ organization_id: organizationOf(owner) }).update({ processor_subscription_id: subscription.id, subscription_status: subscription.status });
 }
 
 /** The meter's total for the customer around T0, in millionths of a dollar. */
@@ -115,9 +135,11 @@ describe('reporting usage to the processor’s meters', () => {
     await services.db('usage_reports').where({ id: claimed.id }).update({ reported_at: null });
     await services.db('gpu_usage_intervals').where({ organization_id }).update({ reported_at: null });
 
-    // Two runs at once (a retry and the next schedule) re-send under the same identifier.
+    // Two runs at once (a retry and the next schedule) re-send under the same identifier: Stripe
+    // refuses it as a duplicate (it has the event), which counts as sent, with no anomaly.
     await Promise.all([reporter.run(services.log), reporter.run(services.log)]);
     expect(await unreportedIntervals(owner)).toBe(0);
+    expect((await usageSummary(services.db, organization_id)).open_anomalies).toBe(0);
     expect(await reporter.run(services.log)).toEqual({ gpu_instance_seconds: 0, hosted_tokens: 0 });
     await expectMeterTotal(gpuMeter, customerId, 495_783);
 
@@ -163,11 +185,32 @@ describe('reporting usage to the processor’s meters', () => {
   });
 
   it('lets the usage of an organization without a processor customer wait, unclaimed and without an anomaly', async () => {
-    const { owner } = await meteredOrganization([120], false);
+    const { owner } = await meteredOrganization([120], 'none');
     await new UsageReporter(services.db, processor).run(services.log);
     expect(await unreportedIntervals(owner)).toBe(1);
     expect(await services.db('usage_reports').where({ organization_id: organizationOf(owner) })).toEqual([]);
     expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
+  });
+
+  it('holds the usage of an organization whose customer has no live subscription, shows it as an anomaly, and reports it once subscribed (issue 33 item 4)', async () => {
+    const { owner, customerId } = await meteredOrganization([240], 'customer');
+    if (!customerId) throw new Error('no customer');
+    const reporter = services.container.usageReporter as UsageReporter;
+    await reporter.run(services.log);
+    await reporter.run(services.log);
+    expect(await unreportedIntervals(owner)).toBe(1);
+    expect(await services.db('usage_reports').where({ organization_id: organizationOf(owner) })).toEqual([]);
+    const anomalies = await services.db('usage_anomalies').where({ organization_id: organizationOf(owner) });
+    expect(anomalies).toEqual([expect.objectContaining({ kind: 'no_subscription', meter: 'gpu_instance_seconds', resolved_at: null })]);
+    expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(1);
+    await expectMeterTotal(gpuMeter, customerId, 0);
+
+    await subscribe(owner, customerId);
+    await reporter.run(services.log);
+    expect(await unreportedIntervals(owner)).toBe(0);
+    expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
+    // 240 s at $0.000279.
+    await expectMeterTotal(gpuMeter, customerId, 66_960);
   });
 
   it('reports hosted-model tokens at the model’s price once, and leaves tokens of a deployment to its GPU seconds', async () => {
@@ -188,5 +231,77 @@ describe('reporting usage to the processor’s meters', () => {
     expect(Number(rows[0].micros)).toBeGreaterThan(0);
     await expectMeterTotal(tokenMeter, customerId, Number(rows[0].micros));
     expect(await services.db('usage_records').where({ organization_id }).whereNotNull('reported_at').orderBy('request_id').pluck('request_id')).toEqual(['hosted-1', 'hosted-2']);
+  });
+});
+
+describe('reports unique beyond one database (issue 33)', () => {
+  it('sends every identifier and idempotency key under the installation’s random id: two installations on one Stripe account never collide', async () => {
+    const stripe = { STRIPE_SECRET_KEY: target.secretKey, STRIPE_PUBLISHABLE_KEY: 'pk_test_unused', STRIPE_WEBHOOK_SECRET: 'whsec_test', ...(target.apiUrl ? { STRIPE_API_URL: target.apiUrl } : {}) };
+    const other = await startServices({ BILLING_ENFORCEMENT: 'false', ...stripe });
+    try {
+      const [mine, theirs] = [services, other];
+      const installations = await Promise.all([mine, theirs].map((side) => installationId(side.db)));
+      expect(installations[0]).not.toBe(installations[1]);
+      // Each database's first organizations have the same ids; each gets a customer of its own.
+      const owners = await Promise.all([mine, theirs].map((side) => side.owner()));
+      const customers: string[] = [];
+      for (const [i, side] of [mine, theirs].entries()) {
+        const owner = owners[i] as SessionPrincipal;
+        await side.container.billing.checkoutSetupSession(owner, 'payment_method_setup', undefined);
+        const customerId = (await side.db('billing_accounts').where({ organization_id: organizationOf(owner) }).first()).processor_customer_id as string;
+        await subscribe(owner, customerId, side);
+        customers.push(customerId);
+      }
+      expect(customers[0]).not.toBe(customers[1]);
+      // Both report hosted tokens: identifiers differ and each meter counts its own.
+      for (const [i, side] of [mine, theirs].entries()) {
+        const organization_id = organizationOf(owners[i] as SessionPrincipal);
+        await side.db('prices').insert({ provider: 'platform', region: '', resource_kind: 'hosted_model', instance_type: `two-${run}`, gpu_type: '', gpu_count: '', unit_amount_decimal: '0.001' }).onConflict().ignore();
+        await side.db('usage_records').insert({ request_id: `two-${i}`, organization_id, route: 'POST /v1/chat/completions', model: `two-${run}`, unit: 'token', quantity: 5 + i, created_at: after(60) });
+        await new UsageReporter(side.db, processor).run(side.log);
+      }
+      const identifiers = await Promise.all([mine, theirs].map(async (side, i) => (await side.db('usage_reports').where({ organization_id: organizationOf(owners[i] as SessionPrincipal) }).first()).identifier as string));
+      expect(identifiers[0]?.startsWith(`${installations[0]}-`)).toBe(true);
+      expect(identifiers[1]?.startsWith(`${installations[1]}-`)).toBe(true);
+      await expectMeterTotal(tokenMeter, customers[0] as string, 5000);
+      await expectMeterTotal(tokenMeter, customers[1] as string, 6000);
+    } finally {
+      await other.close();
+    }
+  });
+});
+
+// Last in the file: it moves the emulator's clock a day on.
+describe.runIf(onEmulator)('a report first sent more than 23 hours ago (emulator: Stripe’s uniqueness window passes)', () => {
+  it('is not sent again when the meter’s summary shows Stripe has it, and is sent when it does not: counted once either way', async () => {
+    const reporter = services.container.usageReporter as UsageReporter;
+    // `counted`: accepted, then its worker died before marking it. `lost`: stamped as sent, then the
+    // worker died before the request left (the refusing processor never counts it).
+    const counted = await meteredOrganization([300]);
+    await reporter.run(services.log);
+    const lost = await meteredOrganization([600]);
+    await expect(new UsageReporter(services.db, failing).run(services.log)).rejects.toThrow(/refused/);
+    for (const { owner } of [counted, lost]) {
+      const organization_id = organizationOf(owner);
+      await services.db('usage_reports').where({ organization_id }).update({ reported_at: null, first_sent_at: services.db.raw("now() - interval '25 hours'") });
+      await services.db('gpu_usage_intervals').where({ organization_id }).update({ reported_at: null });
+      await services.db('usage_anomalies').where({ organization_id }).delete();
+    }
+    // A day later at Stripe: the identifiers it accepted would be accepted again.
+    const advanced = await fetch(`${target.apiUrl}/_emulator/advance_time`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${target.secretKey}`, 'content-type': 'application/x-www-form-urlencoded' },
+      body: `seconds=${25 * 3600}`,
+    });
+    expect(advanced.status).toBe(200);
+
+    await reporter.run(services.log);
+    for (const { owner } of [counted, lost]) {
+      expect(await unreportedIntervals(owner)).toBe(0);
+      expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
+    }
+    // 300 s and 600 s at $0.000279.
+    await expectMeterTotal(gpuMeter, counted.customerId as string, 83_700);
+    await expectMeterTotal(gpuMeter, lost.customerId as string, 167_400);
   });
 });

@@ -24,6 +24,8 @@ export class BillingAccountRow extends BaseModel {
   declare processor_synced_at: Date | null;
   /** Active deployments the organization may have at once. */
   declare max_active_resources: number;
+  /** Random, the account's part of its customer's and subscriptions' idempotency keys at the processor. */
+  declare processor_key: string;
   declare created_at: Date;
   declare updated_at: Date;
 }

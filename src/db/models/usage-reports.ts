@@ -20,6 +20,10 @@ export class UsageReportRow extends BaseModel {
   /** What the meter event carries: millionths of a dollar. */
   declare value: string;
   declare usage_at: Date;
+  /** The meter event's identifier: the installation's id and a random one (`usage_report_<id>` for reports made before). */
+  declare identifier: string;
   declare created_at: Date;
+  /** When it was first sent: a refused repeat within the processor's uniqueness window means it was counted. */
+  declare first_sent_at: Date | null;
   declare reported_at: Date | null;
 }

@@ -10,6 +10,9 @@ import { build, newId } from './store.ts';
  * https://docs.stripe.com/api/billing/meter-event, https://docs.stripe.com/api/billing/meter-event-summary).
  */
 
+/** How long Stripe refuses a meter event identifier it accepted ("at least 24 hours"; exactly 24 here). */
+export const METER_EVENT_IDENTIFIER_WINDOW_SECONDS = 24 * 3600;
+
 export const catalogRoutes: Route[] = [
   {
     method: 'POST',
@@ -98,26 +101,35 @@ export const catalogRoutes: Route[] = [
       const eventName = requiredStr(params, 'event_name');
       const payload = record(params, 'payload') ?? {};
       const identifier = str(params, 'identifier') ?? newId('mev');
-      // Uniqueness of `identifier` (enforced by Stripe over at least 24 hours): a repeat is the same event, counted once.
-      const known = ctx.store.meterEvents.get(identifier);
-      if (known) return { object: 'billing.meter_event', livemode: false, ...known };
+      // "Max length: 100" (MeterEventCreateParams.identifier, stripe-node types).
+      if (identifier.length > 100) throw invalidRequest('Invalid identifier: must be at most 100 characters', { param: 'identifier' });
       const meter = ctx.store.all<Stripe.Billing.Meter>('billing.meter', (m) => m.status === 'active' && m.event_name === eventName)[0];
       if (!meter) throw invalidRequest(`No active meter found for event_name \`${eventName}\`.`, { param: 'event_name' });
       const customerId = payload[meter.customer_mapping.event_payload_key];
       if (typeof customerId !== 'string') throw missingParam(`payload[${meter.customer_mapping.event_payload_key}]`);
       ctx.store.get(customerId, 'customer', `payload[${meter.customer_mapping.event_payload_key}]`);
       const value = payload[meter.value_settings.event_payload_key];
-      if (typeof value !== 'string' || !/^-?\d+(\.\d+)?$/.test(value)) {
-        throw invalidRequest(`Invalid payload[${meter.value_settings.event_payload_key}]: must be a number`, { param: `payload[${meter.value_settings.event_payload_key}]` });
+      // "The numerical usage value in the payload only accepts whole number values" (docs.stripe.com,
+      // billing/subscriptions/usage-based/recording-usage-api, Usage values); negative ones count.
+      if (typeof value !== 'string' || !/^-?\d+$/.test(value)) {
+        throw invalidRequest(`Invalid payload[${meter.value_settings.event_payload_key}]: must be a whole number`, { param: `payload[${meter.value_settings.event_payload_key}]` });
+      }
+      const now = ctx.store.now(customerId);
+      // "We will enforce uniqueness within a rolling period of at least 24 hours" (identifier, stripe-node
+      // types): a repeat within it is refused, not absorbed, with Stripe's 400 (quoted in
+      // langfuse/langfuse#16292); after it, the same identifier is a new event, counted again.
+      const accepted = ctx.store.meterEventIdentifiers.get(identifier);
+      if (accepted !== undefined && now - accepted < METER_EVENT_IDENTIFIER_WINDOW_SECONDS) {
+        throw invalidRequest(`An event already exists with identifier ${identifier}.`, { param: 'identifier' });
       }
       // "Must be within the past 35 calendar days or up to 5 minutes in the future" (the customer's time on a test clock).
-      const now = ctx.store.now(customerId);
       const timestamp = int(params, 'timestamp') ?? now;
       if (timestamp < now - 35 * 86_400 || timestamp > now + 300) {
         throw invalidRequest('The timestamp must be within the past 35 calendar days or up to 5 minutes in the future.', { param: 'timestamp' });
       }
       const event = { event_name: eventName, identifier, payload: payload as Record<string, string>, timestamp, created: now };
-      ctx.store.meterEvents.set(identifier, event);
+      ctx.store.meterEvents.push(event);
+      ctx.store.meterEventIdentifiers.set(identifier, now);
       return { object: 'billing.meter_event', livemode: false, ...event };
     },
   },
@@ -156,7 +168,7 @@ export const catalogRoutes: Route[] = [
 /** The meter's aggregation of a customer's events with `from <= timestamp < to`. */
 export function aggregate(ctx: Context, meter: Stripe.Billing.Meter, customer: string, from: number, to: number): number {
   const values: number[] = [];
-  for (const event of ctx.store.meterEvents.values()) {
+  for (const event of ctx.store.meterEvents) {
     if (event.event_name !== meter.event_name || event.payload[meter.customer_mapping.event_payload_key] !== customer) continue;
     if (event.timestamp >= from && event.timestamp < to) values.push(Number(event.payload[meter.value_settings.event_payload_key]));
   }

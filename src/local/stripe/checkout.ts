@@ -1,5 +1,5 @@
 import type Stripe from 'stripe';
-import { emit, int, listRoute, mergeMetadata, record, requiredStr, str, type Context, type Route } from './api.ts';
+import { emit, int, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, type Context, type Route } from './api.ts';
 import { DECLINE, testCard } from './cards.ts';
 import { attachPaymentMethod, createCardPaymentMethod, createSetupIntent, rememberCard } from './customers.ts';
 import { checkoutPageUrl } from './complete-checkout.ts';
@@ -10,7 +10,7 @@ import { build, newId } from './store.ts';
 /**
  * Checkout Sessions in `setup` mode (https://docs.stripe.com/api/checkout/sessions,
  * https://docs.stripe.com/payments/save-and-reuse?platform=checkout) and customer portal sessions
- * (https://docs.stripe.com/api/customer_portal/sessions). A setup session has a SetupIntent from
+ * (https://docs.stripe.com/api/customer_portal/sessions) with their configurations. A setup session has a SetupIntent from
  * the start; completing it on its page saves the card as a PaymentMethod attached to the customer
  * (not made the default: that is the integration's job), then `setup_intent.succeeded`,
  * `payment_method.attached` and `checkout.session.completed` follow.
@@ -46,17 +46,55 @@ export const checkoutRoutes: Route[] = [
   },
   {
     method: 'POST',
+    path: '/v1/billing_portal/configurations',
+    params: ['features', 'business_profile', 'default_return_url', 'login_page', 'metadata', 'name'],
+    required: ['features'],
+    handle(ctx, params) {
+      const features = record(params, 'features') ?? {};
+      const enabled = (name: string) => {
+        const feature = features[name];
+        return typeof feature === 'object' && !Array.isArray(feature) && feature.enabled === 'true';
+      };
+      const example = build<Stripe.BillingPortal.Configuration>('billing_portal.configuration', { id: newId('bpc') });
+      const now = ctx.store.now();
+      return ctx.store.put<Stripe.BillingPortal.Configuration>({
+        ...example,
+        // Created through the API: not the default, which only the Dashboard's saved settings make.
+        is_default: false,
+        active: true,
+        created: now,
+        updated: now,
+        name: str(params, 'name') ?? null,
+        default_return_url: str(params, 'default_return_url') ?? null,
+        metadata: mergeMetadata({}, record(params, 'metadata')),
+        features: {
+          ...example.features,
+          invoice_history: { enabled: enabled('invoice_history') },
+          payment_method_update: { ...example.features.payment_method_update, enabled: enabled('payment_method_update') },
+          customer_update: { ...example.features.customer_update, enabled: enabled('customer_update') },
+        },
+      });
+    },
+  },
+  retrieveRoute('/v1/billing_portal/configurations/:id', 'billing_portal.configuration'),
+  listRoute<Stripe.BillingPortal.Configuration>('/v1/billing_portal/configurations', 'billing_portal.configuration', {
+    active: (c, v) => String(c.active) === v,
+    is_default: (c, v) => String(c.is_default) === v,
+  }),
+  {
+    method: 'POST',
     path: '/v1/billing_portal/sessions',
     params: ['customer', 'return_url', 'configuration', 'locale'],
     required: ['customer'],
     handle(ctx, params) {
       const customer = requiredStr(params, 'customer');
       ctx.store.get(customer, 'customer', 'customer');
+      const configuration = portalConfiguration(ctx, str(params, 'configuration'));
       const id = newId('bps');
       return ctx.store.put(
         build<Stripe.BillingPortal.Session>('billing_portal.session', {
           id,
-          configuration: 'bpc_emulator',
+          configuration: configuration.id,
           created: ctx.store.now(customer),
           customer,
           flow: null,
@@ -70,6 +108,27 @@ export const checkoutRoutes: Route[] = [
     },
   },
 ];
+
+/**
+ * The configuration a portal session uses: the one named, or the account's default, which exists
+ * only once the portal's settings were saved in the Dashboard; until then Stripe refuses the session
+ * (its test-mode message, quoted in mozilla/fxa#13245), so an integration must create one with the
+ * API and name it (https://docs.stripe.com/api/customer_portal/configurations/create).
+ */
+function portalConfiguration(ctx: Context, id: string | undefined): Stripe.BillingPortal.Configuration {
+  if (id) {
+    const named = ctx.store.get<Stripe.BillingPortal.Configuration>(id, 'billing_portal.configuration', 'configuration');
+    if (!named.active) throw invalidRequest(`The configuration ${id} is not active.`, { param: 'configuration' });
+    return named;
+  }
+  const [fallback] = ctx.store.all<Stripe.BillingPortal.Configuration>('billing_portal.configuration', (c) => c.is_default && c.active);
+  if (!fallback) {
+    throw invalidRequest(
+      "You can't create a portal session in test mode until you save your customer portal settings in test mode at https://dashboard.stripe.com/test/settings/billing/portal.",
+    );
+  }
+  return fallback;
+}
 
 function createSetupSession(ctx: Context, params: FormParams): Stripe.Checkout.Session {
   const mode = requiredStr(params, 'mode');

@@ -50,12 +50,15 @@ const NAMES: Record<string, string> = {
   webhook_endpoint: 'webhook_endpoint',
   'test_helpers.test_clock': 'test_clock',
   'billing_portal.session': 'billing_portal.session',
+  'billing_portal.configuration': 'billing_portal.configuration',
 };
 
 export class StripeStore {
   private readonly objects = new Map<string, StripeObject>();
-  /** Meter events by `identifier` (they have no id of their own). */
-  readonly meterEvents = new Map<string, { event_name: string; identifier: string; payload: Record<string, string>; timestamp: number; created: number }>();
+  /** Meter events as accepted (they have no id of their own; an identifier may recur once its uniqueness window ended). */
+  readonly meterEvents: Array<{ event_name: string; identifier: string; payload: Record<string, string>; timestamp: number; created: number }> = [];
+  /** When each meter event identifier was last accepted, for its uniqueness window. */
+  readonly meterEventIdentifiers = new Map<string, number>();
   /** Seconds added to the real time for objects on no test clock (`advanceTime`, emulator only). */
   offsetSeconds = 0;
 

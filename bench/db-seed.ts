@@ -306,8 +306,8 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
   await q('create temp table bench_reports (org_id integer, meter text, day integer, id bigint, reported_at timestamptz)');
   await q(
     `with made as (
-       insert into usage_reports (organization_id, meter, customer_id, quantity, amount, cumulative_amount, cumulative_micros, value, usage_at, created_at, reported_at)
-       select b.org_id, m.meter, 'cus_bench_' || b.n, 0, 0, 0, 0, 0,
+       insert into usage_reports (organization_id, meter, customer_id, quantity, amount, cumulative_amount, cumulative_micros, value, identifier, usage_at, created_at, reported_at)
+       select b.org_id, m.meter, 'cus_bench_' || b.n, 0, 0, 0, 0, 0, 'bench-' || gen_random_uuid(),
               $2::timestamptz - make_interval(days => $1::int - day - 1), $2::timestamptz - make_interval(days => $1::int - day - 1) + interval '1 minute',
               $2::timestamptz - make_interval(days => $1::int - day - 1) + interval '2 minutes'
        from bench_owners b, generate_series(0, $1::int - 1) day, (values ('gpu_instance_seconds'), ('hosted_tokens')) m (meter)

@@ -234,7 +234,19 @@ describe('usage at scale', () => {
     await insertUsageRecords(services.db, [reported, waiting, dedicatedOnly]);
     const [report] = await services
       .db('usage_reports')
-      .insert({ organization_id: organizationId, meter: 'hosted_tokens', customer_id: 'cus_test', quantity: 40, amount: 0, cumulative_amount: 0, cumulative_micros: 0, value: 0, usage_at: reported.created_at, reported_at: new Date() })
+      .insert({
+        organization_id: organizationId,
+        meter: 'hosted_tokens',
+        customer_id: 'cus_test',
+        identifier: `retention-${reported.usage_id}`,
+        quantity: 40,
+        amount: 0,
+        cumulative_amount: 0,
+        cumulative_micros: 0,
+        value: 0,
+        usage_at: reported.created_at,
+        reported_at: new Date(),
+      })
       .returning('id');
     await services.db('usage_records').where({ usage_id: reported.usage_id }).update({ usage_report_id: report.id, reported_at: new Date() });
 

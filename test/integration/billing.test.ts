@@ -201,6 +201,15 @@ describe('invoices and webhooks', () => {
   const post = (payload: string, signature: string) =>
     fetch(`${app.url}/v1/billing/webhook`, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': signature }, body: payload });
   const signed = (payload: string, timestamp?: number) => stripe.webhooks.generateTestHeaderString({ payload, secret: app.env.STRIPE_WEBHOOK_SECRET ?? '', timestamp });
+  /** Posts each event, signed, to the webhook (200 each), and waits until the job processed them all. */
+  const deliver = async (events: Array<{ id: string }>, what: string) => {
+    for (const event of events) {
+      const payload = JSON.stringify(event);
+      expect((await post(payload, signed(payload))).status).toBe(200);
+    }
+    const ids = events.map((event) => event.id);
+    await waitUntil(async () => (await app.db('billing_webhook_events').whereIn('id', ids).whereNotNull('processed_at')).length === ids.length, what);
+  };
   const eventCount = async () => Number((await app.db('billing_webhook_events').count<{ count: string }[]>('id as count'))[0]?.count);
 
   it('acknowledges a replayed event and changes nothing twice', async () => {
@@ -230,14 +239,7 @@ describe('invoices and webhooks', () => {
       { ...created, id: `${created.id}_late` },
       { ...subscriptionCreated, id: `${subscriptionCreated.id}_late` },
     ];
-    for (const event of late) {
-      const payload = JSON.stringify(event);
-      expect((await post(payload, signed(payload))).status).toBe(200);
-    }
-    await waitUntil(
-      async () => (await app.db('billing_webhook_events').whereIn('id', late.map((event) => event.id)).whereNotNull('processed_at')).length === late.length,
-      'late events processed',
-    );
+    await deliver(late, 'late events processed');
     expect((created.data.object as Stripe.Invoice).status).toBe('draft');
     expect(await invoices(owner.api)).toEqual(before.invoices);
     const { updated_at: _a, ...accountBefore } = before.account ?? {};
@@ -259,14 +261,7 @@ describe('invoices and webhooks', () => {
       const object = event.data.object as unknown as Record<string, unknown>;
       return { ...(event as unknown as Record<string, unknown>), id: `${event.id}_other`, data: { object: { ...object, customer: otherCustomer } } };
     });
-    for (const event of forged) {
-      const payload = JSON.stringify(event);
-      expect((await post(payload, signed(payload))).status).toBe(200);
-    }
-    await waitUntil(
-      async () => (await app.db('billing_webhook_events').whereIn('id', forged.map((event) => event.id)).whereNotNull('processed_at')).length === forged.length,
-      'the forged events processed',
-    );
+    await deliver(forged, 'the forged events processed');
     expect(await invoices(owner.api)).toEqual(before.mine);
     expect(await invoices(other.api)).toEqual(before.theirs);
     expect((await account(other.api))?.processor_subscription_id).toBe(before.theirAccount?.processor_subscription_id);

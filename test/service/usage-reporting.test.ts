@@ -20,6 +20,8 @@ import { runningSince } from '../helpers/time-travel.ts';
 let services: Services;
 let target: StripeTarget;
 let processor: StripePaymentProcessor;
+/** The services' settings of the Stripe target (a second installation uses the same). */
+let stripe: Record<string, string>;
 let gpuMeter: ProcessorMeterPrice;
 let tokenMeter: ProcessorMeterPrice;
 const run = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
@@ -28,7 +30,7 @@ const GPU_PRICE = '0.000279';
 
 beforeAll(async () => {
   target = await startStripeTarget();
-  const stripe = {
+  stripe = {
     STRIPE_SECRET_KEY: target.secretKey,
     STRIPE_PUBLISHABLE_KEY: target.emulator?.publishableKey ?? 'pk_test_unused',
     STRIPE_WEBHOOK_SECRET: 'whsec_test',
@@ -236,7 +238,6 @@ describe('reporting usage to the processor’s meters', () => {
 
 describe('reports unique beyond one database (issue 33)', () => {
   it('sends every identifier and idempotency key under the installation’s random id: two installations on one Stripe account never collide', async () => {
-    const stripe = { STRIPE_SECRET_KEY: target.secretKey, STRIPE_PUBLISHABLE_KEY: 'pk_test_unused', STRIPE_WEBHOOK_SECRET: 'whsec_test', ...(target.apiUrl ? { STRIPE_API_URL: target.apiUrl } : {}) };
     const other = await startServices({ BILLING_ENFORCEMENT: 'false', ...stripe });
     try {
       const [mine, theirs] = [services, other];

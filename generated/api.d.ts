@@ -3793,6 +3793,13 @@ export interface components {
              */
             joined_at: string;
         };
+        /** @description What the invoice will charge for one meter in the period: one line, rounded once. */
+        MeterTotal: {
+            meter: components["schemas"]["UsageMeter"];
+            /** @description The exact sum of the meter's services' amounts (`total_quantity` × `unit_amount_decimal` each), rounded once to the currency's minor unit (half away from zero), as the invoice line is. */
+            estimated_amount: components["schemas"]["BillingDecimal"];
+            estimated_amount_currency: components["schemas"]["CurrencyCode"];
+        };
         /**
          * @description The caller's current organization, as the caller sees it.
          * @example {
@@ -4480,6 +4487,15 @@ export interface components {
          *           "estimated_amount_currency": "usd"
          *         }
          *       ],
+         *       "meter_totals": [
+         *         {
+         *           "meter": "gpu_instance_seconds",
+         *           "estimated_amount": "357.57",
+         *           "estimated_amount_currency": "usd"
+         *         }
+         *       ],
+         *       "estimated_total": "357.57",
+         *       "estimated_total_currency": "usd",
          *       "open_anomalies": 0
          *     }
          */
@@ -4499,6 +4515,11 @@ export interface components {
             currency: components["schemas"]["CurrencyCode"];
             /** @description One entry per metered service used in the period; empty when nothing was used. */
             usage_totals: components["schemas"]["UsageTotal"][];
+            /** @description One entry per meter used in the period, as the invoice's lines: the amounts the invoice charges. */
+            meter_totals: components["schemas"]["MeterTotal"][];
+            /** @description The sum of `meter_totals`: what the period's invoice will charge for usage (before tax). The monthly spending limit and its alerts compare this figure. */
+            estimated_total: components["schemas"]["BillingDecimal"];
+            estimated_total_currency: components["schemas"]["CurrencyCode"];
             /**
              * Format: int32
              * @description Usage records of the period flagged for review (e.g. not yet accepted by the processor's meters, or out of the expected range) and not yet resolved.
@@ -4523,7 +4544,11 @@ export interface components {
             /** @description Price per `unit`, in `unit_amount_currency` (major units, e.g. dollars). */
             unit_amount_decimal: components["schemas"]["BillingDecimal"];
             unit_amount_currency: components["schemas"]["CurrencyCode"];
-            /** @description `total_quantity` × `unit_amount_decimal`, rounded to the currency's minor unit; an estimate until the invoice is finalized. */
+            /**
+             * @description `total_quantity` × `unit_amount_decimal`, rounded to the currency's minor unit; an estimate until the invoice is finalized.
+             *     The invoice rounds once per meter, not per service: `meter_totals` is what it charges, and the sum of these
+             *     amounts may differ from it by up to half a minor unit per service.
+             */
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
@@ -7784,6 +7809,20 @@ export interface operations {
                      *           "estimated_amount_currency": "usd"
                      *         }
                      *       ],
+                     *       "meter_totals": [
+                     *         {
+                     *           "meter": "gpu_instance_seconds",
+                     *           "estimated_amount": "357.57",
+                     *           "estimated_amount_currency": "usd"
+                     *         },
+                     *         {
+                     *           "meter": "hosted_tokens",
+                     *           "estimated_amount": "1.45",
+                     *           "estimated_amount_currency": "usd"
+                     *         }
+                     *       ],
+                     *       "estimated_total": "359.02",
+                     *       "estimated_total_currency": "usd",
                      *       "open_anomalies": 0
                      *     }
                      */

@@ -124,7 +124,7 @@ export interface Period {
 export type UsageTotalRow = Pick<
   PriceRow,
   'service_key' | 'meter' | 'unit' | 'display_name' | 'provider' | 'region' | 'resource_kind' | 'instance_type' | 'gpu_type' | 'gpu_count' | 'currency'
-> & { total_quantity: string; unit_amount_decimal: string; estimated_amount: string };
+> & { total_quantity: string; unit_amount_decimal: string; estimated_amount: string; exact_amount: string };
 
 const HOUR_MS = 3_600_000;
 
@@ -132,7 +132,8 @@ const HOUR_MS = 3_600_000;
  * The organization's usage in `period`, per priced service, in exact decimal arithmetic (numeric):
  * GPU seconds of closed intervals and of the seconds not closed yet up to `now` (each clipped to
  * the period), and tokens of hosted models (usage records without a deployment, for a model with a
- * `hosted_model` price). The estimated amount is rounded to the cent.
+ * `hosted_model` price). The estimated amount is rounded to the cent; the exact amount is not rounded
+ * (an invoice rounds once per meter line: src/billing/usage-summary.ts).
  *
  * Whole hours of the period are read from `usage_rollups` and the deltas not folded into it yet
  * (appended by triggers as usage is inserted, src/billing/usage-rollups.ts), and only the partial hours at its edges from the raw rows (at most an hour at each end, through
@@ -193,7 +194,8 @@ const USAGE_TOTALS = `with rolled_up as (
      select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
             p.gpu_type, p.gpu_count, p.currency, sum(used.quantity)::text as total_quantity,
             trim_scale(p.unit_amount_decimal)::text as unit_amount_decimal,
-            round(sum(used.quantity) * p.unit_amount_decimal, 2)::text as estimated_amount
+            round(sum(used.quantity) * p.unit_amount_decimal, 2)::text as estimated_amount,
+            (sum(used.quantity) * p.unit_amount_decimal)::text as exact_amount
      from used join prices p using (service_key)
      group by p.id
      order by p.meter, p.service_key`;

@@ -3,6 +3,7 @@ import { countActiveDeployments } from '../deployments/deployments.repository.ts
 import { AppError } from '../errors.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
+import { formatCents, toCents } from './money.ts';
 import { usageSummary, type UsageSummary } from './usage-summary.ts';
 
 /** Subscription states in which the processor charges the organization. */
@@ -121,19 +122,7 @@ export async function assertMayCreateDeployment(trx: Knex.Transaction, organizat
   if (refusal) throw new AppError(refusal.code, refusal.detail);
 }
 
-/** The period's estimated spending (the sum of the usage summary's amounts) in cents, exactly. */
+/** The period's estimated spending (the summary's total: one rounding per meter, as the invoice's) in cents, exactly. */
 export function periodSpentCents(summary: UsageSummary): bigint {
-  return summary.usage_totals.reduce((sum, total) => sum + toCents(total.estimated_amount), 0n);
-}
-
-/** A decimal amount with at most 2 decimals (numeric(…, 2), or the summary's rounded amounts) in cents, exactly. */
-export function toCents(amount: string): bigint {
-  const [whole = '0', fraction = ''] = amount.split('.');
-  const negative = whole.startsWith('-');
-  const cents = BigInt(whole.replace('-', '')) * 100n + BigInt((fraction + '00').slice(0, 2));
-  return negative ? -cents : cents;
-}
-
-export function formatCents(cents: bigint): string {
-  return `${cents / 100n}.${String(cents % 100n).padStart(2, '0')}`;
+  return toCents(summary.estimated_total);
 }

@@ -4,7 +4,8 @@ import type { EmailOutbox } from '../email/email.outbox.ts';
 import { spendingAlertEmail } from '../email/templates.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import { adminsOf } from '../organizations/organizations.repository.ts';
-import { formatCents, periodSpentCents, toCents } from './deployment-guard.ts';
+import { periodSpentCents } from './deployment-guard.ts';
+import { formatCents, toCents } from './money.ts';
 import { usageSummary } from './usage-summary.ts';
 
 export const SPENDING_ALERTS_QUEUE = 'check-spending-alerts';

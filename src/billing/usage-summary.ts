@@ -2,9 +2,11 @@ import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { countOpenAnomalies, currentSecond, findBillingAccount, usageTotals, type Period, type UsageTotalRow } from './billing.repository.ts';
+import { formatCents, roundedSumCents, toCents } from './money.ts';
 
 export type UsageSummary = components['schemas']['UsageSummary'];
 type UsageTotal = components['schemas']['UsageTotal'];
+type MeterTotal = components['schemas']['MeterTotal'];
 
 /**
  * The current billing period: the subscription's when the account has one that contains `now`,
@@ -22,21 +24,37 @@ export function currentPeriod(account: Pick<BillingAccountRow, 'current_period_s
 /**
  * The organization's usage summary for the current period (the interface's Usage summary): per
  * service, its total, unit price and estimated amount, GPU seconds of running deployments counted up
- * to now (`at`, by default the database clock); and the usage flagged for review and still open.
+ * to now (`at`, by default the database clock); per meter, the amount its invoice line will charge
+ * (the exact sum of its services' amounts, rounded once, as Stripe rounds a line), and their total,
+ * which the spending limit and its alerts compare; and the usage flagged for review and still open.
  */
 export async function usageSummary(db: Knex, organizationId: number, at?: Date): Promise<UsageSummary> {
   const [account, now] = await Promise.all([findBillingAccount(db, organizationId), at ?? currentSecond(db)]);
   if (!account) throw new Error(`organization ${organizationId} has no billing account`);
   const period = currentPeriod(account, now);
   const [totals, openAnomalies] = await Promise.all([usageTotals(db, organizationId, period, now), countOpenAnomalies(db, organizationId, period)]);
+  const meterTotals = meterLines(totals, account.currency);
   return {
     organization_id: organizationId,
     period_start: period.start.toISOString(),
     period_end: period.end.toISOString(),
     currency: account.currency,
     usage_totals: totals.map(toUsageTotal),
+    meter_totals: meterTotals,
+    estimated_total: formatCents(meterTotals.reduce((sum, line) => sum + toCents(line.estimated_amount), 0n)),
+    estimated_total_currency: account.currency,
     open_anomalies: openAnomalies,
   };
+}
+
+/** One line per meter used, as the invoice will have it: its services' exact amounts summed, rounded once. */
+function meterLines(totals: readonly UsageTotalRow[], currency: string): MeterTotal[] {
+  const meters = [...new Set(totals.map((row) => row.meter))];
+  return meters.map((meter) => ({
+    meter,
+    estimated_amount: formatCents(roundedSumCents(totals.filter((row) => row.meter === meter).map((row) => row.exact_amount))),
+    estimated_amount_currency: currency,
+  }));
 }
 
 function toUsageTotal(row: UsageTotalRow): UsageTotal {

@@ -6,6 +6,10 @@ import { installationId } from '../../src/billing/installation.ts';
 import { METER_PRICES, REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billing/usage-reporting.ts';
 import { jobDefinitions } from '../../src/container.ts';
 import { usageSummary } from '../../src/billing/usage-summary.ts';
+import { upsertPrice } from '../../src/billing/billing.repository.ts';
+import { periodSpentCents } from '../../src/billing/deployment-guard.ts';
+import { toCents } from '../../src/billing/money.ts';
+import { parseServiceKey } from '../../src/billing/service-keys.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
 import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
@@ -233,6 +237,43 @@ describe('reporting usage to the processor’s meters', () => {
     expect(Number(rows[0].micros)).toBeGreaterThan(0);
     await expectMeterTotal(tokenMeter, customerId, Number(rows[0].micros));
     expect(await services.db('usage_records').where({ organization_id }).whereNotNull('reported_at').orderBy('request_id').pluck('request_id')).toEqual(['hosted-1', 'hosted-2']);
+  });
+});
+
+describe('one rounding rule (issue 33 item 6)', () => {
+  it('estimates what the invoice charges to the cent: one line per meter rounded once, not each service rounded and added up', async () => {
+    const { owner, customerId } = await meteredOrganization([]);
+    if (!customerId) throw new Error('no customer');
+    const organization_id = organizationOf(owner);
+    const subscription = await target.stripe.subscriptions.retrieve((await services.db('billing_accounts').where({ organization_id }).first()).processor_subscription_id);
+    const item = subscription.items.data[0] as { current_period_start: number; current_period_end: number };
+    await services.db('billing_accounts').where({ organization_id }).update({
+      current_period_start: new Date(item.current_period_start * 1000),
+      current_period_end: new Date(item.current_period_end * 1000),
+    });
+    // Three hosted models of $0.004, $0.0035 and $0.0045 in the period: each rounds to $0.00 on its
+    // own, their line ($0.012) to $0.01.
+    const usage = [
+      ['a', '0.0000004', 10_000],
+      ['b', '0.0000005', 7_000],
+      ['c', '0.0000009', 5_000],
+    ] as const;
+    for (const [name, price, tokens] of usage) {
+      await upsertPrice(services.db, parseServiceKey(`platform::hosted_model:awkward-${name}-${run}::`), price);
+      await services.db('usage_records').insert({ request_id: `awkward-${name}`, organization_id, route: 'POST /v1/chat/completions', model: `awkward-${name}-${run}`, unit: 'token', quantity: tokens, created_at: new Date() });
+    }
+    const summary = await usageSummary(services.db, organization_id);
+    expect(summary.usage_totals.map((total) => total.estimated_amount)).toEqual(['0.00', '0.00', '0.00']);
+    expect(summary.meter_totals).toEqual([{ meter: 'hosted_tokens', estimated_amount: '0.01', estimated_amount_currency: 'usd' }]);
+    expect(summary.estimated_total).toBe('0.01');
+    expect(periodSpentCents(summary)).toBe(1n);
+
+    await (services.container.usageReporter as UsageReporter).run(services.log);
+    await expectMeterTotal(tokenMeter, customerId, 12_000);
+    const preview = await target.stripe.invoices.createPreview({ subscription: subscription.id });
+    const tokenLine = preview.lines.data.find((line) => line.pricing?.price_details?.price === tokenMeter.priceId);
+    expect(tokenLine?.amount).toBe(1);
+    expect(BigInt(preview.total)).toBe(toCents(summary.estimated_total));
   });
 });
 

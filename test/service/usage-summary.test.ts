@@ -64,6 +64,9 @@ describe('the usage summary', () => {
           estimated_amount_currency: 'usd',
         },
       ],
+      meter_totals: [{ meter: 'gpu_instance_seconds', estimated_amount: '357.57', estimated_amount_currency: 'usd' }],
+      estimated_total: '357.57',
+      estimated_total_currency: 'usd',
       open_anomalies: 0,
     });
   });

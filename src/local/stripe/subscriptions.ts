@@ -82,6 +82,25 @@ export const subscriptionRoutes: Route[] = [
     status: (i, v) => i.status === v,
     collection_method: (i, v) => i.collection_method === v,
   }),
+  {
+    // https://docs.stripe.com/api/invoices/create_preview: the invoice the subscription's current
+    // period would make with the usage so far; not stored (its id is the `upcoming_` kind).
+    method: 'POST',
+    path: '/v1/invoices/create_preview',
+    params: ['customer', 'subscription'],
+    handle(ctx, params) {
+      const subscriptionId = str(params, 'subscription');
+      const customerId = str(params, 'customer');
+      const subscription = subscriptionId
+        ? ctx.store.get<Stripe.Subscription>(subscriptionId, 'subscription')
+        : ctx.store.all<Stripe.Subscription>('subscription', (s) => s.customer === customerId && s.status !== 'canceled')[0];
+      if (!subscription || subscription.status === 'canceled' || (customerId && subscription.customer !== customerId)) {
+        throw invalidRequest('No upcoming invoices for customer', { code: 'invoice_upcoming_none' });
+      }
+      const { start, end } = period(subscription);
+      return draftInvoice(ctx, subscription, `upcoming_${newId('in')}`, start, end, 'upcoming');
+    },
+  },
   retrieveRoute('/v1/invoices/:id', 'invoice'),
   {
     method: 'POST',
@@ -388,7 +407,34 @@ function billUntil(ctx: Context, which: (subscription: Stripe.Subscription) => b
 function bill(ctx: Context, subscription: Stripe.Subscription, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
   const customerId = subscription.customer as string;
   const customer = ctx.store.get<Stripe.Customer>(customerId, 'customer');
-  const id = newId('in');
+  const invoice = draftInvoice(ctx, subscription, newId('in'), start, end, reason);
+  const { id, created } = invoice;
+  ctx.store.put(invoice);
+  subscription.latest_invoice = id;
+  emit(ctx, 'invoice.created', invoice);
+
+  // Finalized: numbered, with its hosted page and PDF (https://docs.stripe.com/invoicing/integration/workflow-transitions).
+  const count = ctx.store.all<Stripe.Invoice>('invoice', (i) => i.customer === customerId && i.number !== null).length;
+  invoice.status = 'open';
+  invoice.number = `${customer.invoice_prefix}-${String(count + 1).padStart(4, '0')}`;
+  invoice.effective_at = created;
+  invoice.status_transitions.finalized_at = created;
+  invoice.hosted_invoice_url = `${ctx.baseUrl}/invoices/${id}`;
+  invoice.invoice_pdf = `${ctx.baseUrl}/invoices/${id}/pdf`;
+  emit(ctx, 'invoice.finalized', invoice);
+  if (invoice.collection_method !== 'send_invoice') charge(ctx, invoice);
+  return invoice;
+}
+
+/**
+ * A subscription's invoice for [start, end), not stored: one line per price, its meter's usage of the
+ * period times the price's `unit_amount_decimal`, rounded to the minor unit once per line
+ * (https://docs.stripe.com/billing/subscriptions/usage-based/pricing-models: metered usage is
+ * aggregated over the period, then priced).
+ */
+function draftInvoice(ctx: Context, subscription: Stripe.Subscription, id: string, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
+  const customerId = subscription.customer as string;
+  const customer = ctx.store.get<Stripe.Customer>(customerId, 'customer');
   const lines = subscription.items.data.map((item) => {
     const price = item.price;
     const meter = ctx.store.get<Stripe.Billing.Meter>(meterOf(price), 'billing.meter');
@@ -459,20 +505,6 @@ function bill(ctx: Context, subscription: Stripe.Subscription, start: number, en
     total_excluding_tax: total,
   });
   delete (invoice as unknown as Record<string, unknown>).subscription;
-  ctx.store.put(invoice);
-  subscription.latest_invoice = id;
-  emit(ctx, 'invoice.created', invoice);
-
-  // Finalized: numbered, with its hosted page and PDF (https://docs.stripe.com/invoicing/integration/workflow-transitions).
-  const count = ctx.store.all<Stripe.Invoice>('invoice', (i) => i.customer === customerId && i.number !== null).length;
-  invoice.status = 'open';
-  invoice.number = `${customer.invoice_prefix}-${String(count + 1).padStart(4, '0')}`;
-  invoice.effective_at = created;
-  invoice.status_transitions.finalized_at = created;
-  invoice.hosted_invoice_url = `${ctx.baseUrl}/invoices/${id}`;
-  invoice.invoice_pdf = `${ctx.baseUrl}/invoices/${id}/pdf`;
-  emit(ctx, 'invoice.finalized', invoice);
-  if (!sendInvoice) charge(ctx, invoice);
   return invoice;
 }
 

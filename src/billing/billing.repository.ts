@@ -101,6 +101,16 @@ export async function insertGpuInterval(
   await GpuUsageIntervalRow.query(trx).insert(interval);
 }
 
+/**
+ * The bounds of the organization's billing period as its account knows them (the subscription's
+ * current period start and end), sorted; none without a subscription period. Usage on either side
+ * of a bound belongs to different invoices.
+ */
+export async function billingPeriodBounds(db: Db, organizationId: number): Promise<Date[]> {
+  const account = await BillingAccountRow.query(db).findOne({ organization_id: organizationId }).select('current_period_start', 'current_period_end');
+  return [account?.current_period_start, account?.current_period_end].filter((bound): bound is Date => bound instanceof Date).sort((a, b) => a.getTime() - b.getTime());
+}
+
 /** Records how far the deployment's GPU seconds are closed, and the service they are priced as when given. */
 export async function recordAccruedUntil(trx: Knex.Transaction, id: string, until: Date, serviceKey?: string): Promise<void> {
   await DeploymentRow.query(trx)

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { JobDefinition } from '../jobs/queue.ts';
 import {
+  billingPeriodBounds,
   currentSecond,
   findGpuMeteringDue,
   gpuServiceKeyOf,
@@ -25,7 +26,9 @@ export interface Accrual {
  * row lock and moves `accrued_until` to its end in the same transaction: the bounds come from the
  * data, never from when the tick ran, so a missed tick is caught up by the next one in one interval,
  * and a repeated, concurrent or crashed tick counts no second twice (the table also refuses two
- * intervals starting at the same second or overlapping).
+ * intervals starting at the same second or overlapping). An accrual across a bound of the
+ * organization's billing period closes one interval on each side of it, so no interval (and no
+ * usage report, src/billing/usage-reporting.ts) spans two invoices.
  */
 export class GpuMeter {
   readonly #db: Knex;
@@ -69,13 +72,18 @@ export class GpuMeter {
       }
       const serviceKey = deployment.gpu_service_key ?? (await gpuServiceKeyOf(trx, deploymentId));
       if (!serviceKey) throw new Error(`deployment ${deploymentId} ran without GPUs placed: its seconds have no service to be priced as`);
-      await insertGpuInterval(trx, {
-        deployment_id: deploymentId,
-        organization_id: deployment.organization_id,
-        service_key: serviceKey,
-        started_at: start,
-        ended_at: end,
-      });
+      // One interval per billing period it covers: each is reported (and invoiced) in its own period.
+      const cuts = (await billingPeriodBounds(trx, deployment.organization_id)).filter((bound) => start < bound && bound < end);
+      const bounds = [start, ...cuts, end];
+      for (let i = 0; i + 1 < bounds.length; i++) {
+        await insertGpuInterval(trx, {
+          deployment_id: deploymentId,
+          organization_id: deployment.organization_id,
+          service_key: serviceKey,
+          started_at: bounds[i] as Date,
+          ended_at: bounds[i + 1] as Date,
+        });
+      }
       await recordAccruedUntil(trx, deploymentId, end, serviceKey);
       return (end.getTime() - start.getTime()) / 1000;
     });

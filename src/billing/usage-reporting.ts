@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import { UsageReportRow } from '../db/models/usage-reports.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
+import { billingPeriodBounds } from './billing.repository.ts';
 import { installationId } from './installation.ts';
 import type { MeterName, MeterPricesInput, PaymentProcessor, ProcessorMeterPrice } from './payment-processor.ts';
 
@@ -29,18 +30,21 @@ const ROWS_PER_REPORT = 50_000;
  * "within a rolling period of at least 24 hours" and may count it again after; an hour is kept spare.
  */
 const RESEND_WINDOW_MS = 23 * 3_600_000;
+/** How long after a period's end its unreported usage raises an alert (its invoice is finalized an hour after). */
+const LATE_FOR_INVOICE = "interval '30 minutes'";
 
 /**
  * Where each meter's usage lives: its table and the columns of its key, its rows joined with their
- * price (`p`), the condition of an unclaimed row, and when the usage happened.
+ * price (`p`), the condition of a row the meter bills, and when the usage happened.
  */
-const SOURCES: Record<MeterName, { table: string; key: readonly string[]; from: string; unclaimed: string; at: string }> = {
+const SOURCES: Record<MeterName, { table: string; key: readonly string[]; from: string; billable: string; at: string }> = {
   gpu_instance_seconds: {
     table: 'gpu_usage_intervals',
     key: ['id'],
     from: 'gpu_usage_intervals u join prices p using (service_key)',
-    unclaimed: 'u.usage_report_id is null',
-    at: 'u.ended_at',
+    billable: 'true',
+    // Its last second (an interval ending on a period's bound belongs to the period before it).
+    at: "u.ended_at - interval '1 second'",
   },
   hosted_tokens: {
     table: 'usage_records',
@@ -48,10 +52,13 @@ const SOURCES: Record<MeterName, { table: string; key: readonly string[]; from: 
     key: ['usage_id', 'created_at'],
     // The usage the summary prices as hosted tokens (src/billing/billing.repository.ts, usageTotals).
     from: "usage_records u join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model",
-    unclaimed: "u.usage_report_id is null and u.deployment_id is null and u.unit = 'token' and u.quantity > 0",
+    billable: "u.deployment_id is null and u.unit = 'token' and u.quantity > 0",
     at: 'u.created_at',
   },
 };
+
+/** The condition of a row of the meter's usage not claimed by a report yet. */
+const unclaimed = (meter: MeterName) => `u.usage_report_id is null and ${SOURCES[meter].billable}`;
 
 /** Meter events the processor accepted in one run, per meter. */
 export type ReportTotals = Record<MeterName, number>;
@@ -64,8 +71,10 @@ interface DueOrganization {
 /**
  * Reports closed GPU intervals and hosted-token usage records to the processor's meters as amounts.
  *
- * Claiming: per organization and meter, one statement takes the unclaimed rows, inserts a
- * `usage_reports` row with their exact amount and marks them with it. The report's value is
+ * Claiming: per organization and meter, one statement takes the unclaimed rows of one billing
+ * period (the oldest's), inserts a `usage_reports` row with their exact amount, stamped with their
+ * latest usage, and marks them with it: a report never spans a period's bound, so Stripe invoices
+ * all of it in the period it happened in. The report's value is
  * `floor(cumulative amount × 10⁶) − floor(previous cumulative amount × 10⁶)` millionths of a dollar,
  * so rounding never loses or adds a cent over any number of reports. An organization has at most
  * one unsent report per meter (claims of an organization and meter are serialized by an advisory
@@ -113,8 +122,34 @@ export class UsageReporter {
         if (due.length === 0 || outcome.reported === 0) break;
       }
     }
+    await this.#alertLateForInvoice(log);
     if (failures) throw new Error(`${failures} usage reports were refused by the payment processor; retried with backoff`);
     return reported;
+  }
+
+  /**
+   * Usage of a period that has ended and is still not at the processor half an hour later: its
+   * invoice is finalized an hour after the period's end, and usage reported after that is never on
+   * it. An error-level log line with `alert: usage_late_for_invoice` per organization and meter,
+   * every run while it lasts (a report refused, usage held without a subscription, or a worker down).
+   */
+  async #alertLateForInvoice(log: Logger): Promise<void> {
+    for (const meter of Object.keys(SOURCES) as MeterName[]) {
+      const source = SOURCES[meter];
+      const { rows } = await this.#db.raw<{ rows: Array<{ organization_id: number; period_end: Date; oldest: Date; amount: string }> }>(
+        `select u.organization_id, b.current_period_start as period_end, min(${source.at}) as oldest, sum(u.quantity * p.unit_amount_decimal)::text as amount
+         from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
+         where u.reported_at is null and ${source.billable}
+           and ${source.at} < b.current_period_start and now() >= b.current_period_start + ${LATE_FOR_INVOICE}
+         group by u.organization_id, b.current_period_start`,
+      );
+      for (const row of rows) {
+        log.error(
+          { alert: 'usage_late_for_invoice', meter, organization_id: row.organization_id, period_end: row.period_end, oldest_usage_at: row.oldest, amount: row.amount },
+          'usage of an ended billing period is not at the payment processor yet: its invoice is finalized an hour after the period ends, without it',
+        );
+      }
+    }
   }
 
   /** Organizations with unclaimed usage of the meter, a live subscription and no unsent report. */
@@ -123,7 +158,7 @@ export class UsageReporter {
     const { rows } = await this.#db.raw<{ rows: DueOrganization[] }>(
       `select distinct u.organization_id, b.processor_customer_id as customer_id
        from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
-       where ${source.unclaimed} and b.processor_customer_id is not null and ${LIVE_SUBSCRIPTION}
+       where ${unclaimed(meter)} and b.processor_customer_id is not null and ${LIVE_SUBSCRIPTION}
          and not exists (select 1 from usage_reports r where r.organization_id = u.organization_id and r.meter = :meter and r.reported_at is null)
        limit :limit`,
       { meter, limit: ORGANIZATIONS_PER_ROUND },
@@ -143,7 +178,7 @@ export class UsageReporter {
        select u.organization_id, :meter, 'no_subscription',
               'Usage waits unreported: the organization has a payment processor customer but no live subscription to invoice it.', min(${source.at})
        from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
-       where ${source.unclaimed} and b.processor_customer_id is not null and not ${LIVE_SUBSCRIPTION}
+       where ${unclaimed(meter)} and b.processor_customer_id is not null and not ${LIVE_SUBSCRIPTION}
        group by u.organization_id
        on conflict (organization_id, meter) where kind = 'no_subscription' and resolved_at is null do nothing`,
       { meter },
@@ -156,11 +191,14 @@ export class UsageReporter {
     await this.#db.transaction(async (trx) => {
       await trx.raw('select pg_advisory_xact_lock(hashtext(?), ?)', [`usage-report:${meter}`, organization_id]);
       if (await UsageReportRow.query(trx).where({ organization_id, meter }).whereNull('reported_at').first()) return;
+      const period = await this.#periodOfOldest(trx, meter, organization_id);
+      if (!period) return;
       await trx.raw(
         `with claimed as (
            select ${source.key.map((column) => `u.${column}`).join(', ')}, u.quantity, u.quantity * p.unit_amount_decimal as amount, ${source.at} as usage_at
            from ${source.from}
-           where u.organization_id = :organization and ${source.unclaimed}
+           where u.organization_id = :organization and ${unclaimed(meter)}
+             and ${source.at} >= cast(:from as timestamptz) and ${source.at} < cast(:to as timestamptz)
            order by u.id limit :limit
          ), totals as (
            select sum(quantity) as quantity, sum(amount) as amount, max(usage_at) as usage_at from claimed having count(*) > 0
@@ -177,9 +215,27 @@ export class UsageReporter {
            returning id
          )
          update ${source.table} set usage_report_id = (select id from report) where (${source.key.join(', ')}) in (select ${source.key.join(', ')} from claimed)`,
-        { organization: organization_id, meter, customer: customer_id, limit: ROWS_PER_REPORT, installation: await installationId(this.#db) },
+        { organization: organization_id, meter, customer: customer_id, limit: ROWS_PER_REPORT, installation: await installationId(this.#db), ...period },
       );
     });
+  }
+
+  /**
+   * The billing period of the organization's oldest unclaimed usage of the meter, as the bounds of
+   * its account's current period cut time (before its start, within it, after its end): a report
+   * takes usage of one period only, so its meter event (stamped with its latest usage) is invoiced
+   * with all of it. Undefined when nothing is unclaimed.
+   */
+  async #periodOfOldest(trx: Knex.Transaction, meter: MeterName, organizationId: number): Promise<{ from: Date | string; to: Date | string } | undefined> {
+    const source = SOURCES[meter];
+    const { rows } = await trx.raw<{ rows: Array<{ at: Date | null }> }>(
+      `select min(${source.at}) as at from ${source.from} where u.organization_id = ? and ${unclaimed(meter)}`,
+      [organizationId],
+    );
+    const oldest = rows[0]?.at;
+    if (!oldest) return undefined;
+    const bounds = await billingPeriodBounds(trx, organizationId);
+    return { from: bounds.filter((bound) => bound <= oldest).at(-1) ?? '-infinity', to: bounds.find((bound) => bound > oldest) ?? 'infinity' };
   }
 
   /** Sends the meter's unsent reports, oldest first, and marks each one the processor counted. */

@@ -182,7 +182,7 @@ describe('invoices and webhooks', () => {
     const advanced = await fetch(`${emulatorUrl}/_emulator/advance_time`, {
       method: 'POST',
       headers: { authorization: `Bearer ${app.stripe?.emulator.secretKey}`, 'content-type': 'application/x-www-form-urlencoded' },
-      body: 'seconds=2678400',
+      body: 'seconds=2682000',
     });
     expect(advanced.status).toBe(200);
     await waitUntil(async () => (await invoices(owner.api)).length > first.length, 'the period’s invoice');

@@ -1,3 +1,5 @@
+import { pino } from 'pino';
+import type Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/accounts/principal.ts';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
@@ -274,6 +276,79 @@ describe('one rounding rule (issue 33 item 6)', () => {
     const tokenLine = preview.lines.data.find((line) => line.pricing?.price_details?.price === tokenMeter.priceId);
     expect(tokenLine?.amount).toBe(1);
     expect(BigInt(preview.total)).toBe(toCents(summary.estimated_total));
+  });
+});
+
+describe('period boundaries (issue 33 item 7)', () => {
+  it.runIf(onEmulator)('puts every second on the invoice of its period: usage across the bound is cut there, and reported within the hour before the closed period’s invoice is finalized', async () => {
+    // A subscription on a test clock whose first period ended an hour ago (B), a deployment that ran
+    // from 10 minutes before B to 5 minutes after it.
+    const bound = new Date(T0.getTime() + 3_600_000);
+    const start = new Date(bound);
+    start.setUTCMonth(start.getUTCMonth() - 1);
+    const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
+    const clock = await target.stripe.testHelpers.testClocks.create({ frozen_time: seconds(start) });
+    const owner = await services.owner();
+    const organization_id = organizationOf(owner);
+    const customer = await target.stripe.customers.create({ name: `boundary-${run}`, test_clock: clock.id, metadata: { organization_id: String(organization_id) } });
+    await services.db('billing_accounts').where({ organization_id }).update({ processor_customer_id: customer.id });
+    await subscribe(owner, customer.id);
+    const subscriptionId = (await services.db('billing_accounts').where({ organization_id }).first()).processor_subscription_id as string;
+    expect((await target.stripe.subscriptions.retrieve(subscriptionId)).items.data[0]?.current_period_end).toBe(seconds(bound));
+    const advance = async (to: Date) => {
+      await target.stripe.testHelpers.testClocks.advance(clock.id, { frozen_time: seconds(to) });
+      await waitUntil(async () => (await target.stripe.testHelpers.testClocks.retrieve(clock.id)).status === 'ready', 'the test clock to be ready', 5_000);
+    };
+    // Half an hour after the bound: the closed period's invoice is a draft; the account has the new period.
+    await advance(new Date(bound.getTime() + 1_800_000));
+    const renewed = (await target.stripe.subscriptions.retrieve(subscriptionId)).items.data[0] as { current_period_start: number; current_period_end: number };
+    await services.db('billing_accounts').where({ organization_id }).update({ current_period_start: new Date(renewed.current_period_start * 1000), current_period_end: new Date(renewed.current_period_end * 1000) });
+    const [closing] = (await target.stripe.invoices.list({ customer: customer.id, status: 'draft' })).data;
+    expect(closing).toMatchObject({ billing_reason: 'subscription_cycle', period_end: seconds(bound) });
+
+    const deploymentId = await runningDeployment(services, owner);
+    await runningSince(services, deploymentId, new Date(bound.getTime() - 600_000));
+    const serviceKeys = services.db('deployment_gpu_services').where({ deployment_id: deploymentId }).select('service_key');
+    await services.db('prices').whereIn('service_key', serviceKeys).update({ unit_amount_decimal: GPU_PRICE });
+    await services.container.gpuMeter.accrue(deploymentId, new Date(bound.getTime() + 300_000));
+    const intervals = await services.db('gpu_usage_intervals').where({ deployment_id: deploymentId }).orderBy('started_at').select('started_at', 'ended_at');
+    expect(intervals.map((row) => [row.started_at.getTime() - bound.getTime(), row.ended_at.getTime() - bound.getTime()])).toEqual([
+      [-600_000, 0],
+      [0, 300_000],
+    ]);
+
+    await (services.container.usageReporter as UsageReporter).run(services.log);
+    const reports = await services.db('usage_reports').where({ organization_id }).orderBy('id').select('usage_at', 'value');
+    // 600 s and 300 s at $0.000279: one report on each side of the bound, each stamped inside its period.
+    expect(reports.map((row) => [row.usage_at < bound, row.value])).toEqual([
+      [true, '167400'],
+      [false, '83700'],
+    ]);
+    // An hour after the bound the closed period's invoice is finalized with its 600 s; the 300 s are on the next.
+    await advance(new Date(bound.getTime() + 3_700_000));
+    const invoice = await target.stripe.invoices.retrieve(closing?.id ?? '');
+    const gpuLine = (of: Stripe.Invoice) => of.lines.data.find((line) => line.pricing?.price_details?.price === gpuMeter.priceId);
+    expect(invoice.status).toBe('paid');
+    expect(gpuLine(invoice)).toMatchObject({ quantity: 167_400, amount: 17 });
+    const next = await target.stripe.invoices.createPreview({ subscription: subscriptionId });
+    expect(gpuLine(next)).toMatchObject({ quantity: 83_700, amount: 8 });
+  });
+
+  it('alerts when usage of an ended period is still not at the processor half an hour after its end', async () => {
+    const { owner } = await meteredOrganization([300]);
+    const organization_id = organizationOf(owner);
+    // The account's period began 10 minutes after T0 (over an hour and a half ago): the usage, before it, belongs to the closed period.
+    await services.db('billing_accounts').where({ organization_id }).update({ current_period_start: after(600), current_period_end: after(30 * 86_400) });
+    const lines: Array<Record<string, unknown>> = [];
+    const log = pino({ level: 'error' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    await expect(new UsageReporter(services.db, failing).run(log)).rejects.toThrow(/refused/);
+    expect(lines.filter((line) => line.alert === 'usage_late_for_invoice' && line.organization_id === organization_id)).toEqual([
+      expect.objectContaining({ meter: 'gpu_instance_seconds', amount: expect.stringMatching(/^0\.0837/) }),
+    ]);
+    await (services.container.usageReporter as UsageReporter).run(log);
+    lines.length = 0;
+    await (services.container.usageReporter as UsageReporter).run(log);
+    expect(lines.filter((line) => line.alert === 'usage_late_for_invoice' && line.organization_id === organization_id)).toEqual([]);
   });
 });
 

@@ -383,7 +383,7 @@ function billUntil(ctx: Context, which: (subscription: Stripe.Subscription) => b
   const subscriptions = ctx.store.all<Stripe.Subscription>('subscription', (s) => (s.status === 'active' || s.status === 'past_due') && which(s));
   for (const subscription of subscriptions) {
     for (let current = period(subscription); current.end <= target && subscription.status !== 'canceled'; current = period(subscription)) {
-      bill(ctx, subscription, current.start, current.end, 'subscription_cycle');
+      draft(ctx, subscription, current.start, current.end, 'subscription_cycle');
       const before = structuredClone(subscription);
       const next = addInterval(current.end, recurringOf(firstItem(subscription).price));
       for (const item of subscription.items.data) {
@@ -401,24 +401,56 @@ function billUntil(ctx: Context, which: (subscription: Stripe.Subscription) => b
     }
   }
   moveClock();
+  finalizeDrafts(ctx, which);
 }
 
-/** One invoice of a subscription for [start, end): created, finalized, then charged or sent. */
-function bill(ctx: Context, subscription: Stripe.Subscription, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
-  const customerId = subscription.customer as string;
-  const customer = ctx.store.get<Stripe.Customer>(customerId, 'customer');
-  const invoice = draftInvoice(ctx, subscription, newId('in'), start, end, reason);
-  const { id, created } = invoice;
-  ctx.store.put(invoice);
-  subscription.latest_invoice = id;
-  emit(ctx, 'invoice.created', invoice);
+/**
+ * Stripe finalizes a renewal invoice about an hour after creating it ("Stripe waits an hour after
+ * receiving a successful response to the invoice.created event before attempting payment",
+ * https://docs.stripe.com/billing/subscriptions/webhooks); usage of the period reported within that
+ * hour is on the invoice, usage reported later is not
+ * (https://docs.stripe.com/billing/subscriptions/usage-based/recording-usage-api: events are
+ * invoiced in the period of their timestamp while its invoice is a draft).
+ */
+const FINALIZATION_GRACE_SECONDS = 3600;
 
-  // Finalized: numbered, with its hosted page and PDF (https://docs.stripe.com/invoicing/integration/workflow-transitions).
+/** The draft renewal invoices of the subscriptions `which` selects whose grace is over: priced again from the meters, finalized and charged. */
+function finalizeDrafts(ctx: Context, which: (subscription: Stripe.Subscription) => boolean): void {
+  const drafts = ctx.store.all<Stripe.Invoice>('invoice', (invoice) => invoice.status === 'draft' && invoice.billing_reason === 'subscription_cycle');
+  for (const invoice of drafts) {
+    const subscription = ctx.store.find<Stripe.Subscription>(invoice.parent?.subscription_details?.subscription as string, 'subscription');
+    if (!subscription || !which(subscription) || ctx.store.now(invoice.customer as string) < invoice.created + FINALIZATION_GRACE_SECONDS) continue;
+    const priced = draftInvoice(ctx, subscription, invoice.id, invoice.period_start, invoice.period_end, 'subscription_cycle');
+    Object.assign(invoice, { lines: priced.lines, amount_due: priced.amount_due, amount_remaining: priced.amount_remaining, subtotal: priced.subtotal, subtotal_excluding_tax: priced.subtotal_excluding_tax, total: priced.total, total_excluding_tax: priced.total_excluding_tax });
+    finalize(ctx, invoice);
+  }
+}
+
+/** One invoice of a subscription for [start, end): created, finalized, then charged or sent (the first and a closing one: at once). */
+function bill(ctx: Context, subscription: Stripe.Subscription, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
+  return finalize(ctx, draft(ctx, subscription, start, end, reason));
+}
+
+/** A renewal invoice for [start, end), created as a draft (finalized after FINALIZATION_GRACE_SECONDS). */
+function draft(ctx: Context, subscription: Stripe.Subscription, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
+  const invoice = draftInvoice(ctx, subscription, newId('in'), start, end, reason);
+  ctx.store.put(invoice);
+  subscription.latest_invoice = invoice.id;
+  emit(ctx, 'invoice.created', invoice);
+  return invoice;
+}
+
+/** A draft finalized: numbered, with its hosted page and PDF (https://docs.stripe.com/invoicing/integration/workflow-transitions), then charged or sent. */
+function finalize(ctx: Context, invoice: Stripe.Invoice): Stripe.Invoice {
+  const customerId = invoice.customer as string;
+  const customer = ctx.store.get<Stripe.Customer>(customerId, 'customer');
+  const { id } = invoice;
+  const finalizedAt = Math.max(invoice.created, ctx.store.now(customerId));
   const count = ctx.store.all<Stripe.Invoice>('invoice', (i) => i.customer === customerId && i.number !== null).length;
   invoice.status = 'open';
   invoice.number = `${customer.invoice_prefix}-${String(count + 1).padStart(4, '0')}`;
-  invoice.effective_at = created;
-  invoice.status_transitions.finalized_at = created;
+  invoice.effective_at = finalizedAt;
+  invoice.status_transitions.finalized_at = finalizedAt;
   invoice.hosted_invoice_url = `${ctx.baseUrl}/invoices/${id}`;
   invoice.invoice_pdf = `${ctx.baseUrl}/invoices/${id}/pdf`;
   emit(ctx, 'invoice.finalized', invoice);

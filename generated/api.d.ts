@@ -488,6 +488,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/billing/event-notifications": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Receive payment-processor thin events
+         * @description Receives Stripe's thin events: the event destination (payload style "thin") an operator creates
+         *     in Stripe for `v1.billing.meter.error_report_triggered`. Called by Stripe only: no session and no
+         *     CSRF token; authenticity comes from the `Stripe-Signature` header, verified against the raw body
+         *     with `STRIPE_EVENT_DESTINATION_SECRET` (`STRIPE_WEBHOOK_SECRET` when unset; 5-minute tolerance each
+         *     way). A verified notification is stored once by its `id` and answered 200 `{received: true}` at
+         *     once; a background job fetches the event (`GET /v2/core/events/{id}`) and records each meter event
+         *     it names as refused: its usage report keeps the error and its organization gets an open anomaly
+         *     (the usage summary's `open_anomalies`). A repeated id is acknowledged and ignored; other types are
+         *     acknowledged and ignored.
+         *
+         *     Errors: 400 `INVALID_SIGNATURE` when the signature does not verify (nothing is stored); 422
+         *     `VALIDATION_FAILED` when the `Stripe-Signature` header is missing or the body is not a thin event.
+         */
+        post: operations["handleBillingEventNotification"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/billing/invoices": {
         parameters: {
             query?: never;
@@ -4283,6 +4314,51 @@ export interface components {
             [key: string]: unknown;
         };
         /**
+         * @description A Stripe thin event (an event destination's notification, `object: "v2.core.event"`): the event's
+         *     id, type and related object, without its data, which is fetched by id. Modelled loosely and open.
+         * @example {
+         *       "id": "evt_test_65R9Ijk8cgyD0Ba8kfI16R9KMcjiSQAEOJZKSQ6fE0PJ",
+         *       "object": "v2.core.event",
+         *       "type": "v1.billing.meter.error_report_triggered",
+         *       "created": "2026-11-01T00:00:05Z",
+         *       "livemode": false,
+         *       "related_object": {
+         *         "id": "mtr_test_61R9IjkHV7DGTKMbn41I16R9KMcjiLaM",
+         *         "type": "billing.meter",
+         *         "url": "/v1/billing/meters/mtr_test_61R9IjkHV7DGTKMbn41I16R9KMcjiLaM"
+         *       }
+         *     }
+         */
+        StripeEventNotification: {
+            /** @description Event id (`evt_…`); the service stores each id once and ignores repeats. */
+            id: string;
+            /** @enum {string} */
+            object: "v2.core.event";
+            /** @description Event type, e.g. `v1.billing.meter.error_report_triggered`. */
+            type: string;
+            /**
+             * Format: date-time
+             * @description When the event happened.
+             */
+            created: string;
+            /** @description Whether the event comes from live mode (true) or test mode (false). */
+            livemode: boolean;
+            related_object?: components["schemas"]["StripeRelatedObject"] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description The object a thin event is about. */
+        StripeRelatedObject: {
+            /** @description Its id, e.g. a meter's `mtr_…`. */
+            id: string;
+            /** @description Its type, e.g. `billing.meter`. */
+            type: string;
+            /** @description Where the API serves it, e.g. `/v1/billing/meters/mtr_…`. */
+            url?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
          * @description The organization's postpaid subscription at the processor.
          * @example {
          *       "billing_account_id": 7,
@@ -6750,6 +6826,93 @@ export interface operations {
              *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    handleBillingEventNotification: {
+        parameters: {
+            query?: never;
+            header: {
+                /** @description `t=<unix seconds>,v1=<HMAC-SHA256 of "t.body" with the event destination's secret>`, as Stripe signs it. */
+                "Stripe-Signature": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "id": "evt_test_65R9Ijk8cgyD0Ba8kfI16R9KMcjiSQAEOJZKSQ6fE0PJ",
+                 *       "object": "v2.core.event",
+                 *       "type": "v1.billing.meter.error_report_triggered",
+                 *       "created": "2026-11-01T00:00:05Z",
+                 *       "livemode": false,
+                 *       "related_object": {
+                 *         "id": "mtr_test_61R9IjkHV7DGTKMbn41I16R9KMcjiLaM",
+                 *         "type": "billing.meter",
+                 *         "url": "/v1/billing/meters/mtr_test_61R9IjkHV7DGTKMbn41I16R9KMcjiLaM"
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["StripeEventNotification"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "received": true
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WebhookReceived"];
+                };
+            };
+            /** @description 400: `INVALID_SIGNATURE` (the `Stripe-Signature` header does not verify against the raw body with the endpoint secret, or its timestamp is more than 5 minutes from the server's clock, in the past or the future) or `MALFORMED_REQUEST` (the body is not JSON). */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

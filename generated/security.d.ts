@@ -38,6 +38,7 @@ export interface OperationSecurity {
   "getSubscription": "SessionCookie";
   "getUsageSummary": "SessionCookie";
   "getWebhookEndpoint": "SessionCookie";
+  "handleBillingEventNotification": "none";
   "handleBillingWebhook": "none";
   "listApiKeyDeploymentOptions": "SessionCookie";
   "listApiKeys": "SessionCookie";

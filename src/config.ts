@@ -53,6 +53,7 @@ const schema = z.object({
   STRIPE_SECRET_KEY: z.string().regex(/^(sk|rk)_(test|live)_\w+$/, 'must be a Stripe secret key (sk_test_… or sk_live_…)').optional(),
   STRIPE_PUBLISHABLE_KEY: z.string().regex(/^pk_(test|live)_\w+$/, 'must be a Stripe publishable key (pk_test_… or pk_live_…)').optional(),
   STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
+  STRIPE_EVENT_DESTINATION_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
   STRIPE_API_URL: z.url().optional(),
   STRIPE_EMULATOR: booleanFlag.optional(),
   BILLING_ENFORCEMENT: booleanFlag.optional(),
@@ -147,6 +148,8 @@ export interface Config {
     secretKey: string | undefined;
     publishableKey: string | undefined;
     webhookSecret: string | undefined;
+    /** The signing secret of the event destination of thin events (meter errors); the webhook's when unset. */
+    eventDestinationSecret: string | undefined;
     apiUrl: string | undefined;
     emulator: { enabled: boolean; port: number };
   };
@@ -321,6 +324,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       secretKey: e.STRIPE_SECRET_KEY,
       publishableKey: e.STRIPE_PUBLISHABLE_KEY,
       webhookSecret: e.STRIPE_WEBHOOK_SECRET,
+      eventDestinationSecret: e.STRIPE_EVENT_DESTINATION_SECRET,
       apiUrl: e.STRIPE_API_URL,
       emulator: { enabled: e.STRIPE_EMULATOR ?? (!e.STRIPE_SECRET_KEY && e.NODE_ENV === 'development'), port: e.STRIPE_EMULATOR_PORT },
     },

@@ -148,9 +148,9 @@ export function createContainer(deps: ContainerDeps) {
  * billing routes that need one answer 501.
  */
 function paymentProcessor(config: Config): PaymentProcessor | undefined {
-  const { secretKey, webhookSecret, apiUrl } = config.stripe;
+  const { secretKey, webhookSecret, eventDestinationSecret, apiUrl } = config.stripe;
   if (!secretKey || !webhookSecret) return undefined;
-  return new StripePaymentProcessor({ secretKey, webhookSecret, apiUrl });
+  return new StripePaymentProcessor({ secretKey, webhookSecret, eventDestinationSecret, apiUrl });
 }
 
 export type Container = ReturnType<typeof createContainer>;

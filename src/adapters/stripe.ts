@@ -4,6 +4,7 @@ import {
   PaymentProcessorError,
   WebhookSignatureError,
   type CustomerInput,
+  type MeterErrorReport,
   type MeterEventInput,
   type MeterName,
   type MeterPricesInput,
@@ -33,6 +34,8 @@ export interface StripeSettings {
   webhookSecret: string;
   /** `http://127.0.0.1:12111` for the emulator; undefined for Stripe itself. */
   apiUrl?: string;
+  /** The signing secret of the event destination that sends thin events; the webhook's when unset. */
+  eventDestinationSecret?: string;
   /** Accepted age of a webhook's signature timestamp, into the past and the future (Stripe's default: 300 s). */
   webhookToleranceSeconds?: number;
 }
@@ -283,20 +286,66 @@ export class StripePaymentProcessor implements PaymentProcessor {
   }
 
   verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined) {
-    let event: Stripe.Event;
-    try {
-      event = this.stripe.webhooks.constructEvent(rawBody, signatureHeader ?? '', this.settings.webhookSecret, this.settings.webhookToleranceSeconds);
-      // The SDK bounds only the age; a timestamp ahead of the clock is bounded by the same tolerance.
-      const signedAt = Number(/(?:^|,)\s*t=(\d+)/.exec(signatureHeader ?? '')?.[1]);
-      if (!(signedAt - Date.now() / 1000 <= (this.settings.webhookToleranceSeconds ?? 300))) throw new Error('Timestamp is ahead of the clock by more than the tolerance');
-    } catch (error) {
-      throw new WebhookSignatureError(error instanceof Error ? error.message : 'Invalid signature', { cause: error });
-    }
+    const event = this.verified(signatureHeader, () =>
+      this.stripe.webhooks.constructEvent(rawBody, signatureHeader ?? '', this.settings.webhookSecret, this.settings.webhookToleranceSeconds),
+    );
     const object = event.data.object as { id?: string; object?: string; customer?: string | { id: string } | null };
     const previous = (event.data.previous_attributes ?? {}) as { customer?: string | { id: string } | null };
     const customerId = object.object === 'customer' ? (object.id ?? null) : (idOf(object.customer) ?? idOf(previous.customer));
     return { id: event.id, type: event.type, created: new Date(event.created * 1000), objectType: object.object ?? '', objectId: object.id ?? '', customerId };
   }
+
+  verifyEventNotification(rawBody: Buffer | string, signatureHeader: string | undefined) {
+    const secret = this.settings.eventDestinationSecret ?? this.settings.webhookSecret;
+    const notification = this.verified(signatureHeader, () =>
+      this.stripe.parseEventNotification(rawBody, signatureHeader ?? '', secret, this.settings.webhookToleranceSeconds),
+    ) as { id: string; type: string; created: string; related_object?: { id: string; type: string } | null };
+    const related = notification.related_object;
+    return { id: notification.id, type: notification.type, created: new Date(notification.created), objectType: related?.type ?? '', objectId: related?.id ?? '', customerId: null };
+  }
+
+  /**
+   * Runs a signature check; the SDK bounds only the age of the signature's timestamp, so one ahead
+   * of the clock is bounded here by the same tolerance. Any failure is a WebhookSignatureError.
+   */
+  private verified<T>(signatureHeader: string | undefined, check: () => T): T {
+    try {
+      const result = check();
+      const signedAt = Number(/(?:^|,)\s*t=(\d+)/.exec(signatureHeader ?? '')?.[1]);
+      if (!(signedAt - Date.now() / 1000 <= (this.settings.webhookToleranceSeconds ?? 300))) throw new Error('Timestamp is ahead of the clock by more than the tolerance');
+      return result;
+    } catch (error) {
+      throw new WebhookSignatureError(error instanceof Error ? error.message : 'Invalid signature', { cause: error });
+    }
+  }
+
+  async getMeterErrorReport(eventId: string): Promise<MeterErrorReport> {
+    return call(async () => {
+      const event = (await this.stripe.v2.core.events.retrieve(eventId)) as unknown as MeterErrorEvent;
+      if (event.type !== 'v1.billing.meter.error_report_triggered') throw new PaymentProcessorError(`event ${eventId} is a ${event.type}, not a meter error report`);
+      return {
+        meterId: event.related_object?.id ?? '',
+        errorCount: event.data.reason.error_count,
+        errors: event.data.reason.error_types.map((type) => ({
+          code: type.code,
+          count: type.error_count,
+          samples: type.sample_errors.map((sample) => ({ identifier: sample.request.identifier, message: sample.error_message })),
+        })),
+      };
+    });
+  }
+}
+
+/** The fields read of a `v1.billing.meter.error_report_triggered` event (stripe-node's V1BillingMeterErrorReportTriggeredEvent). */
+interface MeterErrorEvent {
+  type: string;
+  related_object?: { id: string } | null;
+  data: {
+    reason: {
+      error_count: number;
+      error_types: Array<{ code: string; error_count: number; sample_errors: Array<{ error_message: string; request: { identifier: string } }> }>;
+    };
+  };
 }
 
 /** Runs one SDK call; any Stripe error becomes one PaymentProcessorError (502 on our side). */

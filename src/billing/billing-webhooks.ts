@@ -5,7 +5,7 @@ import { AppError } from '../errors.ts';
 import { enqueue, type JobDefinition } from '../jobs/queue.ts';
 import { activate } from './billing.service.ts';
 import { installationId } from './installation.ts';
-import { requireProcessor, WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession } from './payment-processor.ts';
+import { requireProcessor, WebhookSignatureError, type PaymentProcessor, type ProcessorCheckoutSession, type ProcessorEvent } from './payment-processor.ts';
 import {
   findAccountByCustomer,
   findWebhookEvent,
@@ -39,10 +39,21 @@ export class BillingWebhooks {
 
   /** Verifies and stores one delivery; true when it is new. */
   async receive(rawBody: Buffer | undefined, signature: string | undefined): Promise<boolean> {
-    const processor = requireProcessor(this.#processor);
-    let event;
+    return this.#store(() => requireProcessor(this.#processor).verifyWebhook(rawBody ?? '', signature));
+  }
+
+  /**
+   * Verifies and stores one thin event of the event destination (`POST
+   * /v1/billing/event-notifications`): its id, type and related object; the job fetches the event.
+   */
+  async receiveNotification(rawBody: Buffer | undefined, signature: string | undefined): Promise<boolean> {
+    return this.#store(() => requireProcessor(this.#processor).verifyEventNotification(rawBody ?? '', signature));
+  }
+
+  async #store(verify: () => ProcessorEvent): Promise<boolean> {
+    let event: ProcessorEvent;
     try {
-      event = processor.verifyWebhook(rawBody ?? '', signature);
+      event = verify();
     } catch (error) {
       if (error instanceof WebhookSignatureError) throw new AppError('INVALID_SIGNATURE', 'The Stripe-Signature header does not verify against the body, or it is too old.', { cause: error });
       throw error;
@@ -63,6 +74,11 @@ export class BillingWebhooks {
     const processor = this.#processor;
     const event = await findWebhookEvent(this.#db, eventId);
     if (!processor || !event || event.processed_at) return;
+    if (event.type === METER_ERROR_EVENT) {
+      await this.#recordMeterErrors(processor, eventId, log);
+      await markWebhookEventProcessed(this.#db, eventId);
+      return;
+    }
     const session = event.object_type === 'checkout.session' ? await processor.getCheckoutSession(event.object_id) : undefined;
     const customerId = session?.customerId ?? event.customer_id;
     const account = customerId ? await findAccountByCustomer(this.#db, customerId) : undefined;
@@ -90,7 +106,42 @@ export class BillingWebhooks {
     }
     await markWebhookEventProcessed(this.#db, eventId);
   }
+
+  /**
+   * A meter error report: each sample names a meter event by identifier, which is a usage report's
+   * (the installation's prefix and a random id). The report keeps the error and its organization
+   * gets an open `meter_error` anomaly (the usage summary's `open_anomalies`, an operator's `billing
+   * reconcile`); the report stays marked sent, since sending it again would be refused the same
+   * way. Stripe samples some events of each error type: the alert says how many there were in all.
+   */
+  async #recordMeterErrors(processor: PaymentProcessor, eventId: string, log?: Logger): Promise<void> {
+    const report = await processor.getMeterErrorReport(eventId);
+    let attributed = 0;
+    for (const error of report.errors) {
+      for (const sample of error.samples) {
+        const detail = `${error.code}: ${sample.message}`.slice(0, 1000);
+        const found = await this.#db.transaction(async (trx) => {
+          const [usageReport] = await trx('usage_reports').where({ identifier: sample.identifier }).update({ processor_error: detail }).returning(['organization_id', 'meter', 'usage_at']);
+          if (!usageReport) return false;
+          await trx.raw(
+            `insert into usage_anomalies (organization_id, meter, kind, detail, usage_at) values (?, ?, 'meter_error', ?, ?)
+             on conflict (organization_id, meter) where kind = 'meter_error' and resolved_at is null do update set detail = excluded.detail`,
+            [usageReport.organization_id, usageReport.meter, `The payment processor refused usage report ${sample.identifier} after accepting it (${detail}); it was not counted.`.slice(0, 500), usageReport.usage_at],
+          );
+          return true;
+        });
+        if (found) attributed++;
+      }
+    }
+    log?.error(
+      { alert: 'meter_errors', event_id: eventId, meter_id: report.meterId, error_count: report.errorCount, attributed, codes: report.errors.map((error) => `${error.code}×${error.count}`) },
+      'the payment processor refused meter events after accepting them (a meter error report)',
+    );
+  }
 }
+
+/** The thin event Stripe sends when meter events it accepted fail its asynchronous validation. */
+export const METER_ERROR_EVENT = 'v1.billing.meter.error_report_triggered';
 
 /**
  * A completed setup session: its card becomes the default when the customer has none, or always for

@@ -17,6 +17,7 @@ type BillingHandlers = Pick<
   | 'createCheckoutSetupSession'
   | 'listInvoices'
   | 'handleBillingWebhook'
+  | 'handleBillingEventNotification'
 >;
 
 export function billingHandlers(deps: { billing: BillingService; billingWebhooks: BillingWebhooks }): BillingHandlers {
@@ -49,6 +50,11 @@ export function billingHandlers(deps: { billing: BillingService; billingWebhooks
     handleBillingWebhook: async (context) => {
       const signature = context.headers['stripe-signature'];
       await billingWebhooks.receive(context.req.rawBody, Array.isArray(signature) ? signature[0] : signature);
+      return { status: 200, body: { received: true } };
+    },
+    handleBillingEventNotification: async (context) => {
+      const signature = context.headers['stripe-signature'];
+      await billingWebhooks.receiveNotification(context.req.rawBody, Array.isArray(signature) ? signature[0] : signature);
       return { status: 200, body: { received: true } };
     },
   };

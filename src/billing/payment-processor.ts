@@ -196,6 +196,23 @@ export interface PaymentProcessor {
   meterTotal(input: MeterTotalInput): Promise<number>;
   /** Checks the signature of a webhook on its raw body; throws `WebhookSignatureError` when it does not hold. */
   verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
+  /**
+   * Checks the signature of a thin event (an event destination's notification: the event's id, type
+   * and related object, no data) on its raw body; throws `WebhookSignatureError` when it does not hold.
+   */
+  verifyEventNotification(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
+  /** The meter errors a `v1.billing.meter.error_report_triggered` event reports (fetched by its id). */
+  getMeterErrorReport(eventId: string): Promise<MeterErrorReport>;
+}
+
+/**
+ * Meter events the processor accepted and then refused (Stripe validates most asynchronously): per
+ * error code, how many, and samples naming the events by identifier.
+ */
+export interface MeterErrorReport {
+  meterId: string;
+  errorCount: number;
+  errors: Array<{ code: string; count: number; samples: Array<{ identifier: string; message: string }> }>;
 }
 
 /** The processor, or the 501 a server without one (no STRIPE_SECRET_KEY, no emulator) answers. */

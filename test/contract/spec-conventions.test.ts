@@ -81,6 +81,8 @@ const ADDED_ROUTES = [
   'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'PATCH /v1/organization/webhook-endpoints/{webhook_endpoint_id}',
   'DELETE /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/rotate-secret',
   'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', 'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts',
+  // Issue 33: Stripe's thin events (meter error reports) from an event destination.
+  'POST /v1/billing/event-notifications',
 ];
 
 describe('the OpenAPI document', () => {
@@ -152,9 +154,12 @@ describe('the OpenAPI document', () => {
     expect(wrong).toEqual([]);
   });
 
-  it('exempts from CSRF (x-csrf-exempt) only operations that take no session: the webhook, verified by signature', () => {
+  it('exempts from CSRF (x-csrf-exempt) only operations that take no session: Stripe’s webhook and thin events, verified by signature', () => {
     const exempt = operations.filter(({ operation }) => operation['x-csrf-exempt'] !== undefined);
-    expect(exempt.map((o) => [o.route, o.operation['x-csrf-exempt']])).toEqual([['POST /v1/billing/webhook', true]]);
+    expect(exempt.map((o) => [o.route, o.operation['x-csrf-exempt']]).sort()).toEqual([
+      ['POST /v1/billing/event-notifications', true],
+      ['POST /v1/billing/webhook', true],
+    ]);
     expect(exempt.filter(({ operation }) => usesCookie(operation))).toEqual([]);
   });
 
@@ -172,7 +177,7 @@ describe('the OpenAPI document', () => {
     const open = operations
       .filter(({ operation }) => operation.requestBody?.content['application/json'] && operation['x-error-format'] === 'problem')
       // Stripe's events carry fields Stripe adds over time.
-      .filter(({ operation }) => operation.operationId !== 'handleBillingWebhook')
+      .filter(({ operation }) => !['handleBillingWebhook', 'handleBillingEventNotification'].includes(operation.operationId ?? ''))
       .filter(({ operation }) => {
         const ref = operation.requestBody?.content['application/json']?.schema.$ref ?? '';
         return document.components.schemas[ref.split('/').pop() ?? '']?.additionalProperties !== false;

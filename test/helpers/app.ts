@@ -18,7 +18,7 @@ import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
 import { freePort } from './net.ts';
 import { createStripeClient } from '../../src/adapters/stripe.ts';
-import { WEBHOOK_PATH } from '../../src/local/local-stripe.ts';
+import { EVENT_NOTIFICATIONS_PATH, THIN_EVENT_TYPES, WEBHOOK_PATH } from '../../src/local/local-stripe.ts';
 import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
 import type Stripe from 'stripe';
 
@@ -135,6 +135,7 @@ async function startStripeForApp(): Promise<{ emulator: StripeEmulator; env: Rec
   const emulator = await startStripeEmulator({
     log: createLogger('silent'),
     webhooks: [{ url: `http://127.0.0.1:${port}${WEBHOOK_PATH}` }],
+    eventDestinations: [{ url: `http://127.0.0.1:${port}${EVENT_NOTIFICATIONS_PATH}`, enabledEvents: THIN_EVENT_TYPES }],
     webhookRetryDelaysMs: [100, 200, 400, 800, 1600],
   });
   return {
@@ -144,6 +145,7 @@ async function startStripeForApp(): Promise<{ emulator: StripeEmulator; env: Rec
       STRIPE_SECRET_KEY: emulator.secretKey,
       STRIPE_PUBLISHABLE_KEY: emulator.publishableKey,
       STRIPE_WEBHOOK_SECRET: emulator.webhookSecrets[0] ?? '',
+      STRIPE_EVENT_DESTINATION_SECRET: emulator.eventDestinationSecrets[0] ?? '',
       STRIPE_API_URL: emulator.url,
     },
   };

@@ -6,6 +6,7 @@ import { addedMember } from '../factories/organizations.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { createLogger } from '../../src/logger.ts';
 
 /**
  * Billing through the real HTTP interface, with the Stripe emulator as the payment processor (the
@@ -283,6 +284,47 @@ describe('invoices and webhooks', () => {
       expect(await response.json()).toMatchObject({ code: 'INVALID_SIGNATURE' });
     }
     expect(await eventCount()).toBe(count);
+  });
+});
+
+describe('meter errors (issue 33 item 3)', () => {
+  it('records a meter event Stripe accepted and later refused (an unknown customer): the report keeps the error and the organization an open anomaly', async () => {
+    const owner = await activatedOwner();
+    await webhooksSettled();
+    const organizationId = (await owner.api.GET('/v1/organization')).data?.id ?? 0;
+    // A customer mapping Stripe does not know (a customer deleted in the Dashboard, a database restored into another account).
+    await app.db('billing_accounts').where({ organization_id: organizationId }).update({ processor_customer_id: 'cus_NotAtThisStripeAccount' });
+    await app.db('prices').insert({ provider: 'platform', region: '', resource_kind: 'hosted_model', instance_type: 'meter-error-model', gpu_type: '', gpu_count: '', unit_amount_decimal: '0.001' }).onConflict().ignore();
+    await app.db('usage_records').insert({ request_id: 'meter-error', organization_id: organizationId, route: 'POST /v1/chat/completions', model: 'meter-error-model', unit: 'token', quantity: 5, created_at: new Date() });
+    await app.container.usageReporter?.run(createLogger('silent'));
+    const report = await app.db('usage_reports').where({ organization_id: organizationId }).first();
+    // Accepted at once (200), as Stripe accepts it: marked sent.
+    expect(report).toMatchObject({ value: '5000', reported_at: expect.any(Date) });
+
+    await waitUntil(async () => (await owner.api.GET('/v1/billing/usage-summary')).data?.open_anomalies === 1, 'the meter error recorded');
+    expect((await app.db('usage_reports').where({ id: report.id }).first()).processor_error).toMatch(/^meter_event_customer_not_found: /);
+    const [anomaly] = await app.db('usage_anomalies').where({ organization_id: organizationId });
+    expect(anomaly).toMatchObject({ kind: 'meter_error', meter: 'hosted_tokens', resolved_at: null, detail: expect.stringContaining(report.identifier) });
+  });
+
+  it('refuses a thin event whose signature does not verify, and acknowledges a repeated one once', async () => {
+    const notification = { id: `evt_test_${Date.now()}`, object: 'v2.core.event', type: 'v1.billing.meter.error_report_triggered', created: new Date().toISOString(), livemode: false, related_object: { id: 'mtr_x', type: 'billing.meter', url: '/v1/billing/meters/mtr_x' } };
+    const payload = JSON.stringify(notification);
+    const post = (signature: string) =>
+      fetch(`${app.url}/v1/billing/event-notifications`, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': signature }, body: payload });
+    const forged = await post(stripe.webhooks.generateTestHeaderString({ payload, secret: 'whsec_not_the_secret' }));
+    expect(forged.status).toBe(400);
+    expect(await forged.json()).toMatchObject({ code: 'INVALID_SIGNATURE' });
+    // The webhook's secret is not the event destination's.
+    expect((await post(stripe.webhooks.generateTestHeaderString({ payload, secret: app.env.STRIPE_WEBHOOK_SECRET ?? '' }))).status).toBe(400);
+    expect(await app.db('billing_webhook_events').where({ id: notification.id }).first()).toBeUndefined();
+    const signed = () => stripe.webhooks.generateTestHeaderString({ payload, secret: app.env.STRIPE_EVENT_DESTINATION_SECRET ?? '' });
+    for (let i = 0; i < 2; i++) {
+      const response = await post(signed());
+      expect(response.status).toBe(200);
+      expect(await response.json()).toEqual({ received: true });
+    }
+    expect(await app.db('billing_webhook_events').where({ id: notification.id })).toHaveLength(1);
   });
 });
 

@@ -37,7 +37,7 @@ const api = (find: (kind: string, name: string) => K8sObject) => find('Deploymen
 describe('the Kubernetes manifests check (make k8s-check)', () => {
   it('reads the settings of the README table and the Secret keys', () => {
     expect(context.readmeSettings).toEqual(expect.arrayContaining(['DATABASE_URL', 'MIGRATE_ON_START', 'MAILDEV_WEB_PORT', 'WEBHOOK_DISABLE_AFTER_FAILURES', ...LOCAL_ONLY_SETTINGS]));
-    expect(context.secretKeys).toEqual(['APP_SECRET', 'DATABASE_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'STRIPE_WEBHOOK_SECRET', 'OIDC_CLIENT_SECRET']);
+    expect(context.secretKeys).toEqual(['APP_SECRET', 'DATABASE_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'STRIPE_WEBHOOK_SECRET', 'STRIPE_EVENT_DESTINATION_SECRET', 'OIDC_CLIENT_SECRET']);
   });
 
   it('renders the production overlay: namespace, image, patches', () => {

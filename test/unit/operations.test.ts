@@ -34,7 +34,7 @@ describe('the route rules of the document', () => {
     expect(rules.get('listDeployments')).toMatchObject({ requiredRole: 'viewer', errorFormat: 'problem', bodyLimit: undefined, acceptsApiKey: false });
     expect(rules.get('signIn')).toMatchObject({ requiredRole: undefined, errorFormat: 'problem', bodyLimit: 1024 * 1024 });
     expect(rules.get('handleBillingWebhook')).toMatchObject({ csrfExempt: true, requiredRole: undefined });
-    expect([...rules.values()].filter((operation) => operation.csrfExempt).map((operation) => operation.operationId)).toEqual(['handleBillingWebhook']);
+    expect([...rules.values()].filter((operation) => operation.csrfExempt).map((operation) => operation.operationId)).toEqual(['handleBillingEventNotification', 'handleBillingWebhook']);
   });
 
   it('refuses a session operation without a role, or with one that is not a role', () => {

@@ -7,7 +7,7 @@ export class UsageAnomalyRow extends BaseModel {
   declare organization_id: number;
   declare meter: 'gpu_instance_seconds' | 'hosted_tokens';
   declare service_key: string | null;
-  declare kind: 'report_failed' | 'out_of_range' | 'no_subscription';
+  declare kind: 'report_failed' | 'out_of_range' | 'no_subscription' | 'meter_error';
   declare detail: string;
   /** When the flagged usage happened: the billing period it counts in. */
   declare usage_at: Date;

@@ -107,7 +107,6 @@ export const catalogRoutes: Route[] = [
       if (!meter) throw invalidRequest(`No active meter found for event_name \`${eventName}\`.`, { param: 'event_name' });
       const customerId = payload[meter.customer_mapping.event_payload_key];
       if (typeof customerId !== 'string') throw missingParam(`payload[${meter.customer_mapping.event_payload_key}]`);
-      ctx.store.get(customerId, 'customer', `payload[${meter.customer_mapping.event_payload_key}]`);
       const value = payload[meter.value_settings.event_payload_key];
       // "The numerical usage value in the payload only accepts whole number values" (docs.stripe.com,
       // billing/subscriptions/usage-based/recording-usage-api, Usage values); negative ones count.
@@ -128,8 +127,13 @@ export const catalogRoutes: Route[] = [
         throw invalidRequest('The timestamp must be within the past 35 calendar days or up to 5 minutes in the future.', { param: 'timestamp' });
       }
       const event = { event_name: eventName, identifier, payload: payload as Record<string, string>, timestamp, created: now };
-      ctx.store.meterEvents.push(event);
       ctx.store.meterEventIdentifiers.set(identifier, now);
+      // The customer is checked asynchronously: an unknown one is accepted here, never counted, and
+      // reported later in a `v1.billing.meter.error_report_triggered` thin event with the error code
+      // `meter_event_customer_not_found` (https://docs.stripe.com/billing/subscriptions/usage-based/recording-usage-api,
+      // "Handle meter event errors"; the codes are stripe-node's V1BillingMeterErrorReportTriggeredEvent).
+      if (!ctx.store.find(customerId, 'customer')) reportMeterError(ctx, meter, identifier, 'meter_event_customer_not_found', `No customer found with the ID ${customerId}.`);
+      else ctx.store.meterEvents.push(event);
       return { object: 'billing.meter_event', livemode: false, ...event };
     },
   },
@@ -164,6 +168,24 @@ export const catalogRoutes: Route[] = [
     },
   },
 ];
+
+/**
+ * A meter error report for one event (Stripe gathers errors over a window and samples them; the
+ * emulator reports each at once, its window the event's second).
+ */
+function reportMeterError(ctx: Context, meter: Stripe.Billing.Meter, identifier: string, code: string, message: string): void {
+  const at = new Date(ctx.store.now() * 1000).toISOString();
+  ctx.webhooks.emitThin(
+    'v1.billing.meter.error_report_triggered',
+    { id: meter.id, type: 'billing.meter', url: `/v1/billing/meters/${meter.id}` },
+    {
+      developer_message_summary: `There is 1 invalid event: ${message}`,
+      reason: { error_count: 1, error_types: [{ code, error_count: 1, sample_errors: [{ error_message: message, request: { identifier } }] }] },
+      validation_start: at,
+      validation_end: at,
+    },
+  );
+}
 
 /** The meter's aggregation of a customer's events with `from <= timestamp < to`. */
 export function aggregate(ctx: Context, meter: Stripe.Billing.Meter, customer: string, from: number, to: number): number {

@@ -47,6 +47,7 @@ const NAMES: Record<string, string> = {
   subscription: 'subscription',
   invoice: 'invoice',
   event: 'event',
+  'v2.core.event': 'event',
   webhook_endpoint: 'webhook_endpoint',
   'test_helpers.test_clock': 'test_clock',
   'billing_portal.session': 'billing_portal.session',

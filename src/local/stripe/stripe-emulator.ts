@@ -11,7 +11,7 @@ import { decodeForm, type FormParams } from './form.ts';
 import { servePage } from './pages.ts';
 import { build, newId, StripeStore, type StripeObject } from './store.ts';
 import { subscriptionRoutes } from './subscriptions.ts';
-import { newWebhookSecret, WebhookSender, type Delivery, type EmulatedEvent } from './webhooks.ts';
+import { newWebhookSecret, WebhookSender, type Delivery, type EmulatedEvent, type EventDestination } from './webhooks.ts';
 
 /**
  * A local Stripe emulator: a stand-in for api.stripe.com used by `make run` and the tests when no
@@ -32,6 +32,8 @@ export interface StripeEmulatorOptions {
   host?: string;
   /** Webhook endpoints to create at start (what an operator does in the Dashboard). */
   webhooks?: { url: string; secret?: string; enabledEvents?: string[] }[];
+  /** Event destinations of thin events to create at start (what an operator does in the Dashboard). */
+  eventDestinations?: { url: string; secret?: string; enabledEvents: string[] }[];
   /** Delays between delivery attempts of a webhook that got no 2xx; Stripe's own span three days. */
   webhookRetryDelaysMs?: number[];
   log: Logger;
@@ -46,6 +48,8 @@ export interface StripeEmulator {
   publishableKey: string;
   /** The signing secrets of the webhook endpoints created at start, in their order. */
   webhookSecrets: string[];
+  /** The signing secrets of the event destinations created at start, in their order. */
+  eventDestinationSecrets: string[];
   apiVersion: string;
   /** Every delivery attempt so far (tests poll it). */
   deliveries: readonly Delivery[];
@@ -156,6 +160,20 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
     secrets.set(created.id, secret);
     return secret;
   });
+  const eventDestinationSecrets = (options.eventDestinations ?? []).map((destination) => {
+    const secret = destination.secret ?? newWebhookSecret();
+    const created = store.put<EventDestination>({
+      id: newId('ed_test', 44),
+      object: 'v2.core.event_destination',
+      enabled_events: destination.enabledEvents,
+      event_payload: 'thin',
+      status: 'enabled',
+      type: 'webhook_endpoint',
+      webhook_endpoint: { url: destination.url },
+    });
+    secrets.set(created.id, secret);
+    return secret;
+  });
   options.log.info({ url: baseUrl }, 'Stripe emulator (local stand-in) started');
 
   return {
@@ -164,6 +182,7 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
     secretKey,
     publishableKey,
     webhookSecrets,
+    eventDestinationSecrets,
     apiVersion: EMULATOR_API_VERSION,
     deliveries: webhooks.deliveries,
     stop: async () => {
@@ -178,6 +197,8 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
 function eventRoutes(secrets: Map<string, string>): Route[] {
   return [
     retrieveRoute('/v1/events/:id', 'event'),
+    // https://docs.stripe.com/api/v2/core/events/retrieve: a thin event with its data.
+    retrieveRoute('/v2/core/events/:id', 'v2.core.event'),
     listRoute<EmulatedEvent>('/v1/events', 'event', { type: (e, v) => e.type === v, types: (e, v) => v.includes(e.type) }),
     {
       method: 'POST',

@@ -51,7 +51,32 @@ export class WebhookSender {
         type,
       }),
     );
-    for (const endpoint of endpoints) this.deliver(event, endpoint, 1);
+    const message = { id: event.id, type, payload: JSON.stringify(event, null, 2), delivered: () => (event.pending_webhooks = Math.max(0, event.pending_webhooks - 1)) };
+    for (const endpoint of endpoints) this.deliver(message, endpoint, 1);
+    return event;
+  }
+
+  /**
+   * A thin event (https://docs.stripe.com/event-destinations#events-overview): a v2 event, kept for
+   * `GET /v2/core/events/:id` with its `data`, and its notification (id, type, related object, no
+   * data) POSTed to every event destination whose payload style is thin and that enabled its type,
+   * signed as webhooks are (stripe-node's `parseEventNotification` checks it the same way).
+   */
+  emitThin(type: string, relatedObject: { id: string; type: string; url: string }, data: Record<string, unknown>, customer?: string): ThinEvent {
+    const destinations = this.store.all<EventDestination>('v2.core.event_destination', (destination) => destination.status === 'enabled' && destination.enabled_events.includes(type));
+    const notification = {
+      id: newId('evt_test', 44),
+      object: 'v2.core.event' as const,
+      type,
+      created: new Date(this.store.now(customer) * 1000).toISOString(),
+      livemode: false,
+      context: null,
+      reason: null,
+      related_object: relatedObject,
+    };
+    const event = this.store.put({ ...notification, data });
+    const message = { id: notification.id, type, payload: JSON.stringify(notification, null, 2) };
+    for (const destination of destinations) this.deliver(message, { id: destination.id, url: destination.webhook_endpoint.url }, 1);
     return event;
   }
 
@@ -62,46 +87,74 @@ export class WebhookSender {
     this.pending.clear();
   }
 
-  private deliver(event: EmulatedEvent, endpoint: Stripe.WebhookEndpoint, attempt: number): void {
+  private deliver(message: Message, endpoint: { id: string; url: string }, attempt: number): void {
     if (this.stopped) return;
-    const payload = JSON.stringify(event, null, 2);
-    const header = signatureHeader(payload, this.options.secretOf(endpoint.id), Math.floor(Date.now() / 1000));
-    const record = (status: Delivery['status']) => this.deliveries.push({ event_id: event.id, type: event.type, endpoint: endpoint.id, attempt, status });
+    const header = signatureHeader(message.payload, this.options.secretOf(endpoint.id), Math.floor(Date.now() / 1000));
+    const record = (status: Delivery['status']) => this.deliveries.push({ event_id: message.id, type: message.type, endpoint: endpoint.id, attempt, status });
     fetch(endpoint.url, {
       method: 'POST',
       headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': header, 'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)' },
-      body: payload,
+      body: message.payload,
       signal: AbortSignal.timeout(10_000),
     })
       .then(async (response) => {
         await response.arrayBuffer().catch(() => undefined);
         record(response.status);
         if (response.ok) {
-          event.pending_webhooks = Math.max(0, event.pending_webhooks - 1);
+          message.delivered?.();
           return;
         }
-        this.retry(event, endpoint, attempt, `HTTP ${response.status}`);
+        this.retry(message, endpoint, attempt, `HTTP ${response.status}`);
       })
       .catch((error: unknown) => {
         record('network_error');
-        this.retry(event, endpoint, attempt, error instanceof Error ? error.message : String(error));
+        this.retry(message, endpoint, attempt, error instanceof Error ? error.message : String(error));
       });
   }
 
-  private retry(event: EmulatedEvent, endpoint: Stripe.WebhookEndpoint, attempt: number, reason: string): void {
+  private retry(message: Message, endpoint: { id: string; url: string }, attempt: number, reason: string): void {
     const delay = this.options.retryDelaysMs[attempt - 1];
     if (delay === undefined || this.stopped) {
-      this.options.log.warn({ event: event.id, type: event.type, url: endpoint.url, attempts: attempt, reason }, 'Stripe emulator: webhook not delivered, giving up');
+      this.options.log.warn({ event: message.id, type: message.type, url: endpoint.url, attempts: attempt, reason }, 'Stripe emulator: webhook not delivered, giving up');
       return;
     }
-    this.options.log.debug({ event: event.id, type: event.type, url: endpoint.url, attempt, reason }, 'Stripe emulator: webhook delivery failed, retrying');
+    this.options.log.debug({ event: message.id, type: message.type, url: endpoint.url, attempt, reason }, 'Stripe emulator: webhook delivery failed, retrying');
     const timer = setTimeout(() => {
       this.pending.delete(timer);
-      this.deliver(event, endpoint, attempt + 1);
+      this.deliver(message, endpoint, attempt + 1);
     }, delay);
     timer.unref();
     this.pending.add(timer);
   }
+}
+
+/** One event's delivery payload, the same for each attempt (each signed anew). */
+interface Message {
+  id: string;
+  type: string;
+  payload: string;
+  delivered?: () => void;
+}
+
+/** A v2 event as `GET /v2/core/events/:id` answers it (the thin notification plus its data). */
+export interface ThinEvent {
+  id: string;
+  object: 'v2.core.event';
+  type: string;
+  created: string;
+  related_object: { id: string; type: string; url: string };
+  data: Record<string, unknown>;
+}
+
+/** An event destination (https://docs.stripe.com/api/v2/core/event_destinations) of type webhook_endpoint. */
+export interface EventDestination {
+  id: string;
+  object: 'v2.core.event_destination';
+  enabled_events: string[];
+  event_payload: 'thin' | 'snapshot';
+  status: 'enabled' | 'disabled';
+  type: 'webhook_endpoint';
+  webhook_endpoint: { url: string };
 }
 
 function subscribes(endpoint: Stripe.WebhookEndpoint, type: string): boolean {

@@ -31,11 +31,11 @@ import { UsageRecorder } from './inference/usage.ts';
 import { USAGE_JOURNAL_KEY_PURPOSE, UsageJournal } from './inference/usage-journal.ts';
 import { KeyLimiter } from './inference/key-limiter.ts';
 import { GpuMeter, meterGpuSecondsJob } from './billing/gpu-metering.ts';
-import { StripePaymentProcessor } from './adapters/stripe.ts';
+import { paymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
 import { BillingWebhooks, billingEventJob } from './billing/billing-webhooks.ts';
-import type { PaymentProcessor } from './billing/payment-processor.ts';
 import { reportUsageJob, UsageReporter } from './billing/usage-reporting.ts';
+import { reconcileUsageJob, UsageReconciler } from './billing/usage-reconciliation.ts';
 import { maintainUsagePartitionsJob } from './billing/usage-partitions.ts';
 import { compactUsageRollupsJob } from './billing/usage-rollups.ts';
 import { SpendingAlerts, spendingAlertsJob } from './billing/spending-alerts.ts';
@@ -101,6 +101,7 @@ export function createContainer(deps: ContainerDeps) {
   const spendingAlerts = new SpendingAlerts({ db, outbox, billingPageUrl: `${config.webAppUrl}/settings/billing` });
   // Without a processor (none configured), usage waits in Postgres unreported.
   const usageReporter = processor ? new UsageReporter(db, processor) : undefined;
+  const usageReconciler = processor ? new UsageReconciler(db, processor) : undefined;
   const eventStreams = new DeploymentEventStreams({ db, log: deps.log, heartbeatMs: config.eventStreamHeartbeatMs, limits: config.eventStreamLimits });
   const webhooks = new WebhooksService({ db, boss, keyring, settings: config.webhooks });
   const webhookDeliverer = new WebhookDeliverer({ db, keyring, outbox, settings: config.webhooks, webAppUrl: config.webAppUrl, metrics });
@@ -135,22 +136,12 @@ export function createContainer(deps: ContainerDeps) {
     billingWebhooks,
     spendingAlerts,
     usageReporter,
+    usageReconciler,
     eventStreams,
     webhooks,
     webhookDeliverer,
     webhookDispatcher,
   };
-}
-
-/**
- * The payment processor: Stripe through its SDK when `STRIPE_SECRET_KEY` is set (`STRIPE_API_URL`,
- * or the emulator `make run` and the tests start, point the SDK elsewhere); none otherwise, and the
- * billing routes that need one answer 501.
- */
-function paymentProcessor(config: Config): PaymentProcessor | undefined {
-  const { secretKey, webhookSecret, eventDestinationSecret, apiUrl } = config.stripe;
-  if (!secretKey || !webhookSecret) return undefined;
-  return new StripePaymentProcessor({ secretKey, webhookSecret, eventDestinationSecret, apiUrl });
 }
 
 export type Container = ReturnType<typeof createContainer>;
@@ -166,6 +157,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     billingEventJob(c.billingWebhooks),
     spendingAlertsJob(c.spendingAlerts),
     ...(c.usageReporter ? [reportUsageJob(c.usageReporter)] : []),
+    ...(c.usageReconciler ? [reconcileUsageJob(c.usageReconciler)] : []),
     deliverWebhookJob(c.webhookDeliverer, c.config.webhooks),
     pruneWebhookDeliveriesJob(c.db),
     pruneEndedSessionsJob(c.sessions),

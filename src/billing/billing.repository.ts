@@ -36,13 +36,14 @@ export async function upsertPrice(db: Db, dimensions: ServiceDimensions, unitAmo
 
 /**
  * Gives each service a cluster's instances sell on 1, 2, 4 or 8 GPUs (what instance selection
- * allocates) a price row at its list price, keeping the prices already set.
+ * allocates) a price row at its list price, keeping the prices already set. Prices are in US dollars
+ * only (the meters report dollars): a list price in another currency gets no price row.
  */
 export async function addClusterGpuPrices(db: Db, clusterId: string): Promise<void> {
   await db.raw(
     `insert into prices (provider, region, resource_kind, instance_type, gpu_type, gpu_count, unit_amount_decimal, currency)
      select provider, region, resource_kind, instance_type, gpu_type, gpu_count_text, list_unit_amount, currency
-     from gpu_services where cluster_id = ? and gpu_count in (1, 2, 4, 8)
+     from gpu_services where cluster_id = ? and gpu_count in (1, 2, 4, 8) and currency = 'usd'
      on conflict (service_key) do nothing`,
     [clusterId],
   );

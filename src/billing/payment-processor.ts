@@ -194,6 +194,8 @@ export interface PaymentProcessor {
   reportMeterEvent(input: MeterEventInput): Promise<'accepted' | 'duplicate'>;
   /** The meter's total for a customer over [start, end), minute-aligned (the processor's summary). */
   meterTotal(input: MeterTotalInput): Promise<number>;
+  /** The meter's totals for a customer per day (UTC) over [start, end), day-aligned: day start (ms) → total; days with none left out. */
+  meterDailyTotals(input: MeterTotalInput): Promise<Map<number, number>>;
   /** Checks the signature of a webhook on its raw body; throws `WebhookSignatureError` when it does not hold. */
   verifyWebhook(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
   /**

@@ -6,6 +6,7 @@ import { addedMember } from '../factories/organizations.ts';
 import { APP_ORIGIN, startTestApp, type TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';
+import { operatorCliIn } from '../helpers/operator-cli.ts';
 import { createLogger } from '../../src/logger.ts';
 
 /**
@@ -325,6 +326,19 @@ describe('meter errors (issue 33 item 3)', () => {
       expect(await response.json()).toEqual({ received: true });
     }
     expect(await app.db('billing_webhook_events').where({ id: notification.id })).toHaveLength(1);
+  });
+});
+
+describe('billing reconcile (the operator CLI)', () => {
+  it('compares with the processor and lists the open differences; needs a processor, and a note to resolve one', async () => {
+    const stripeEnv = Object.fromEntries(Object.entries(app.env).filter(([name]) => name.startsWith('STRIPE_')));
+    const settings = { NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET ?? '', DATABASE_URL: app.databaseUrl };
+    const listed = await operatorCliIn({ ...settings, ...stripeEnv }, 'billing', 'reconcile');
+    expect(listed).toMatchObject({ code: 0, stderr: '' });
+    expect(listed.stdout).toMatch(/^compared \d+ customer meters over the last 35 days: \d+ open differences/);
+    const noProcessor = await operatorCliIn(settings, 'billing', 'reconcile');
+    expect(noProcessor).toMatchObject({ code: 1, stderr: expect.stringMatching(/^no payment processor is configured/) });
+    expect(await operatorCliIn({ ...settings, ...stripeEnv }, 'billing', 'reconcile', '--resolve', '1')).toMatchObject({ code: 2, stderr: expect.stringMatching(/needs --note/) });
   });
 });
 

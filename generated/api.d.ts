@@ -3721,7 +3721,21 @@ export interface components {
          *       "due_date": null,
          *       "period_start": "2026-10-01T00:00:00Z",
          *       "period_end": "2026-11-01T00:00:00Z",
-         *       "created": "2026-11-01T00:00:05Z"
+         *       "created": "2026-11-01T00:00:05Z",
+         *       "number": "1A2B3C4D-0001",
+         *       "subtotal": 35757,
+         *       "tax": 0,
+         *       "total": 35757,
+         *       "lines": [
+         *         {
+         *           "description": "357566400 × GPU instance seconds",
+         *           "processor_price_id": "price_1Pgc6bB7WZ01zgkWnW3kYh0T",
+         *           "quantity": 357566400,
+         *           "amount": 35757,
+         *           "period_start": "2026-10-01T00:00:00Z",
+         *           "period_end": "2026-11-01T00:00:00Z"
+         *         }
+         *       ]
          *     }
          */
         Invoice: {
@@ -3771,6 +3785,46 @@ export interface components {
              * @description When the processor created the invoice.
              */
             created: string;
+            /** @description The invoice number the processor gave it when it was finalized (e.g. `1A2B3C4D-0001`); `null` for a draft, or an invoice not synced since the field came. */
+            number: string | null;
+            /**
+             * Format: int64
+             * @description Total of the lines before discounts and tax, in the smallest currency unit; `null` for an invoice not synced since the field came.
+             */
+            subtotal: number | null;
+            /**
+             * Format: int64
+             * @description Tax on the invoice, in the smallest currency unit; `null` for an invoice not synced since the field came.
+             */
+            tax: number | null;
+            /**
+             * Format: int64
+             * @description Total after discounts and tax, in the smallest currency unit; `null` for an invoice not synced since the field came.
+             */
+            total: number | null;
+            /** @description The invoice's lines: one per metered price (its meter's usage of the period, priced and rounded once), and any other item. */
+            lines: components["schemas"]["InvoiceLine"][];
+        };
+        /** @description One line of an invoice. Amounts are in the smallest currency unit. */
+        InvoiceLine: {
+            /** @description The processor's description of the line, e.g. `429921 × GPU instance seconds`. */
+            description: string | null;
+            /** @description The price the line charges (Stripe `price_…`); `null` for an item without one. */
+            processor_price_id: string | null;
+            /**
+             * Format: int64
+             * @description Units charged: for a metered price, the meter's total of the period (millionths of a dollar).
+             */
+            quantity: number | null;
+            /**
+             * Format: int64
+             * @description The line's amount.
+             */
+            amount: number;
+            /** Format: date-time */
+            period_start: string;
+            /** Format: date-time */
+            period_end: string;
         };
         /**
          * @description Answer of sign-out.
@@ -6973,7 +7027,21 @@ export interface operations {
                      *         "due_date": null,
                      *         "period_start": "2026-11-01T00:00:00Z",
                      *         "period_end": "2026-12-01T00:00:00Z",
-                     *         "created": "2026-11-20T09:30:00Z"
+                     *         "created": "2026-11-20T09:30:00Z",
+                     *         "number": null,
+                     *         "subtotal": 12480,
+                     *         "tax": 0,
+                     *         "total": 12480,
+                     *         "lines": [
+                     *           {
+                     *             "description": "124800000 × GPU instance seconds",
+                     *             "processor_price_id": "price_1Pgc6bB7WZ01zgkWnW3kYh0T",
+                     *             "quantity": 124800000,
+                     *             "amount": 12480,
+                     *             "period_start": "2026-11-01T00:00:00Z",
+                     *             "period_end": "2026-12-01T00:00:00Z"
+                     *           }
+                     *         ]
                      *       },
                      *       {
                      *         "processor_invoice_id": "in_1Pgc6tB7WZ01zgkWu9fdqL6I",
@@ -6987,7 +7055,21 @@ export interface operations {
                      *         "due_date": null,
                      *         "period_start": "2026-10-01T00:00:00Z",
                      *         "period_end": "2026-11-01T00:00:00Z",
-                     *         "created": "2026-11-01T00:00:05Z"
+                     *         "created": "2026-11-01T00:00:05Z",
+                     *         "number": "1A2B3C4D-0001",
+                     *         "subtotal": 35757,
+                     *         "tax": 0,
+                     *         "total": 35757,
+                     *         "lines": [
+                     *           {
+                     *             "description": "357566400 × GPU instance seconds",
+                     *             "processor_price_id": "price_1Pgc6bB7WZ01zgkWnW3kYh0T",
+                     *             "quantity": 357566400,
+                     *             "amount": 35757,
+                     *             "period_start": "2026-10-01T00:00:00Z",
+                     *             "period_end": "2026-11-01T00:00:00Z"
+                     *           }
+                     *         ]
                      *       }
                      *     ]
                      */

@@ -173,12 +173,20 @@ export class StripePaymentProcessor implements PaymentProcessor {
   listInvoices(customerId: string, options: { limit?: number; startingAfter?: string } = {}): Promise<{ invoices: ProcessorInvoice[]; hasMore: boolean }> {
     return call(async () => {
       const page = await this.stripe.invoices.list({ customer: customerId, limit: options.limit ?? 100, starting_after: options.startingAfter });
-      return { invoices: page.data.map(toInvoice), hasMore: page.has_more };
+      return { invoices: await Promise.all(page.data.map(async (invoice) => toInvoice(await this.withAllLines(invoice)))), hasMore: page.has_more };
     });
   }
 
   getInvoice(invoiceId: string): Promise<ProcessorInvoice> {
-    return call(async () => toInvoice(await this.stripe.invoices.retrieve(invoiceId)));
+    return call(async () => toInvoice(await this.withAllLines(await this.stripe.invoices.retrieve(invoiceId))));
+  }
+
+  /** The invoice with every line: an invoice object carries its first page of lines (10). */
+  private async withAllLines(invoice: Stripe.Invoice): Promise<Stripe.Invoice> {
+    if (!invoice.lines.has_more || !invoice.id) return invoice;
+    const lines: Stripe.InvoiceLineItem[] = [];
+    for await (const line of this.stripe.invoices.listLineItems(invoice.id, { limit: 100 })) lines.push(line);
+    return { ...invoice, lines: { ...invoice.lines, data: lines, has_more: false } };
   }
 
   createPortalSession(input: { customerId: string; returnUrl: string }): Promise<{ url: string }> {
@@ -446,6 +454,18 @@ function toInvoice(invoice: Stripe.Invoice): ProcessorInvoice {
     periodStart: date(invoice.period_start),
     periodEnd: date(invoice.period_end),
     created: date(invoice.created),
+    number: invoice.number ?? null,
+    subtotal: invoice.subtotal,
+    tax: invoice.total - (invoice.total_excluding_tax ?? invoice.total),
+    total: invoice.total,
+    lines: invoice.lines.data.map((line) => ({
+      description: line.description ?? null,
+      priceId: idOf(line.pricing?.price_details?.price) ?? null,
+      quantity: line.quantity ?? null,
+      amount: line.amount,
+      periodStart: date(line.period.start),
+      periodEnd: date(line.period.end),
+    })),
   };
 }
 

@@ -299,5 +299,13 @@ function toInvoice(row: InvoiceRow): Schemas['Invoice'] {
     period_start: row.period_start.toISOString(),
     period_end: row.period_end.toISOString(),
     created: row.created.toISOString(),
+    number: row.number,
+    subtotal: nullableNumber(row.subtotal),
+    tax: nullableNumber(row.tax),
+    total: nullableNumber(row.total),
+    lines: row.lines,
   };
 }
+
+/** A bigint column (a string from Postgres) as a number; null stays null. */
+const nullableNumber = (value: string | number | null): number | null => (value === null ? null : Number(value));

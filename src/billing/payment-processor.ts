@@ -79,6 +79,23 @@ export interface ProcessorInvoice {
   periodStart: Date;
   periodEnd: Date;
   created: Date;
+  /** Set when the invoice is finalized. */
+  number: string | null;
+  subtotal: number;
+  /** The taxes on it (its total less its total before tax). */
+  tax: number;
+  total: number;
+  lines: ProcessorInvoiceLine[];
+}
+
+/** One line of an invoice: a metered price's usage of its period, or another item. */
+export interface ProcessorInvoiceLine {
+  description: string | null;
+  priceId: string | null;
+  quantity: number | null;
+  amount: number;
+  periodStart: Date;
+  periodEnd: Date;
 }
 
 export interface ProcessorSetupIntent {

@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
 import { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { BillingWebhookEventRow } from '../db/models/billing-webhook-events.ts';
-import { InvoiceRow } from '../db/models/invoices.ts';
-import type { ProcessorEvent, ProcessorInvoice, ProcessorSubscription } from './payment-processor.ts';
+import { InvoiceRow, type InvoiceLine } from '../db/models/invoices.ts';
+import type { PaymentProcessor, ProcessorEvent, ProcessorInvoice, ProcessorSubscription } from './payment-processor.ts';
 
 /** The payment processor's state as the service keeps it: billing accounts' processor columns, invoices, webhook events. */
 type Db = Knex | Knex.Transaction;
@@ -55,10 +55,43 @@ export async function upsertInvoice(db: Db, accountId: number, invoice: Processo
       period_start: invoice.periodStart,
       period_end: invoice.periodEnd,
       created: invoice.created,
+      number: invoice.number,
+      subtotal: invoice.subtotal,
+      tax: invoice.tax,
+      total: invoice.total,
+      lines: JSON.stringify(
+        invoice.lines.map((line) => ({
+          description: line.description,
+          processor_price_id: line.priceId,
+          quantity: line.quantity,
+          amount: line.amount,
+          period_start: line.periodStart.toISOString(),
+          period_end: line.periodEnd.toISOString(),
+        })),
+      ) as unknown as InvoiceLine[],
       synced_at: new Date(),
     })
     .onConflict('processor_invoice_id')
     .merge();
+}
+
+/**
+ * Backfills the account's invoices from the processor's list (every page), not only from webhooks:
+ * each of its customer's invoices is written as the processor has it. The number written.
+ */
+export async function backfillInvoices(db: Db, processor: PaymentProcessor, account: { id: number; processor_customer_id: string }): Promise<number> {
+  let written = 0;
+  let startingAfter: string | undefined;
+  for (;;) {
+    const page = await processor.listInvoices(account.processor_customer_id, { limit: 100, startingAfter });
+    for (const invoice of page.invoices) {
+      if (invoice.customerId !== account.processor_customer_id) continue;
+      await upsertInvoice(db, account.id, invoice);
+      written++;
+    }
+    if (!page.hasMore || !page.invoices.length) return written;
+    startingAfter = page.invoices.at(-1)?.id;
+  }
 }
 
 /** The account's 100 most recent invoices, newest first. */

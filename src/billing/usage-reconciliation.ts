@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { JobDefinition } from '../jobs/queue.ts';
 import { installationId } from './installation.ts';
+import { backfillInvoices, findAccountByCustomer } from './processor-state.repository.ts';
 import type { MeterName, PaymentProcessor, ProcessorMeterPrice } from './payment-processor.ts';
 import { METER_PRICES } from './usage-reporting.ts';
 
@@ -54,7 +55,8 @@ export class CorrectionNotBuilt extends Error {
  * the processor refused later, plus corrections sent) against the processor's meter event summary
  * of that day. Each day that differs is recorded (`usage_differences`, one open per customer,
  * meter and day, its figures updated on each run) and alerted; an open one whose figures agree
- * again is resolved `matched`. A daily job runs it; `billing reconcile` runs it at once.
+ * again is resolved `matched`. Each customer's invoices are backfilled from the processor's list on
+ * the way. A daily job runs it; `billing reconcile` runs it at once.
  *
  * The correction rule (`correct`): a day the processor counted less than we reported, in a period
  * whose invoice is not finalized yet (the account's current period, or the one before it within
@@ -79,11 +81,18 @@ export class UsageReconciler {
     const meters = await this.#processor.ensureMeterPrices(METER_PRICES);
     const ours = await this.#ourDailyTotals(start, end);
     const outcome: ReconcileOutcome = { compared: 0, differences: 0, matched: 0 };
+    const backfilled = new Set<string>();
     for (const [key, days] of ours) {
       const [organizationId, customerId, meter] = key.split('\t') as [string, string, MeterName];
       const meterId = meterIdOf(meters, meter);
       const theirs = await this.#processor.meterDailyTotals({ meterId, customerId, start, end });
       outcome.compared++;
+      // Invoices from the processor's list too, not only from webhooks (one lost leaves no gap).
+      if (!backfilled.has(customerId)) {
+        backfilled.add(customerId);
+        const account = await findAccountByCustomer(this.#db, customerId);
+        if (account?.processor_customer_id) await backfillInvoices(this.#db, this.#processor, { id: account.id, processor_customer_id: account.processor_customer_id });
+      }
       for (const day of new Set([...days.keys(), ...theirs.keys()])) {
         const reported = days.get(day) ?? 0n;
         const atProcessor = BigInt(theirs.get(day) ?? 0);

@@ -14,7 +14,11 @@
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
 import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts';
-import { findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
+import { findBillingAccount, findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
+import { formatCents } from '../billing/money.ts';
+import type { PaymentProcessor } from '../billing/payment-processor.ts';
+import { backfillInvoices, listInvoicesOf } from '../billing/processor-state.repository.ts';
+import { usageSummary } from '../billing/usage-summary.ts';
 import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../billing/service-keys.ts';
 import { paymentProcessor } from '../adapters/stripe.ts';
 import { INFERENCE_MODEL_TYPES, type InferenceModelType } from '../adapters/xinference.ts';
@@ -71,6 +75,9 @@ Commands:
                                  amount the processor misses in a period not invoiced yet is sent as a meter event
   billing reconcile --resolve ID --note TEXT
                                  record that a difference was settled outside the service (a credit note)
+  billing invoices --organization ID
+                                 an organization's invoices (synced from the processor's list first) beside
+                                 its usage: the current period's meter lines, open anomalies and differences
   help, --help, -h               this text
 
 Flags:
@@ -94,6 +101,7 @@ const COMMANDS = new Set([
   'prices list',
   'prices set',
   'billing reconcile',
+  'billing invoices',
 ]);
 
 const OPTIONS = {
@@ -138,7 +146,7 @@ export function parseOperatorArgs(argv: string[]) {
 
 export async function runOperatorCommand(
   argv: string[],
-  deps: { db: Knex; clusters: ClustersService; reconciler?: UsageReconciler; env?: NodeJS.ProcessEnv },
+  deps: { db: Knex; clusters: ClustersService; processor?: PaymentProcessor; reconciler?: UsageReconciler; env?: NodeJS.ProcessEnv },
 ): Promise<string> {
   const { help, values, positionals } = parseOperatorArgs(argv);
   if (help) return USAGE.trimEnd();
@@ -226,6 +234,8 @@ export async function runOperatorCommand(
     }
     case 'billing reconcile':
       return billingReconcile(values, deps.reconciler);
+    case 'billing invoices':
+      return billingInvoices(deps.db, values.organization, deps.processor);
     default:
       throw new UsageError(`unknown command "${area} ${action}"`, { showUsage: true });
   }
@@ -254,6 +264,36 @@ async function billingReconcile(values: ReturnType<typeof parseOperatorArgs>['va
   );
   const header = ['id', 'organization', 'customer', 'meter', 'day', 'reported', 'at_processor', 'processor_minus_reported'].join('\t');
   return [`compared ${outcome.compared} customer meters over the last 35 days: ${open.length} open differences (millionths of a dollar)`, ...(open.length ? [header, ...lines] : [])].join('\n');
+}
+
+/**
+ * `billing invoices`: the organization's invoices, backfilled from the processor's list when there is
+ * one, each with its lines, beside its usage of the current period (the usage summary's meter lines)
+ * and what is open about it (anomalies, differences with the processor).
+ */
+async function billingInvoices(db: Knex, organization: string | undefined, processor: PaymentProcessor | undefined): Promise<string> {
+  const organizationId = Number(organization);
+  if (!organization || !Number.isInteger(organizationId)) throw new UsageError('--organization is required: an organization id');
+  const account = await findBillingAccount(db, organizationId);
+  if (!account) throw new Error(`organization ${organizationId} has no billing account`);
+  const synced =
+    processor && account.processor_customer_id
+      ? `${await backfillInvoices(db, processor, { id: account.id, processor_customer_id: account.processor_customer_id })} synced from the processor`
+      : 'not synced: no payment processor configured, or no customer';
+  const invoices = await listInvoicesOf(db, account.id);
+  const summary = await usageSummary(db, organizationId);
+  const [differences] = await db('usage_differences').where({ organization_id: organizationId }).whereNull('resolved_at').count({ n: '*' });
+  const money = (cents: string | number | null) => (cents === null ? '-' : `${formatCents(BigInt(cents))} ${account.currency}`);
+  return [
+    `organization ${organizationId}, customer ${account.processor_customer_id ?? '-'}: ${invoices.length} invoices (${synced})`,
+    ...invoices.flatMap((invoice) => [
+      [invoice.number ?? invoice.processor_invoice_id, invoice.status, `${invoice.period_start.toISOString()} – ${invoice.period_end.toISOString()}`, `subtotal ${money(invoice.subtotal)}`, `tax ${money(invoice.tax)}`, `total ${money(invoice.total)}`, `paid ${money(invoice.amount_paid)}`].join('\t'),
+      ...invoice.lines.map((line) => `  ${line.description ?? line.processor_price_id ?? 'item'}\t${money(line.amount)}`),
+    ]),
+    `current period ${summary.period_start} – ${summary.period_end}: estimated ${summary.estimated_total} ${summary.estimated_total_currency}`,
+    ...summary.meter_totals.map((line) => `  ${line.meter}\t${line.estimated_amount} ${line.estimated_amount_currency}`),
+    `open anomalies ${summary.open_anomalies}, open differences with the processor ${Number(differences?.n ?? 0)} (billing reconcile)`,
+  ].join('\n');
 }
 
 /** The checked dimensions and amount of `prices set`; a malformed one is a usage error saying what is wrong. */
@@ -344,7 +384,7 @@ async function main(argv: string[]): Promise<number> {
     const clusters = new ClustersService({ db, keyring: new Keyring(config.appSecret), log, engineTimeoutSeconds: config.engineTimeoutSeconds });
     const processor = paymentProcessor(config);
     const reconciler = processor ? new UsageReconciler(db, processor) : undefined;
-    process.stdout.write(`${await runOperatorCommand(argv, { db, clusters, reconciler })}\n`);
+    process.stdout.write(`${await runOperatorCommand(argv, { db, clusters, processor, reconciler })}\n`);
     return 0;
   } catch (error) {
     if (error instanceof UsageError) {

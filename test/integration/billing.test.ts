@@ -200,6 +200,29 @@ describe('invoices and webhooks', () => {
     expect(latest).toMatchObject({ collection_method: 'charge_automatically', currency: 'usd', hosted_invoice_url: expect.stringMatching(/^http/), invoice_pdf: expect.stringMatching(/^http/) });
   });
 
+  it('keeps each invoice’s number, lines, subtotal, tax and total, and backfills lost ones from the processor’s list (billing invoices)', async () => {
+    await webhooksSettled();
+    const customerId = (await account(owner.api))?.processor_customer_id ?? '';
+    const atStripe = (await stripe.invoices.list({ customer: customerId })).data;
+    const listed = await invoices(owner.api);
+    expect(listed.map((invoice) => [invoice.processor_invoice_id, invoice.number, invoice.subtotal, invoice.tax, invoice.total, invoice.lines.map((line) => line.amount)])).toEqual(
+      atStripe.map((invoice) => [invoice.id, invoice.number, invoice.subtotal, invoice.total - (invoice.total_excluding_tax ?? invoice.total), invoice.total, invoice.lines.data.map((line) => line.amount)]),
+    );
+    expect(listed[0]?.lines).toEqual([
+      expect.objectContaining({ processor_price_id: expect.stringMatching(/^price_/), quantity: expect.any(Number), period_start: listed[0]?.period_start, period_end: listed[0]?.period_end }),
+      expect.objectContaining({ processor_price_id: expect.stringMatching(/^price_/) }),
+    ]);
+    // The webhooks lost: the operator's view brings the invoices back from the processor's list.
+    const { id: accountId, organization_id: organizationId } = await app.db('billing_accounts').where({ processor_customer_id: customerId }).first();
+    await app.db('invoices').where({ billing_account_id: accountId }).delete();
+    const stripeEnv = Object.fromEntries(Object.entries(app.env).filter(([name]) => name.startsWith('STRIPE_')));
+    const view = await operatorCliIn({ NODE_ENV: 'test', APP_SECRET: app.env.APP_SECRET ?? '', DATABASE_URL: app.databaseUrl, ...stripeEnv }, 'billing', 'invoices', '--organization', String(organizationId));
+    expect(view).toMatchObject({ code: 0, stderr: '' });
+    expect(view.stdout).toContain(`${atStripe.length} invoices (${atStripe.length} synced from the processor)`);
+    expect(view.stdout).toMatch(/current period .*: estimated \d+\.\d{2} usd/);
+    expect(await invoices(owner.api)).toEqual(listed);
+  });
+
   const post = (payload: string, signature: string) =>
     fetch(`${app.url}/v1/billing/webhook`, { method: 'POST', headers: { 'content-type': 'application/json', 'stripe-signature': signature }, body: payload });
   const signed = (payload: string, timestamp?: number) => stripe.webhooks.generateTestHeaderString({ payload, secret: app.env.STRIPE_WEBHOOK_SECRET ?? '', timestamp });

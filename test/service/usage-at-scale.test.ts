@@ -79,7 +79,8 @@ async function rawUsageTotals(organizationId: number, period: Period, now: Date)
      select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
             p.gpu_type, p.gpu_count, p.currency, sum(used.quantity)::text as total_quantity,
             trim_scale(p.unit_amount_decimal)::text as unit_amount_decimal,
-            round(sum(used.quantity) * p.unit_amount_decimal, 2)::text as estimated_amount
+            round(sum(used.quantity) * p.unit_amount_decimal, 2)::text as estimated_amount,
+            (sum(used.quantity) * p.unit_amount_decimal)::text as exact_amount
      from used join prices p using (service_key)
      group by p.id
      order by p.meter, p.service_key`,

@@ -18,5 +18,20 @@ export class InvoiceRow extends BaseModel {
   declare period_start: Date;
   declare period_end: Date;
   declare created: Date;
+  declare number: string | null;
+  declare subtotal: string | number | null;
+  declare tax: string | number | null;
+  declare total: string | number | null;
+  declare lines: InvoiceLine[];
   declare synced_at: Date;
+}
+
+/** One line of an invoice as stored (`invoices.lines`). */
+export interface InvoiceLine {
+  description: string | null;
+  processor_price_id: string | null;
+  quantity: number | null;
+  amount: number;
+  period_start: string;
+  period_end: string;
 }

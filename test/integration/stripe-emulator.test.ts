@@ -234,6 +234,24 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     expect(summaries.data.reduce((sum, summary) => sum + Number(summary.aggregated_value), 0)).toBe(14);
   });
 
+  it('cancels a meter event by its identifier with a meter event adjustment within 24 hours of receiving it, and not after', async () => {
+    const { clock, customer, start } = await subscribed('adjustment', 'pm_card_visa');
+    const [gpu] = await processor().ensureMeterPrices(PRICES);
+    const report = (identifier: string, timestamp: number) =>
+      stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', identifier, timestamp, payload: { stripe_customer_id: customer.id, value: '5' } });
+    const cancel = (identifier: string) => stripe.billing.meterEventAdjustments.create({ event_name: 'gpu_instance_seconds', type: 'cancel', cancel: { identifier } });
+    await report(`early-${run}`, start + 60);
+    await report(`kept-${run}`, start + 120);
+    await advance(clock, start + 86_400 + 60);
+    await report(`late-${run}`, start + 86_400);
+    expect(await cancel(`late-${run}`)).toMatchObject({ object: 'billing.meter_event_adjustment', status: 'pending', cancel: { identifier: `late-${run}` } });
+    // Received over 24 hours ago: no longer cancelled.
+    await cancel(`early-${run}`);
+    const day = Math.floor(start / 86_400) * 86_400;
+    const summaries = await stripe.billing.meters.listEventSummaries(gpu?.meterId ?? '', { customer: customer.id, start_time: day, end_time: day + 3 * 86_400 });
+    expect(summaries.data.reduce((sum, summary) => sum + Number(summary.aggregated_value), 0)).toBe(10);
+  });
+
   it('refuses a portal session until a configuration exists, as Stripe does on a fresh account; the processor creates one, once', async () => {
     const customer = await newCustomer('portal');
     await expect(stripe.billingPortal.sessions.create({ customer: customer.id })).rejects.toMatchObject({

@@ -138,6 +138,29 @@ export const catalogRoutes: Route[] = [
     },
   },
   {
+    // https://docs.stripe.com/api/billing/meter-event-adjustment/create: `type: cancel` cancels an
+    // event by its identifier, "within 24 hours of Stripe receiving" it
+    // (https://docs.stripe.com/billing/subscriptions/usage-based/recording-usage-api#cancel-events);
+    // Stripe applies it asynchronously (`status: pending`), and one it cannot apply changes nothing.
+    method: 'POST',
+    path: '/v1/billing/meter_event_adjustments',
+    params: ['event_name', 'type', 'cancel'],
+    required: ['event_name'],
+    handle(ctx, params) {
+      const eventName = requiredStr(params, 'event_name');
+      const type = str(params, 'type') ?? 'cancel';
+      if (type !== 'cancel') throw invalidRequest('Invalid type: must be cancel', { param: 'type' });
+      const identifier = record(params, 'cancel')?.identifier;
+      if (typeof identifier !== 'string' || !identifier) throw missingParam('cancel[identifier]');
+      const index = ctx.store.meterEvents.findLastIndex((event) => event.event_name === eventName && event.identifier === identifier);
+      const event = ctx.store.meterEvents[index];
+      const meter = ctx.store.all<Stripe.Billing.Meter>('billing.meter', (m) => m.event_name === eventName)[0];
+      const customer = event && meter ? event.payload[meter.customer_mapping.event_payload_key] : undefined;
+      if (event && ctx.store.now(customer) - event.created < 86_400) ctx.store.meterEvents.splice(index, 1);
+      return { object: 'billing.meter_event_adjustment', cancel: { identifier }, event_name: eventName, livemode: false, status: 'pending', type: 'cancel' };
+    },
+  },
+  {
     method: 'GET',
     path: '/v1/billing/meters/:id/event_summaries',
     params: [...LIST_PARAMS, 'customer', 'start_time', 'end_time', 'value_grouping_window'],

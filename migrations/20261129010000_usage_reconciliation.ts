@@ -6,8 +6,10 @@ import type { Knex } from 'knex';
  *   summary differs from the values of the reports marked counted (and corrections sent); found by
  *   the daily `reconcile-usage` job, shown and fixed by the operator's `billing reconcile`. One open
  *   per customer, meter and day; resolved when the figures agree again or by the operator.
- * - `usage_corrections`: meter events an operator's fix sent for a difference (what was missing),
- *   under their own identifiers; reconciliation counts them as reported.
+ * - `usage_corrections`: what an operator's fix sent for a difference, by the written rule: a meter
+ *   event (what a period not invoiced yet misses), an invoice item on the next invoice (what an
+ *   invoiced period missed) or a credit note (what an invoice charged too much); each under its
+ *   own identifier (the meter event's, or the idempotency key).
  * - `prices.currency` is `usd` only: every meter reports amounts in millionths of a US dollar into
  *   one USD price per meter, so a price in another currency would be invoiced as dollars. A second
  *   currency needs its own meters and prices and a subscription per currency (not built).
@@ -38,8 +40,11 @@ export async function up(knex: Knex): Promise<void> {
       customer_id text not null,
       meter text not null check (meter in ('gpu_instance_seconds', 'hosted_tokens')),
       day date not null,
+      kind text not null check (kind in ('meter_event', 'invoice_item', 'credit_note')),
       value bigint not null check (value <> 0),
+      amount_cents bigint,
       identifier text not null unique check (length(identifier) <= 100),
+      processor_object_id text,
       created_at timestamptz not null default now(),
       sent_at timestamptz
     );

@@ -345,6 +345,30 @@ export class StripePaymentProcessor implements PaymentProcessor {
     }
   }
 
+  createInvoiceItem(input: { customerId: string; subscriptionId: string | null; amountCents: number; currency: string; description: string; key: string }): Promise<{ id: string }> {
+    return call(async () => {
+      const item = await this.stripe.invoiceItems.create(
+        { customer: input.customerId, amount: input.amountCents, currency: input.currency, description: input.description, ...(input.subscriptionId ? { subscription: input.subscriptionId } : {}) },
+        { idempotencyKey: input.key },
+      );
+      return { id: item.id };
+    });
+  }
+
+  createCreditNote(input: { invoiceId: string; paid: boolean; amountCents: number; description: string; key: string }): Promise<{ id: string; number: string | null }> {
+    return call(async () => {
+      const note = await this.stripe.creditNotes.create(
+        {
+          invoice: input.invoiceId,
+          lines: [{ type: 'custom_line_item', description: input.description, quantity: 1, unit_amount: input.amountCents }],
+          ...(input.paid ? { credit_amount: input.amountCents } : {}),
+        },
+        { idempotencyKey: input.key },
+      );
+      return { id: note.id, number: note.number ?? null };
+    });
+  }
+
   async getMeterErrorReport(eventId: string): Promise<MeterErrorReport> {
     return call(async () => {
       const event = (await this.stripe.v2.core.events.retrieve(eventId)) as unknown as MeterErrorEvent;

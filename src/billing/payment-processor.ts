@@ -220,6 +220,13 @@ export interface PaymentProcessor {
    * and related object, no data) on its raw body; throws `WebhookSignatureError` when it does not hold.
    */
   verifyEventNotification(rawBody: Buffer | string, signatureHeader: string | undefined): ProcessorEvent;
+  /** A pending invoice item (an amount in cents) for the subscription's next invoice, created once per `key`. */
+  createInvoiceItem(input: { customerId: string; subscriptionId: string | null; amountCents: number; currency: string; description: string; key: string }): Promise<{ id: string }>;
+  /**
+   * A credit note (one custom line of `amountCents`) on a finalized invoice, created once per `key`;
+   * on a paid invoice the credit goes to the customer's balance (applied to the next invoice).
+   */
+  createCreditNote(input: { invoiceId: string; paid: boolean; amountCents: number; description: string; key: string }): Promise<{ id: string; number: string | null }>;
   /** The meter errors a `v1.billing.meter.error_report_triggered` event reports (fetched by its id). */
   getMeterErrorReport(eventId: string): Promise<MeterErrorReport>;
 }

@@ -42,11 +42,14 @@ export interface ReconcileOutcome {
   matched: number;
 }
 
-/** Why a difference cannot be fixed by the service (not built: a credit note), with what to do instead. */
-export class CorrectionNotBuilt extends Error {
-  constructor(message: string) {
-    super(`NOT_IMPLEMENTED: ${message}`);
-  }
+/** What a fix sent: a meter event, an invoice item or a credit note (`none`: under half a cent), under its identifier. */
+export interface Correction {
+  kind: 'meter_event' | 'invoice_item' | 'credit_note' | 'none';
+  /** The difference in millionths of a dollar (what the processor missed; negative: what it counted too much). */
+  value: bigint;
+  /** The amount of an invoice item or credit note, in cents (the difference rounded once, half up). */
+  amountCents?: bigint;
+  identifier: string;
 }
 
 /**
@@ -58,13 +61,15 @@ export class CorrectionNotBuilt extends Error {
  * again is resolved `matched`. Each customer's invoices are backfilled from the processor's list on
  * the way. A daily job runs it; `billing reconcile` runs it at once.
  *
- * The correction rule (`correct`): a day the processor counted less than we reported, in a period
- * whose invoice is not finalized yet (the account's current period, or the one before it within
- * an hour of its end), gets the missing amount as one meter event of its own stamped inside that
- * day (the last second of it, or now when that is earlier) under a correction identifier; Stripe
- * then invoices it with the rest of the period. A day the processor counted more, or one of a
- * period already invoiced, needs a credit note or an invoice item on the next invoice: not built
- * (the CLI answers NOT_IMPLEMENTED with the amount, and `--resolve` records what the operator did).
+ * The correction rule (`correct`), in millionths of a dollar rounded to cents once:
+ * - the processor counted less, in a period whose invoice is not finalized yet (the account's
+ *   current period, or the one before within an hour of its end): the missing amount as one meter
+ *   event stamped inside that day, which Stripe invoices with the rest of the period;
+ * - it counted less in a period already invoiced (or over 35 days ago): an invoice item of the
+ *   missing amount on the subscription's next invoice;
+ * - it counted more: a credit note of the surplus on the invoice of that day's period (to the
+ *   customer's balance once paid), once that invoice is finalized;
+ * - under half a cent: resolved, nothing sent.
  */
 export class UsageReconciler {
   readonly #db: Knex;
@@ -139,41 +144,75 @@ export class UsageReconciler {
   }
 
   /**
-   * Fixes one open difference by the rule above: sends the missing amount as a correction and
-   * resolves it. Throws CorrectionNotBuilt for what the rule leaves to a credit note.
+   * Fixes one open difference by the rule above, records what was sent (`usage_corrections`) and
+   * resolves it. Throws when the day's invoice is not finalized yet (a credit note needs one).
+   * `at` stands for now (the processor's time; tests on a test clock give theirs).
    */
-  async correct(differenceId: string): Promise<{ identifier: string; value: bigint }> {
+  async correct(differenceId: string, at = new Date()): Promise<Correction> {
     const [difference] = await this.#differences().where({ id: differenceId }).whereNull('resolved_at');
     if (!difference) throw new Error(`no open difference ${differenceId}`);
     const missing = BigInt(difference.reported) - BigInt(difference.at_processor);
     const day = new Date(`${difference.day}T00:00:00Z`);
-    if (missing < 0n) {
-      throw new CorrectionNotBuilt(
-        `the processor counted ${-missing} millionths of a dollar more than was reported for ${isoDay(day)}: a credit note (or a meter event adjustment within 24 hours of the surplus events) is needed; issue it in the Dashboard, then: billing reconcile --resolve ${differenceId} --note "…"`,
-      );
-    }
-    const account = await this.#db('billing_accounts').where({ organization_id: difference.organization_id }).first('current_period_start');
-    const now = Date.now();
+    const account = await this.#db('billing_accounts').where({ organization_id: difference.organization_id }).first('id', 'current_period_start', 'processor_subscription_id', 'currency');
+    const now = at.getTime();
     const periodStart = account?.current_period_start instanceof Date ? account.current_period_start.getTime() : undefined;
-    const invoiced = periodStart !== undefined && day.getTime() + DAY_MS <= periodStart && now >= periodStart + FINALIZATION_GRACE_MS;
-    if (invoiced || day.getTime() < now - (WINDOW_DAYS - 1) * DAY_MS) {
-      throw new CorrectionNotBuilt(
-        `${isoDay(day)} belongs to a period already invoiced (or older than the processor takes meter events): ${missing} millionths of a dollar need an invoice item on the next invoice; add it in the Dashboard, then: billing reconcile --resolve ${differenceId} --note "…"`,
-      );
+    const invoiced = (periodStart !== undefined && day.getTime() < periodStart && now >= periodStart + FINALIZATION_GRACE_MS) || day.getTime() < now - (WINDOW_DAYS - 1) * DAY_MS;
+    const cents = (micros: bigint) => (micros + 5_000n) / 10_000n;
+    const send = async (correction: Omit<Correction, 'identifier'>, sendIt: (identifier: string) => Promise<string>): Promise<Correction> => {
+      const identifier = `${await installationId(this.#db)}-correction-${randomUUID()}`;
+      const [row] = await this.#db('usage_corrections')
+        .insert({ difference_id: differenceId, organization_id: difference.organization_id, customer_id: difference.customer_id, meter: difference.meter, day: difference.day, kind: correction.kind, value: String(missing), amount_cents: correction.amountCents === undefined ? null : String(correction.amountCents), identifier })
+        .returning('id');
+      const objectId = await sendIt(identifier);
+      await this.#db.transaction(async (trx) => {
+        await trx('usage_corrections').where({ id: row.id }).update({ sent_at: trx.fn.now(), processor_object_id: objectId });
+        await trx('usage_differences').where({ id: differenceId }).update({ resolved_at: trx.fn.now(), resolution: `corrected: ${correction.kind} ${objectId} (${identifier})`.slice(0, 500) });
+      });
+      return { ...correction, identifier };
+    };
+    const description = (what: string) => `${what}: ${difference.meter} usage of ${difference.day} (reconciliation ${differenceId})`;
+
+    if (missing > 0n && !invoiced) {
+      // Inside the day and never ahead of now (the processor refuses events more than 5 minutes ahead), in the day's period.
+      const stamp = new Date(Math.min(day.getTime() + DAY_MS - 1000, now));
+      if (periodStart !== undefined && day.getTime() < periodStart && stamp.getTime() >= periodStart) stamp.setTime(periodStart - 1000);
+      return send({ kind: 'meter_event', value: missing }, async (identifier) => {
+        await this.#processor.reportMeterEvent({ meter: difference.meter, customerId: difference.customer_id, value: Number(missing), identifier, timestamp: stamp });
+        return identifier;
+      });
     }
-    // Inside the day and never ahead of now (the processor refuses events more than 5 minutes ahead).
-    const stamp = new Date(Math.min(day.getTime() + DAY_MS - 1000, now));
-    if (periodStart !== undefined && day.getTime() < periodStart && stamp.getTime() >= periodStart) stamp.setTime(periodStart - 1000);
-    const identifier = `${await installationId(this.#db)}-correction-${randomUUID()}`;
-    const [correction] = await this.#db('usage_corrections')
-      .insert({ difference_id: differenceId, organization_id: difference.organization_id, customer_id: difference.customer_id, meter: difference.meter, day: isoDay(day), value: String(missing), identifier })
-      .returning('id');
-    await this.#processor.reportMeterEvent({ meter: difference.meter, customerId: difference.customer_id, value: Number(missing), identifier, timestamp: stamp });
-    await this.#db.transaction(async (trx) => {
-      await trx('usage_corrections').where({ id: correction.id }).update({ sent_at: trx.fn.now() });
-      await trx('usage_differences').where({ id: differenceId }).update({ resolved_at: trx.fn.now(), resolution: `corrected: a meter event of ${missing} (${identifier})` });
+    const amountCents = cents(missing < 0n ? -missing : missing);
+    if (amountCents === 0n) {
+      await this.resolve(differenceId, `under half a cent (${missing} millionths of a dollar): nothing to charge or credit`);
+      return { kind: 'none', value: missing, identifier: '' };
+    }
+    if (missing > 0n) {
+      return send({ kind: 'invoice_item', value: missing, amountCents }, async (key) => {
+        const item = await this.#processor.createInvoiceItem({
+          customerId: difference.customer_id,
+          subscriptionId: account?.processor_subscription_id ?? null,
+          amountCents: Number(amountCents),
+          currency: account?.currency ?? 'usd',
+          description: description('Usage not invoiced'),
+          key,
+        });
+        return item.id;
+      });
+    }
+    const invoice = await this.#db('invoices')
+      .where({ billing_account_id: account?.id ?? 0 })
+      .where('period_start', '<=', day)
+      .where('period_end', '>', day)
+      .whereIn('status', ['open', 'paid'])
+      .orderBy('created', 'desc')
+      .first('processor_invoice_id', 'status');
+    if (!invoice) {
+      throw new Error(`the invoice of ${difference.day} is not finalized yet (a credit note needs a finalized invoice): fix difference ${differenceId} again once it is`);
+    }
+    return send({ kind: 'credit_note', value: missing, amountCents }, async (key) => {
+      const note = await this.#processor.createCreditNote({ invoiceId: invoice.processor_invoice_id, paid: invoice.status === 'paid', amountCents: Number(amountCents), description: description('Usage invoiced twice'), key });
+      return note.id;
     });
-    return { identifier, value: missing };
   }
 
   /** Records that the operator resolved a difference outside the service (a credit note, an invoice item). */

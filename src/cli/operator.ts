@@ -71,8 +71,8 @@ Commands:
   billing reconcile [--organization ID]
                                  compare the last 35 days of reported usage with the payment processor's
                                  meter summaries now (as the daily job does) and list the open differences
-  billing reconcile --fix ID     correct one difference by the written rule (README, Reconciliation): the
-                                 amount the processor misses in a period not invoiced yet is sent as a meter event
+  billing reconcile --fix ID     correct one difference by the written rule (README, Reconciliation): a meter
+                                 event, an invoice item on the next invoice, or a credit note
   billing reconcile --resolve ID --note TEXT
                                  record that a difference was settled outside the service (a credit note)
   billing invoices --organization ID
@@ -246,9 +246,10 @@ async function billingReconcile(values: ReturnType<typeof parseOperatorArgs>['va
   if (!reconciler) throw new Error('no payment processor is configured (STRIPE_SECRET_KEY, STRIPE_PUBLISHABLE_KEY, STRIPE_WEBHOOK_SECRET)');
   if (values.fix && values.resolve) throw new UsageError('--fix and --resolve are one at a time');
   if (values.fix) {
-    // What the rule leaves to a credit note fails with CorrectionNotBuilt (`NOT_IMPLEMENTED: …`, exit code 1).
-    const { identifier, value } = await reconciler.correct(values.fix);
-    return `difference ${values.fix} corrected: a meter event of ${value} millionths of a dollar (${identifier})`;
+    const correction = await reconciler.correct(values.fix);
+    if (correction.kind === 'none') return `difference ${values.fix} resolved: ${correction.value} millionths of a dollar is under half a cent`;
+    const amount = correction.amountCents === undefined ? `${correction.value} millionths of a dollar` : `${formatCents(correction.amountCents)} USD`;
+    return `difference ${values.fix} corrected: ${correction.kind.replace('_', ' ')} of ${amount} (${correction.identifier})`;
   }
   if (values.resolve) {
     if (!values.note) throw new UsageError('--resolve needs --note: what was done (e.g. "credit note CN-0042")');

@@ -337,6 +337,30 @@ describe('period boundaries (issue 33 item 7)', () => {
     expect(gpuLine(invoice)).toMatchObject({ quantity: 167_400, amount: 17 });
     const next = await target.stripe.invoices.createPreview({ subscription: subscriptionId });
     expect(gpuLine(next)).toMatchObject({ quantity: 83_700, amount: 8 });
+
+    // Differences in the invoiced period (planted as reconciliation records them): what Stripe
+    // missed goes on the next invoice as an item, what it counted twice is credited on that invoice.
+    await services.db('invoices').insert({
+      processor_invoice_id: invoice.id, billing_account_id: (await services.db('billing_accounts').where({ organization_id }).first()).id, status: invoice.status, collection_method: 'charge_automatically',
+      amount_due: invoice.amount_due, amount_paid: invoice.amount_paid, currency: 'usd', period_start: new Date(invoice.period_start * 1000), period_end: new Date(invoice.period_end * 1000), created: new Date(invoice.created * 1000),
+    });
+    const day = new Date(bound.getTime() - 600_000).toISOString().slice(0, 10);
+    const [missed, doubled] = await services.db('usage_differences')
+      .insert([
+        { organization_id, customer_id: customer.id, meter: 'gpu_instance_seconds', day, reported: 267_400, at_processor: 167_400 },
+        { organization_id, customer_id: customer.id, meter: 'hosted_tokens', day, reported: 0, at_processor: 50_000 },
+      ])
+      .returning('id');
+    const reconciler = new UsageReconciler(services.db, processor);
+    const clockNow = new Date(bound.getTime() + 3_700_000);
+    expect(await reconciler.correct(missed.id, clockNow)).toMatchObject({ kind: 'invoice_item', amountCents: 10n });
+    expect(await reconciler.correct(doubled.id, clockNow)).toMatchObject({ kind: 'credit_note', amountCents: 5n });
+    const [credit] = (await target.stripe.creditNotes.list({ invoice: invoice.id })).data;
+    expect(credit).toMatchObject({ amount: 5, type: 'post_payment', status: 'issued' });
+    expect(((await target.stripe.customers.retrieve(customer.id)) as Stripe.Customer).balance).toBe(-5);
+    const withItem = await target.stripe.invoices.createPreview({ subscription: subscriptionId });
+    expect(withItem.lines.data.map((line) => line.amount).sort((a, b) => a - b)).toEqual([0, 8, 10]);
+    expect(await reconciler.open(organization_id)).toEqual([]);
   });
 
   it('alerts when usage of an ended period is still not at the processor half an hour after its end', async () => {
@@ -358,7 +382,7 @@ describe('period boundaries (issue 33 item 7)', () => {
 });
 
 describe('reconciliation with the processor (issue 33)', () => {
-  it('finds a planted difference each way, corrects what the processor misses, and leaves a surplus to a credit note the operator records', async () => {
+  it('finds a planted difference each way, corrects what the processor misses with a meter event, and leaves a surplus on an invoice not finalized to the operator', async () => {
     const reconciler = new UsageReconciler(services.db, processor);
     const lost = await meteredOrganization([300]);
     const doubled = await meteredOrganization([600]);
@@ -369,7 +393,7 @@ describe('reconciliation with the processor (issue 33)', () => {
       organization_id, meter: 'gpu_instance_seconds', customer_id: lost.customerId, quantity: 10, amount: '0.00279', cumulative_amount: '0.08649',
       cumulative_micros: 86_490, value: 2790, usage_at: after(330), identifier: `planted-${run}`, reported_at: new Date(), first_sent_at: new Date(),
     });
-    await target.stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: Math.floor(after(610).getTime() / 1000), payload: { stripe_customer_id: doubled.customerId ?? '', value: '1000' } });
+    await target.stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: Math.floor(after(610).getTime() / 1000), payload: { stripe_customer_id: doubled.customerId ?? '', value: '50000' } });
     // A day later (T0's day has ended over an hour before), as the daily job runs.
     const tomorrow = new Date(T0.getTime() + 26 * 3_600_000);
     const day = T0.toISOString().slice(0, 10);
@@ -380,13 +404,14 @@ describe('reconciliation with the processor (issue 33)', () => {
     }, 'the surplus to be seen', onEmulator ? 5_000 : 120_000);
     const differenceOf = async (owner: SessionPrincipal) => (await reconciler.open(organizationOf(owner)))[0];
     expect(await differenceOf(lost.owner)).toMatchObject({ customer_id: lost.customerId, meter: 'gpu_instance_seconds', day, reported: '86490', at_processor: '83700' });
-    expect(await differenceOf(doubled.owner)).toMatchObject({ customer_id: doubled.customerId, day, reported: '167400', at_processor: '168400' });
+    expect(await differenceOf(doubled.owner)).toMatchObject({ customer_id: doubled.customerId, day, reported: '167400', at_processor: '217400' });
 
-    // The missing 2790 are sent inside that day; the surplus needs a credit note (not built).
+    // The missing 2790 are sent inside that day (its period is not invoiced yet); the surplus needs a
+    // credit note on the period's invoice, which is not finalized yet: the operator settles it.
     const missing = (await differenceOf(lost.owner)) as UsageDifference;
-    expect(await reconciler.correct(missing.id)).toMatchObject({ value: 2790n });
+    expect(await reconciler.correct(missing.id)).toMatchObject({ kind: 'meter_event', value: 2790n });
     const surplus = (await differenceOf(doubled.owner)) as UsageDifference;
-    await expect(reconciler.correct(surplus.id)).rejects.toThrow(/^NOT_IMPLEMENTED: the processor counted 1000 millionths of a dollar more/);
+    await expect(reconciler.correct(surplus.id)).rejects.toThrow(/is not finalized yet \(a credit note needs a finalized invoice\)/);
     await reconciler.resolve(surplus.id, 'credit note CN-0001');
 
     await waitUntil(async () => {

@@ -145,10 +145,10 @@ export const catalogRoutes: Route[] = [
     method: 'POST',
     path: '/v1/billing/meter_event_adjustments',
     params: ['event_name', 'type', 'cancel'],
-    required: ['event_name'],
+    required: ['event_name', 'type'],
     handle(ctx, params) {
       const eventName = requiredStr(params, 'event_name');
-      const type = str(params, 'type') ?? 'cancel';
+      const type = str(params, 'type');
       if (type !== 'cancel') throw invalidRequest('Invalid type: must be cancel', { param: 'type' });
       const identifier = record(params, 'cancel')?.identifier;
       if (typeof identifier !== 'string' || !identifier) throw missingParam('cancel[identifier]');

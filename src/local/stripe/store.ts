@@ -52,6 +52,8 @@ const NAMES: Record<string, string> = {
   'test_helpers.test_clock': 'test_clock',
   'billing_portal.session': 'billing_portal.session',
   'billing_portal.configuration': 'billing_portal.configuration',
+  invoiceitem: 'invoiceitem',
+  credit_note: 'credit_note',
 };
 
 export class StripeStore {

@@ -103,6 +103,100 @@ export const subscriptionRoutes: Route[] = [
   },
   retrieveRoute('/v1/invoices/:id', 'invoice'),
   {
+    // https://docs.stripe.com/api/invoiceitems/create: a pending item for the customer's next invoice.
+    method: 'POST',
+    path: '/v1/invoiceitems',
+    params: ['customer', 'amount', 'currency', 'description', 'subscription', 'metadata', 'period'],
+    required: ['customer'],
+    handle(ctx, params) {
+      const customer = ctx.store.get<Stripe.Customer>(requiredStr(params, 'customer'), 'customer', 'customer');
+      const amount = int(params, 'amount');
+      if (amount === undefined) throw missingParam('amount');
+      const subscription = str(params, 'subscription');
+      if (subscription) ctx.store.get(subscription, 'subscription', 'subscription');
+      const now = ctx.store.now(customer.id);
+      const item = build<Stripe.InvoiceItem>('invoiceitem', {
+        id: newId('ii'),
+        amount,
+        currency: (str(params, 'currency') ?? 'usd').toLowerCase(),
+        customer: customer.id,
+        date: now,
+        description: str(params, 'description') ?? null,
+        invoice: null,
+        metadata: mergeMetadata({}, record(params, 'metadata')),
+        parent: subscription ? ({ type: 'subscription_details', subscription_details: { subscription } } as Stripe.InvoiceItem.Parent) : null,
+        period: { start: now, end: now },
+        test_clock: customer.test_clock,
+      });
+      return ctx.store.put(item);
+    },
+  },
+  listRoute<Stripe.CreditNote>('/v1/credit_notes', 'credit_note', { invoice: (n, v) => n.invoice === v, customer: (n, v) => n.customer === v }),
+  retrieveRoute('/v1/credit_notes/:id', 'credit_note'),
+  {
+    // https://docs.stripe.com/api/credit_notes/create: only for a finalized invoice (open or paid),
+    // at most what is left of it; on a paid one the credit goes to the customer's balance
+    // (`credit_amount`), on an open one it lowers what is due.
+    method: 'POST',
+    path: '/v1/credit_notes',
+    params: ['invoice', 'lines', 'memo', 'reason', 'metadata', 'credit_amount'],
+    required: ['invoice'],
+    handle(ctx, params) {
+      const invoice = ctx.store.get<Stripe.Invoice>(requiredStr(params, 'invoice'), 'invoice', 'invoice');
+      if (invoice.status !== 'open' && invoice.status !== 'paid') {
+        throw invalidRequest(`You can only create a credit note for an open or paid invoice; this one is ${invoice.status}.`, { param: 'invoice' });
+      }
+      const lines = (array(params, 'lines') ?? []).map((line) => {
+        const fields = line as FormParams;
+        const quantity = Number(fields.quantity ?? 1);
+        const unitAmount = Number(fields.unit_amount);
+        if (fields.type !== 'custom_line_item' || !Number.isInteger(unitAmount) || unitAmount <= 0) throw invalidRequest('Invalid lines: a custom_line_item needs a positive unit_amount', { param: 'lines' });
+        return { amount: quantity * unitAmount, description: typeof fields.description === 'string' ? fields.description : null, quantity, unit_amount: unitAmount };
+      });
+      if (!lines.length) throw missingParam('lines');
+      const total = lines.reduce((sum, line) => sum + line.amount, 0);
+      const paid = invoice.status === 'paid';
+      const room = paid ? invoice.amount_paid - (invoice.post_payment_credit_notes_amount ?? 0) : invoice.amount_remaining;
+      if (total > room) throw invalidRequest(`The credit note's total (${total}) is more than the invoice's amount left to credit (${room}).`, { param: 'lines' });
+      if (paid && int(params, 'credit_amount') !== total) throw invalidRequest('A credit note for a paid invoice needs credit_amount, refund_amount or out_of_band_amount summing to its total.', { param: 'credit_amount' });
+      const customer = ctx.store.get<Stripe.Customer>(invoice.customer as string, 'customer');
+      const id = newId('cn');
+      const count = ctx.store.all<Stripe.CreditNote>('credit_note', (note) => note.invoice === invoice.id).length;
+      const note = build<Stripe.CreditNote>('credit_note', {
+        id,
+        amount: total,
+        created: ctx.store.now(customer.id),
+        currency: invoice.currency,
+        customer: customer.id,
+        invoice: invoice.id,
+        lines: {
+          object: 'list',
+          has_more: false,
+          url: `/v1/credit_notes/${id}/lines`,
+          data: lines.map((line) => ({ ...build<Stripe.CreditNoteLineItem>('credit_note_line_item', { id: newId('cnli'), ...line, type: 'custom_line_item', unit_amount_decimal: String(line.unit_amount) }), tax_rates: [] })),
+        },
+        memo: str(params, 'memo') ?? null,
+        metadata: mergeMetadata({}, record(params, 'metadata')),
+        number: `${invoice.number}-CN-${String(count + 1).padStart(2, '0')}`,
+        status: 'issued',
+        subtotal: total,
+        total,
+        type: paid ? 'post_payment' : 'pre_payment',
+        voided_at: null,
+      });
+      if (paid) {
+        invoice.post_payment_credit_notes_amount = (invoice.post_payment_credit_notes_amount ?? 0) + total;
+        customer.balance -= total;
+      } else {
+        invoice.pre_payment_credit_notes_amount = (invoice.pre_payment_credit_notes_amount ?? 0) + total;
+        invoice.amount_due -= total;
+        invoice.amount_remaining -= total;
+      }
+      emit(ctx, 'credit_note.created', note);
+      return ctx.store.put(note);
+    },
+  },
+  {
     method: 'POST',
     path: '/v1/invoices/:id/pay',
     params: ['payment_method', 'off_session'],
@@ -347,6 +441,11 @@ function period(subscription: Stripe.Subscription): { start: number; end: number
   return { start: item.current_period_start, end: item.current_period_end };
 }
 
+/** The subscription an invoice item is for, if it names one. */
+function subscriptionOfItem(item: Stripe.InvoiceItem): string | null | undefined {
+  return item.parent?.subscription_details?.subscription as string | null | undefined;
+}
+
 /** Every subscription the emulator makes has at least one item, each with a recurring metered price. */
 function firstItem(subscription: Stripe.Subscription): Stripe.SubscriptionItem {
   const [item] = subscription.items.data;
@@ -434,6 +533,11 @@ function bill(ctx: Context, subscription: Stripe.Subscription, start: number, en
 /** A renewal invoice for [start, end), created as a draft (finalized after FINALIZATION_GRACE_SECONDS). */
 function draft(ctx: Context, subscription: Stripe.Subscription, start: number, end: number, reason: Stripe.Invoice.BillingReason): Stripe.Invoice {
   const invoice = draftInvoice(ctx, subscription, newId('in'), start, end, reason);
+  // Its pending invoice items are on it now.
+  for (const line of invoice.lines.data) {
+    const itemId = line.parent?.invoice_item_details?.invoice_item;
+    if (itemId) ctx.store.get<Stripe.InvoiceItem>(itemId, 'invoiceitem').invoice = invoice.id;
+  }
   ctx.store.put(invoice);
   subscription.latest_invoice = invoice.id;
   emit(ctx, 'invoice.created', invoice);
@@ -492,6 +596,31 @@ function draftInvoice(ctx: Context, subscription: Stripe.Subscription, id: strin
       taxes: [],
     });
   });
+  // Pending invoice items of the customer (https://docs.stripe.com/api/invoiceitems: "added to the
+  // next invoice" of its subscription, or of the customer when it names none), or those on this one.
+  const items = ctx.store.all<Stripe.InvoiceItem>(
+    'invoiceitem',
+    (item) => item.customer === customerId && (item.invoice === id || (item.invoice === null && [undefined, null, subscription.id].includes(subscriptionOfItem(item)))),
+  );
+  for (const item of items.reverse()) {
+    lines.push(
+      build<Stripe.InvoiceLineItem>('line_item', {
+        id: newId('il'),
+        amount: item.amount,
+        currency: item.currency,
+        description: item.description,
+        discount_amounts: [],
+        invoice: id,
+        metadata: item.metadata ?? {},
+        parent: { type: 'invoice_item_details', invoice_item_details: { invoice_item: item.id, proration: false, proration_details: null, subscription: subscription.id }, subscription_item_details: null } as Stripe.InvoiceLineItem.Parent,
+        period: item.period,
+        pricing: { type: 'price_details', price_details: null, unit_amount_decimal: String(item.amount) } as unknown as Stripe.InvoiceLineItem.Pricing,
+        quantity: 1,
+        subtotal: item.amount,
+        taxes: [],
+      }),
+    );
+  }
   const total = lines.reduce((sum, line) => sum + line.amount, 0);
   const created = end;
   const sendInvoice = subscription.collection_method === 'send_invoice';

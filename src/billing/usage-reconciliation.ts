@@ -250,7 +250,6 @@ function meterIdOf(meters: ProcessorMeterPrice[], meter: MeterName): string {
   return found.meterId;
 }
 
-const isoDay = (day: Date) => day.toISOString().slice(0, 10);
 
 /** Every day at 03:17 UTC, the last 35 days compared with the processor's meter summaries. */
 export function reconcileUsageJob(reconciler: UsageReconciler): JobDefinition<object> {

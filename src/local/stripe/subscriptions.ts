@@ -173,7 +173,7 @@ export const subscriptionRoutes: Route[] = [
           object: 'list',
           has_more: false,
           url: `/v1/credit_notes/${id}/lines`,
-          data: lines.map((line) => ({ ...build<Stripe.CreditNoteLineItem>('credit_note_line_item', { id: newId('cnli'), ...line, type: 'custom_line_item', unit_amount_decimal: String(line.unit_amount) }), tax_rates: [] })),
+          data: lines.map((line) => ({ ...build<Stripe.CreditNoteLineItem>('credit_note_line_item', { id: newId('cnli'), ...line, type: 'custom_line_item', unit_amount_decimal: String(line.unit_amount) as unknown as Stripe.CreditNoteLineItem['unit_amount_decimal'] }), tax_rates: [] })),
         },
         memo: str(params, 'memo') ?? null,
         metadata: mergeMetadata({}, record(params, 'metadata')),

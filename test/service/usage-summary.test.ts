@@ -166,6 +166,12 @@ describe('the usage summary', () => {
     expect((1_000_000 * 0.000001005).toFixed(2)).toBe('1.00');
   });
 
+  it('prices in US dollars only: a price in another currency is refused (the meters report dollars)', async () => {
+    const dimensions = parseServiceKey('platform::hosted_model:euro-model::');
+    await expect(services.db('prices').insert({ ...dimensions, unit_amount_decimal: '0.001', currency: 'eur' })).rejects.toThrow(/prices_currency_usd/);
+    expect(await services.db('prices').where({ instance_type: 'euro-model' })).toEqual([]);
+  });
+
   it('counts the open anomalies of the period', async () => {
     const owner = await services.owner();
     const now = new Date();

@@ -5,6 +5,7 @@ import { registeredUser } from '../factories/accounts.ts';
 import { deployment, type Deployment } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 import { EngineStub } from '../helpers/engine-stub.ts';
+import { liveBytes } from '../helpers/memory.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
@@ -97,7 +98,7 @@ describe('engine faults', () => {
   it('1,000 faulted requests leave no socket open and no lasting heap growth', async () => {
     stub.behave(CHAT, undefined);
     expect((await chatOnce(false)).status).toBe(200);
-    const baseline = { handles: tcpHandles(), heap: process.memoryUsage().heapUsed };
+    const baseline = { handles: tcpHandles() };
     const faults = [
       { kind: 'reset', run: () => stub.behave(CHAT, (req) => req.socket.destroy()), stream: false, expected: 502, n: 450 },
       {
@@ -125,16 +126,27 @@ describe('engine faults', () => {
         n: 100,
       },
     ];
-    const statuses = new Map<string, number[]>();
-    for (const fault of faults) {
-      fault.run();
-      const seen: number[] = [];
-      for (let done = 0; done < fault.n; done += 50) {
-        const batch = await Promise.all(Array.from({ length: Math.min(50, fault.n - done) }, () => chatOnce(fault.stream)));
-        seen.push(...batch.map((answer) => answer.status));
+    /** The 1,000 faulted requests, 50 at a time: the statuses seen per fault. */
+    const faultedRound = async () => {
+      const statuses = new Map<string, number[]>();
+      for (const fault of faults) {
+        fault.run();
+        const seen: number[] = [];
+        for (let done = 0; done < fault.n; done += 50) {
+          const batch = await Promise.all(Array.from({ length: Math.min(50, fault.n - done) }, () => chatOnce(fault.stream)));
+          seen.push(...batch.map((answer) => answer.status));
+        }
+        statuses.set(fault.kind, seen);
       }
-      statuses.set(fault.kind, seen);
-    }
+      return statuses;
+    };
+    // A first round fills what is bounded (pools, caches, buffers of usage not flushed yet); the second
+    // must leave nothing more behind.
+    await faultedRound();
+    stub.behave(CHAT, undefined);
+    expect((await chatOnce(false)).status).toBe(200);
+    const afterFirstRound = liveBytes();
+    const statuses = await faultedRound();
     stub.behave(CHAT, undefined);
     for (const fault of faults) expect(new Set(statuses.get(fault.kind)), fault.kind).toEqual(new Set([fault.expected]));
 
@@ -143,9 +155,10 @@ describe('engine faults', () => {
     await waitUntil(async () => tcpHandles() <= baseline.handles + 2, () => `this process's sockets to close (${tcpHandles()} open, ${baseline.handles} before)`);
     // And the service still answers.
     expect((await chatOnce(false)).status).toBe(200);
-    // No lasting heap growth: what 1,000 requests left behind, after a collection if the runtime allows one.
-    (globalThis as { gc?: () => void }).gc?.();
-    expect(process.memoryUsage().heapUsed - baseline.heap).toBeLessThan(64 * 1024 * 1024);
+    // No lasting growth: what the second 1,000 requests left held, after a full collection
+    // (test/helpers/memory.ts), under 256 bytes a request (tried once against a relay that kept an
+    // array of 128 references per request: 1,222,587 bytes left, refused).
+    expect(liveBytes() - afterFirstRound).toBeLessThan(256 * 1000);
   }, 120_000);
 
   it('an engine that refuses connections: 502 upstream_error', async () => {

@@ -52,7 +52,7 @@ type Actor = (typeof ACTORS)[number];
  * sign-in or reset counts toward its limit: that is their point), and the payment processor's
  * webhook events (the emulator delivers them when it likes, for earlier successful calls).
  */
-const WRITTEN_ANYWAY = ['rate_limit_points', 'billing_webhook_events'];
+const WRITTEN_ANYWAY = ['rate_limit_points', 'billing_webhook_events', 'billing-event'];
 
 let app: TestApp;
 let members: Team;

@@ -4,10 +4,10 @@ import type { Knex } from 'knex';
 const VOLATILE = ['updated_at', 'last_used_at'];
 
 /**
- * A digest of every table of the database, one line per table, to show that a request wrote
- * nothing: `digest()` before and after, then `changedTables`. Tables a peer writes meanwhile (the
- * brute-force counters a refused sign-in counts toward, the payment processor's webhook events) are
- * named in `skip`.
+ * A digest of every table of the database, one line per table, and of the jobs queued (an email,
+ * a webhook delivery), to show that a request wrote nothing: `digest()` before and after, then
+ * `changedTables`. Tables and queues a peer writes meanwhile (the brute-force counters a refused
+ * sign-in counts toward, the payment processor's webhook events) are named in `skip`.
  */
 export async function tableDigester(db: Knex, skip: readonly string[]): Promise<() => Promise<string>> {
   const { rows } = await db.raw<{ rows: Array<{ table_name: string }> }>(
@@ -15,9 +15,15 @@ export async function tableDigester(db: Knex, skip: readonly string[]): Promise<
     [[...skip]],
   );
   const volatile = VOLATILE.map((column) => ` - '${column}'`).join('');
-  const query = rows
-    .map(({ table_name: table }) => `select '${table}' as t, md5(coalesce(string_agg(r, ',' order by r), '')) as d from (select (to_jsonb(x)${volatile})::text as r from "${table}" x) s`)
-    .join(' union all ');
+  const tables = rows.map(
+    ({ table_name: table }) => `select '${table}' as t, md5(coalesce(string_agg(r, ',' order by r), '')) as d from (select (to_jsonb(x)${volatile})::text as r from "${table}" x) s`,
+  );
+  // Jobs queued (pg-boss's schema): each job's queue, id and data, not its state, which workers
+  // change meanwhile; the schedule's own jobs and the queues named in `skip` left out.
+  const jobs = `select 'pgboss.job' as t, md5(coalesce(string_agg(r, ',' order by r), '')) as d
+    from (select j.name || ' ' || j.id || ' ' || coalesce(j.data::text, '') as r from pgboss.job j
+          where not exists (select 1 from pgboss.schedule s where s.name = j.name) and j.name not in (${["''", ...skip.map((name) => `'${name.replace(/'/g, "''")}'`)].join(', ')})) s`;
+  const query = [...tables, jobs].join(' union all ');
   return async () => {
     const { rows: digests } = await db.raw<{ rows: Array<{ t: string; d: string }> }>(query);
     return digests.map((row) => `${row.t}:${row.d}`).join('\n');

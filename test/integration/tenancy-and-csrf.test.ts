@@ -51,8 +51,8 @@ const NOT_TENANT_OWNED: Record<string, string> = {
   token: 'a secret capability (an invitation link): whoever holds it may use it',
 };
 
-/** Tables a peer writes meanwhile: the processor's webhooks, brute-force counters. */
-const WRITTEN_ANYWAY = ['billing_webhook_events', 'rate_limit_points'];
+/** Tables and job queues a peer writes meanwhile: the processor's webhooks (and their jobs), brute-force counters. */
+const WRITTEN_ANYWAY = ['billing_webhook_events', 'billing-event', 'rate_limit_points'];
 
 let app: TestApp;
 /** The organization whose resources are reached for; its super_admin. */

@@ -182,7 +182,7 @@ describe('the deployment event stream', () => {
     }
   });
 
-  it('shows a status change made on another database connection at once, without polling', async () => {
+  it('shows a status change made on another database connection, as Postgres notifies it (the stream has no poll to find it otherwise)', async () => {
     const created = await running();
     const { reader } = await StreamReader.open(owner.browser, created.id);
     try {

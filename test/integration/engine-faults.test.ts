@@ -90,9 +90,14 @@ describe('engine faults', () => {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.flushHeaders();
     });
+    const started = performance.now();
     const answer = await chatOnce(false);
+    const waited = performance.now() - started;
     expect(answer.status).toBe(504);
     expect(JSON.parse(answer.body)).toMatchObject({ error: { code: 'upstream_timeout', type: 'server_error' } });
+    // After the first-byte timeout (1 s here), not before it, and not long after (the idle timeout is 1 s too).
+    expect(waited).toBeGreaterThanOrEqual(1_000);
+    expect(waited).toBeLessThan(5_000);
   });
 
   it('1,000 faulted requests leave no socket open and no lasting heap growth', async () => {

@@ -3,6 +3,7 @@ import type Stripe from 'stripe';
 import { createStripeClient } from '../../src/adapters/stripe.ts';
 import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
 import { createLogger } from '../../src/logger.ts';
+import { waitUntil } from './net.ts';
 
 /**
  * The Stripe the billing tests talk to through the real `stripe` SDK: the local Stripe emulator,
@@ -86,4 +87,28 @@ export class WebhookReceiver {
     this.server?.closeAllConnections();
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
   }
+}
+
+/**
+ * Waits until a meter total (`read`) is `expected` and has stayed so: Stripe aggregates meter events
+ * asynchronously, so the first time a total shows a value is not the end of it (an event counted
+ * twice shows later). On Stripe the value must hold for 30 s; the emulator's totals are final at once.
+ */
+export async function expectSettledTotal(read: () => Promise<number>, expected: number, what: string): Promise<void> {
+  const holdMs = onEmulator ? 0 : 30_000;
+  let since: number | undefined;
+  let last: number | undefined;
+  await waitUntil(
+    async () => {
+      last = await read();
+      if (last !== expected) {
+        since = undefined;
+        return false;
+      }
+      since ??= Date.now();
+      return Date.now() - since >= holdMs;
+    },
+    () => `${what} to settle at ${expected} (last read: ${last})`,
+    onEmulator ? 5_000 : 180_000,
+  );
 }

@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, WebhookSignatureError } from '../../src/billing/payment-processor.ts';
 import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
-import { freePort, waitUntil } from '../helpers/net.ts';
-import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
+import { freePort } from '../helpers/net.ts';
+import { expectSettledTotal, onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
 
 /**
  * The payment processor port on the `stripe` SDK, over the Stripe emulator (or Stripe test mode
@@ -123,7 +123,7 @@ describe('payment processor port (StripePaymentProcessor)', () => {
     }
     expect(outcomes).toEqual(['accepted', 'duplicate', 'accepted']);
     const window = { meterId: gpu?.meterId ?? '', customerId: customer.id, start: new Date(minute.getTime() - 3_600_000), end: new Date(minute.getTime() + 3_600_000) };
-    await waitUntil(async () => (await processor.meterTotal(window)) === 60, 'the meter total to be 60', onEmulator ? 5_000 : 120_000);
+    await expectSettledTotal(() => processor.meterTotal(window), 60, 'the meter total');
   });
 
   it('opens a customer portal session', async () => {

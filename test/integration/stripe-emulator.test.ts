@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
 import { waitUntil } from '../helpers/net.ts';
-import { onEmulator, startStripeTarget, WebhookReceiver, type StripeTarget } from '../helpers/stripe.ts';
+import { expectSettledTotal, onEmulator, startStripeTarget, WebhookReceiver, type StripeTarget } from '../helpers/stripe.ts';
 
 /**
  * The Stripe emulator through the real `stripe` SDK. The first block runs against a Stripe
@@ -88,7 +88,7 @@ describe('Stripe emulator through the stripe SDK (also against Stripe test mode)
       return summaries.data.reduce((sum, summary) => sum + Number(summary.aggregated_value), 0);
     };
     // Stripe aggregates in the background: poll (the emulator answers at once).
-    await waitUntil(async () => (await total()) === 75, 'the meter summary to count 75', onEmulator ? 5_000 : 120_000);
+    await expectSettledTotal(total, 75, 'the meter summary');
   });
 
   it('takes only whole-number values and identifiers of at most 100 characters', async () => {

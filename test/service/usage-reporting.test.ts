@@ -15,7 +15,7 @@ import { toCents } from '../../src/billing/money.ts';
 import { parseServiceKey } from '../../src/billing/service-keys.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
-import { onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
+import { expectSettledTotal, onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
 import { runningSince } from '../helpers/time-travel.ts';
 
 /**
@@ -102,7 +102,7 @@ const meterTotal = (meter: ProcessorMeterPrice, customerId: string) =>
   processor.meterTotal({ meterId: meter.meterId, customerId, start: new Date(T0.getTime() - 3_600_000), end: new Date(T0.getTime() + 3 * 3_600_000) });
 
 async function expectMeterTotal(meter: ProcessorMeterPrice, customerId: string, micros: number): Promise<void> {
-  await waitUntil(async () => (await meterTotal(meter, customerId)) === micros, `the meter total to be ${micros}`, onEmulator ? 5_000 : 120_000);
+  await expectSettledTotal(() => meterTotal(meter, customerId), micros, 'the meter total');
 }
 
 async function unreportedIntervals(owner: SessionPrincipal): Promise<number> {

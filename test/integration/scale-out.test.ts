@@ -92,7 +92,7 @@ describe('two API and two worker processes on one Postgres', () => {
     await waitUntil(async () => (await chat(apiAt(1).url as string, key.key)) === 401, 'the other API to refuse the revoked key', 1_000);
   });
 
-  it('finishes, on the other worker, a deployment whose worker was killed while provisioning it', async () => {
+  it('finishes, on workers started after it, a deployment whose only worker was killed (SIGKILL) while provisioning it', async () => {
     // One worker left to take the job, then killed while the engine loads the model.
     const [first, second] = workers as [ServiceProcess, ServiceProcess];
     second.kill('SIGTERM');

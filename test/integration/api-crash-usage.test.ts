@@ -1,4 +1,5 @@
-import { readdir } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser } from '../factories/accounts.ts';
@@ -68,6 +69,16 @@ describe('an API process killed with SIGKILL', () => {
     const journal = app.env.USAGE_JOURNAL_DIR as string;
     const segments = (await readdir(journal)).filter((name) => name.endsWith('.jsonl'));
     expect(segments.length).toBeGreaterThan(0);
+    // Which mechanism saves it: each answer's usage is in the journal (a line `<HMAC> <record's row
+    // JSON>`) or was stored already (a segment whose records were committed is removed), and some
+    // were in the journal alone when the process died: only its replay can store them.
+    const journaled = (await Promise.all(segments.map((name) => readFile(path.join(journal, name), 'utf8'))))
+      .flatMap((text) => text.split('\n'))
+      .filter((line) => line.includes(' '))
+      .map((line) => (JSON.parse(line.slice(line.indexOf(' ') + 1)) as { request_id: string }).request_id);
+    const storedAtTheKill = await recorded('journal');
+    expect([...new Set([...journaled, ...storedAtTheKill])].sort()).toEqual(expect.arrayContaining(received));
+    expect(received.filter((id) => !storedAtTheKill.includes(id)).length).toBeGreaterThan(0);
     // The next API process stores what the killed one left before it serves.
     await apiProcess();
     expect(await recorded('journal')).toEqual([...received].sort());

@@ -83,7 +83,7 @@ export class UsageRecorder {
     this.#log = log;
     this.#metrics = options.metrics;
     this.#journal = options.journal;
-    this.#metrics?.watchUsage(() => this.#buffer.length);
+    this.#metrics?.watchUsage(() => this.waiting);
   }
 
   /**
@@ -137,6 +137,11 @@ export class UsageRecorder {
     const group = this.#journal?.append(line);
     if (this.#buffer.length >= 500) void this.flush();
     return group;
+  }
+
+  /** Records made and not written yet (the metric `mds_usage_records_waiting`). */
+  get waiting(): number {
+    return this.#buffer.length;
   }
 
   /** Writes what is buffered; concurrent calls run one after the other. */

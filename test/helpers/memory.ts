@@ -16,7 +16,7 @@ export function liveBytes(): number {
  * sampled every `everyMs` (each sample collects garbage first, so this counts what is held, not
  * what passed through).
  */
-export async function peakLiveGrowth(work: () => Promise<void>, everyMs = 100): Promise<number> {
+export async function peakLiveGrowth(work: () => Promise<void>, everyMs = 250): Promise<number> {
   const baseline = liveBytes();
   let peak = baseline;
   const sampler = setInterval(() => (peak = Math.max(peak, liveBytes())), everyMs);

@@ -195,7 +195,12 @@ describe('transcription uploads are parsed, checked and rebuilt (finding 1, 5)',
     async function* upload(modelFirst: boolean) {
       if (modelFirst) yield modelPart;
       yield Buffer.from(`--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`);
-      for (let i = 0; i < 24; i++) yield megabyte;
+      for (let i = 0; i < 24; i++) {
+        // Paced (a MiB every 25 ms, about a second in all): a loaded machine's slower consumers never
+        // let data pile up in flight, so what the measure below sees held is what the service holds.
+        if (!modelFirst) await new Promise((resolve) => setTimeout(resolve, 25));
+        yield megabyte;
+      }
       yield Buffer.from('\r\n');
       if (!modelFirst) yield modelPart;
       yield Buffer.from('--B--\r\n');
@@ -208,10 +213,12 @@ describe('transcription uploads are parsed, checked and rebuilt (finding 1, 5)',
     // The streamed-through order first: it also brings the process's buffers to their working size.
     await send(true);
     // What this process (client, proxy and simulated engine) holds live while the file passes, sampled
-    // after collections: a few MiB of chunks in flight. A proxy that holds the file once holds 24 MiB
-    // more (tried once, spooling replaced by collecting the file's chunks before writing them: +24.4 MiB, against the bound of 8).
-    expect(await peakLiveGrowth(() => send(false))).toBeLessThan(8 * MiB);
-  });
+    // after collections: chunks in flight at each stage, 2 to 9 MB seen. A proxy that holds the file
+    // once holds 24 MiB more (tried once, spooling replaced by collecting the file's chunks before
+    // writing them: 22,674,481 bytes, refused by the bound of 16 MiB).
+    expect(await peakLiveGrowth(() => send(false))).toBeLessThan(16 * MiB);
+    // Each sample collects garbage in the whole process (the app is in it): slow under load.
+  }, 120_000);
 
   it('transcribes with the official openai client, which sends the file before the model', async () => {
     const transcription = await client(acmeKey).audio.transcriptions.create({ file: await toFile(audio, 'a.wav'), model: whisper.id });

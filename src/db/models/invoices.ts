@@ -1,3 +1,4 @@
+import type { components } from '../../../generated/api.d.ts';
 import { BaseModel } from '../base-model.ts';
 
 /** `invoices`: an organization's invoices as last read from the payment processor. */
@@ -26,12 +27,5 @@ export class InvoiceRow extends BaseModel {
   declare synced_at: Date;
 }
 
-/** One line of an invoice as stored (`invoices.lines`). */
-export interface InvoiceLine {
-  description: string | null;
-  processor_price_id: string | null;
-  quantity: number | null;
-  amount: number;
-  period_start: string;
-  period_end: string;
-}
+/** One line of an invoice as stored (`invoices.lines`): as the interface lists it. */
+export type InvoiceLine = components['schemas']['InvoiceLine'];

@@ -109,12 +109,14 @@ export class UsageReconciler {
             .update({ resolved_at: this.#db.fn.now(), checked_at: this.#db.fn.now(), resolution: 'matched: the processor counts what was reported', reported: String(reported), at_processor: String(atProcessor) });
           continue;
         }
-        // A difference the operator settled outside (a credit note) stays as it is at the processor: not opened again.
+        // A difference settled outside the meter (an invoice item, a credit note, the operator's note)
+        // stays as it is at the processor: not opened again while its figures stay the same.
         const { rows } = await this.#db.raw<{ rows: unknown[] }>(
           `insert into usage_differences (organization_id, customer_id, meter, day, reported, at_processor)
            select cast(:organization as integer), cast(:customer as text), cast(:meter as text), cast(:day as date), cast(:reported as bigint), cast(:atProcessor as bigint)
            where not exists (select 1 from usage_differences where customer_id = :customer and meter = :meter and day = cast(:day as date)
-                               and reported = cast(:reported as bigint) and at_processor = cast(:atProcessor as bigint) and resolution like 'by the operator:%')
+                               and reported = cast(:reported as bigint) and at_processor = cast(:atProcessor as bigint)
+                               and resolved_at is not null and resolution not like 'matched%' and resolution not like 'corrected: meter_event%')
            on conflict (customer_id, meter, day) where resolved_at is null
            do update set reported = excluded.reported, at_processor = excluded.at_processor, checked_at = now()
            returning id`,

@@ -289,6 +289,8 @@ describe('period boundaries (issue 33 item 7)', () => {
     // A subscription on a test clock whose first period ended an hour ago (B), a deployment that ran
     // from 10 minutes before B to 5 minutes after it.
     const bound = new Date(T0.getTime() + 3_600_000);
+    // A month before a 29th to 31st may not exist (its start would roll into the next month): a few days earlier then.
+    if (bound.getUTCDate() > 28) bound.setUTCDate(bound.getUTCDate() - 4);
     const start = new Date(bound);
     start.setUTCMonth(start.getUTCMonth() - 1);
     const seconds = (date: Date) => Math.floor(date.getTime() / 1000);
@@ -361,6 +363,23 @@ describe('period boundaries (issue 33 item 7)', () => {
     const withItem = await target.stripe.invoices.createPreview({ subscription: subscriptionId });
     expect(withItem.lines.data.map((line) => line.amount).sort((a, b) => a - b)).toEqual([0, 8, 10]);
     expect(await reconciler.open(organization_id)).toEqual([]);
+
+    // A real surplus on the closed period's day, found by the daily run, credited, and not found again.
+    const lastSecond = new Date(bound.getTime() - 1000);
+    await target.stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: seconds(lastSecond), payload: { stripe_customer_id: customer.id, value: '20000' } });
+    const nextDay = new Date(bound.getTime() + 26 * 3_600_000);
+    const silent = pino({ level: 'silent' });
+    await reconciler.run(silent, nextDay);
+    const [surplus] = await reconciler.open(organization_id);
+    // What was reported that day (UTC): the closed period's 600 s, and the next one's 300 s unless midnight came between.
+    const { rows } = await services.db.raw<{ rows: [{ value: string }] }>(
+      "select sum(value)::text as value from usage_reports where organization_id = ? and date_trunc('day', usage_at, 'UTC') = date_trunc('day', ?::timestamptz, 'UTC')",
+      [organization_id, lastSecond],
+    );
+    expect(surplus).toMatchObject({ meter: 'gpu_instance_seconds', day: lastSecond.toISOString().slice(0, 10), reported: rows[0].value, at_processor: String(Number(rows[0].value) + 20_000) });
+    expect(await reconciler.correct(surplus?.id ?? '', clockNow)).toMatchObject({ kind: 'credit_note', amountCents: 2n });
+    await reconciler.run(silent, nextDay);
+    expect(await reconciler.open(organization_id)).toEqual([]);
   });
 
   it('alerts when usage of an ended period is still not at the processor half an hour after its end', async () => {
@@ -391,20 +410,21 @@ describe('reconciliation with the processor (issue 33)', () => {
     const organization_id = organizationOf(lost.owner);
     await services.db('usage_reports').insert({
       organization_id, meter: 'gpu_instance_seconds', customer_id: lost.customerId, quantity: 10, amount: '0.00279', cumulative_amount: '0.08649',
-      cumulative_micros: 86_490, value: 2790, usage_at: after(330), identifier: `planted-${run}`, reported_at: new Date(), first_sent_at: new Date(),
+      cumulative_micros: 86_490, value: 2790, usage_at: after(299), identifier: `planted-${run}`, reported_at: new Date(), first_sent_at: new Date(),
     });
-    await target.stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: Math.floor(after(610).getTime() / 1000), payload: { stripe_customer_id: doubled.customerId ?? '', value: '50000' } });
-    // A day later (T0's day has ended over an hour before), as the daily job runs.
+    await target.stripe.billing.meterEvents.create({ event_name: 'gpu_instance_seconds', timestamp: Math.floor(after(599).getTime() / 1000), payload: { stripe_customer_id: doubled.customerId ?? '', value: '50000' } });
+    // A day later (the days of the usage have ended over an hour before), as the daily job runs. Each
+    // organization's usage is on the day (UTC) of its report, stamped with its interval's last second.
     const tomorrow = new Date(T0.getTime() + 26 * 3_600_000);
-    const day = T0.toISOString().slice(0, 10);
+    const dayOf = (date: Date) => date.toISOString().slice(0, 10);
     const silent = pino({ level: 'silent' });
     await waitUntil(async () => {
       await reconciler.run(silent, tomorrow);
       return (await reconciler.open(organizationOf(doubled.owner))).length === 1;
     }, 'the surplus to be seen', onEmulator ? 5_000 : 120_000);
     const differenceOf = async (owner: SessionPrincipal) => (await reconciler.open(organizationOf(owner)))[0];
-    expect(await differenceOf(lost.owner)).toMatchObject({ customer_id: lost.customerId, meter: 'gpu_instance_seconds', day, reported: '86490', at_processor: '83700' });
-    expect(await differenceOf(doubled.owner)).toMatchObject({ customer_id: doubled.customerId, day, reported: '167400', at_processor: '217400' });
+    expect(await differenceOf(lost.owner)).toMatchObject({ customer_id: lost.customerId, meter: 'gpu_instance_seconds', day: dayOf(after(299)), reported: '86490', at_processor: '83700' });
+    expect(await differenceOf(doubled.owner)).toMatchObject({ customer_id: doubled.customerId, day: dayOf(after(599)), reported: '167400', at_processor: '217400' });
 
     // The missing 2790 are sent inside that day (its period is not invoiced yet); the surplus needs a
     // credit note on the period's invoice, which is not finalized yet: the operator settles it.

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -56,6 +57,7 @@ describe('Postgres restarted under load', () => {
   it('answers 503 on /healthz while it is down, recovers by itself, and loses or doubles no usage and no job', async () => {
     const running = await deployment(app, owner, 'running');
     const key = await apiKey(owner, [running.id]);
+    const organizationId = (await owner.api.GET('/v1/organization')).data?.id ?? 0;
     const completed: string[] = [];
     /** Answers received in full while Postgres was down. */
     const completedWhileDown: string[] = [];
@@ -83,9 +85,9 @@ describe('Postgres restarted under load', () => {
 
     await loop(() => completed.length >= 5);
     // The last answer's usage is still in the recorder's buffer (written every second) when Postgres goes.
-    await call();
     // A job queued just before Postgres goes: its provisioning is under way, or waiting, through the outage.
     const before = await deployment(app, owner, 'requested', { model_name: 'mistral-instruct-v0.3' });
+    await call();
     await postgres.stop();
     postgresDown = true;
     let up = false;
@@ -93,9 +95,14 @@ describe('Postgres restarted under load', () => {
     await waitUntil(async () => (await health()) === 503, '/healthz to answer 503 while Postgres is down');
     // Not ready either: a load balancer sends its traffic elsewhere meanwhile.
     expect(await readiness()).toEqual({ status: 503, detail: 'The database does not answer.' });
-    // A write of the buffer fails while it is down: the records wait in the recorder for the next one,
-    // not dropped. (This process's journal is read back only by a process started after it dies: what
-    // is stored below was kept in memory, the README's claim, not replayed from the journal.)
+    // A record made while it is down (as an answer that ends in the outage makes one): its write fails
+    // and it waits in the recorder for the next one, not dropped. (This process's journal is read back
+    // only by a process started after it dies: what is stored below was kept in memory, the README's
+    // claim, not replayed from the journal.)
+    app.container.usage.record({
+      usageId: randomUUID(), requestId: 'restart-kept', organizationId, deploymentId: running.id, apiKeyId: key.id, userId: null, route: 'POST /v1/chat/completions',
+      model: 'qwen2.5-instruct', promptTokens: 1, completionTokens: 1, totalTokens: 2, unit: 'token', quantity: 2, outcome: 'completed', estimated: false, recordedAt: new Date(),
+    });
     await app.container.usage.flush();
     expect(app.container.usage.waiting).toBeGreaterThan(0);
     await startPostgres();
@@ -124,6 +131,7 @@ describe('Postgres restarted under load', () => {
     expect(app.container.usage.waiting).toBe(0);
     const recorded = await app.db('usage_records').where({ api_key_id: key.id }).pluck('request_id');
     expect(recorded.filter((id: string) => completed.includes(id)).sort()).toEqual([...completed].sort());
+    expect(recorded.filter((id: string) => id === 'restart-kept')).toHaveLength(1);
     expect(new Set(recorded).size).toBe(recorded.length);
   });
 });

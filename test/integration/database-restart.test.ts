@@ -84,9 +84,9 @@ describe('Postgres restarted under load', () => {
     };
 
     await loop(() => completed.length >= 5);
-    // The last answer's usage is still in the recorder's buffer (written every second) when Postgres goes.
     // A job queued just before Postgres goes: its provisioning is under way, or waiting, through the outage.
     const before = await deployment(app, owner, 'requested', { model_name: 'mistral-instruct-v0.3' });
+    // An answer right before it goes: its usage may still be in the recorder's batch (written every second).
     await call();
     await postgres.stop();
     postgresDown = true;

@@ -147,23 +147,29 @@ describe('engine faults', () => {
     };
     // A first round fills what is bounded (pools, caches, buffers of usage not flushed yet); the second
     // must leave nothing more behind.
+    /** What the process holds once a round's sockets closed and its usage records were written. */
+    const settled = async () => {
+      await waitUntil(async () => stub.openSockets <= 2, () => `the engine's sockets to close (${stub.openSockets} open)`);
+      await waitUntil(async () => tcpHandles() <= baseline.handles + 2, () => `this process's sockets to close (${tcpHandles()} open, ${baseline.handles} before)`);
+      await app.container.usage.flush();
+      return liveBytes();
+    };
     await faultedRound();
     stub.behave(CHAT, undefined);
     expect((await chatOnce(false)).status).toBe(200);
-    const afterFirstRound = liveBytes();
+    const afterFirstRound = await settled();
     const statuses = await faultedRound();
     stub.behave(CHAT, undefined);
     for (const fault of faults) expect(new Set(statuses.get(fault.kind)), fault.kind).toEqual(new Set([fault.expected]));
 
-    // Every connection of the faulted requests closes: on the engine's side and in this process.
-    await waitUntil(async () => stub.openSockets <= 2, () => `the engine's sockets to close (${stub.openSockets} open)`);
-    await waitUntil(async () => tcpHandles() <= baseline.handles + 2, () => `this process's sockets to close (${tcpHandles()} open, ${baseline.handles} before)`);
-    // And the service still answers.
+    // Every connection of the faulted requests closes (on the engine's side and in this process), and
+    // the service still answers.
+    const afterSecondRound = await settled();
     expect((await chatOnce(false)).status).toBe(200);
     // No lasting growth: what the second 1,000 requests left held, after a full collection
-    // (test/helpers/memory.ts), under 256 bytes a request (tried once against a relay that kept an
-    // array of 128 references per request: 1,222,587 bytes left, refused).
-    expect(liveBytes() - afterFirstRound).toBeLessThan(256 * 1000);
+    // (test/helpers/memory.ts), under 640 bytes a request (320 KB seen on a loaded machine; tried once
+    // against a relay that kept an array of 128 references per request: 1,026,216 bytes left, refused).
+    expect(afterSecondRound - afterFirstRound).toBeLessThan(640 * 1000);
   }, 120_000);
 
   it('an engine that refuses connections: 502 upstream_error', async () => {

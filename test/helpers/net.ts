@@ -21,3 +21,26 @@ export async function waitUntil(probe: () => Promise<boolean>, what: string | ((
   }
   throw new Error(`Timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`);
 }
+
+/** How long a propagation check keeps probing for the change (the requirement is checked by send times, not by this). */
+const PROPAGATION_PATIENCE_MS = 15_000;
+
+/**
+ * A change made at `since` (a `performance.now()` taken once the change was answered) reaches what
+ * `probe` asks within `deadlineMs` (DESIGN.md §3: revocation in every process within 1 s). Judged
+ * by when each probe was sent, not by when it was answered: a probe answered "not yet" that was
+ * sent more than `deadlineMs` after the change was served after the deadline, a real failure
+ * however loaded the machine; a slow answer to a probe sent in time is not one. Probes until
+ * the change is seen (at most 15 s).
+ */
+export async function seenWithin(probe: () => Promise<boolean>, since: number, deadlineMs: number, what: string): Promise<void> {
+  const late: number[] = [];
+  for (;;) {
+    const sentAt = performance.now();
+    if (await probe()) break;
+    if (sentAt - since > deadlineMs) late.push(Math.round(sentAt - since));
+    if (performance.now() - since > PROPAGATION_PATIENCE_MS) throw new Error(`${what}: not seen ${PROPAGATION_PATIENCE_MS} ms after the change`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  if (late.length) throw new Error(`${what}: still not seen by probes sent ${late.join(', ')} ms after the change (deadline ${deadlineMs} ms)`);
+}

@@ -100,10 +100,10 @@ test-engine: $(INSTALLED)
 	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
 
 ## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see README)
-## (STRIPE_SECRET_KEY=sk_test_…: handed to the suites as STRIPE_TEST_SECRET_KEY, which `make test` blanks)
+## (STRIPE_SECRET_KEY=sk_test_… and STRIPE_PUBLISHABLE_KEY=pk_test_…: handed to the suites as STRIPE_TEST_*, which `make test` blanks)
 test-billing: $(INSTALLED)
 	@case "$$STRIPE_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_SECRET_KEY=sk_test_… (a Stripe test-mode secret key, see README)"; exit 2;; esac
-	STRIPE_TEST_SECRET_KEY="$$STRIPE_SECRET_KEY" STRIPE_SECRET_KEY= vitest run --config vitest.billing.config.ts $(VITEST_ARGS)
+	STRIPE_TEST_SECRET_KEY="$$STRIPE_SECRET_KEY" STRIPE_TEST_PUBLISHABLE_KEY="$$STRIPE_PUBLISHABLE_KEY" STRIPE_SECRET_KEY= STRIPE_PUBLISHABLE_KEY= vitest run --config vitest.billing.config.ts $(VITEST_ARGS)
 
 ## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
 bench: build

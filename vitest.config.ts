@@ -16,6 +16,6 @@ export default defineConfig({
     execArgv: ['--expose-gc'],
     // The engine conformance suite runs against the simulator here, the Stripe suites against the
     // Stripe emulator; `make test-engine` and `make test-billing` point them at the real ones.
-    env: { NODE_ENV: 'test', LOG_LEVEL: 'silent', XINFERENCE_URL: '', STRIPE_TEST_SECRET_KEY: '' },
+    env: { NODE_ENV: 'test', LOG_LEVEL: 'silent', XINFERENCE_URL: '', STRIPE_TEST_SECRET_KEY: '', STRIPE_TEST_PUBLISHABLE_KEY: '' },
   },
 });

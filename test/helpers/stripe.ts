@@ -112,3 +112,56 @@ export async function expectSettledTotal(read: () => Promise<number>, expected: 
     onEmulator ? 5_000 : 180_000,
   );
 }
+
+/**
+ * What `stripe listen --forward-to` does, for a Stripe test account (Stripe cannot reach a loopback
+ * address): polls the account's events created since `start` and posts each one, oldest first, as
+ * Stripe wrote it, to `target`, signed with `secret` (the app's STRIPE_WEBHOOK_SECRET, as the CLI
+ * signs with its own). The platform's webhook route, job and checks then see events Stripe wrote.
+ */
+export class StripeEventRelay {
+  readonly forwarded: string[] = [];
+  readonly #stripe: Stripe;
+  readonly #target: string;
+  readonly #secret: string;
+  readonly #since = Math.floor(Date.now() / 1000) - 5;
+  #running = false;
+  #loop: Promise<void> | undefined;
+
+  constructor(stripe: Stripe, target: string, secret: string) {
+    this.#stripe = stripe;
+    this.#target = target;
+    this.#secret = secret;
+  }
+
+  start(): this {
+    this.#running = true;
+    this.#loop = (async () => {
+      while (this.#running) {
+        await this.#forwardNew().catch(() => undefined);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    })();
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.#running = false;
+    await this.#loop;
+  }
+
+  async #forwardNew(): Promise<void> {
+    const events = await this.#stripe.events.list({ created: { gte: this.#since }, limit: 100 });
+    for (const event of events.data.toReversed()) {
+      if (this.forwarded.includes(event.id)) continue;
+      const payload = JSON.stringify(event);
+      const response = await fetch(this.#target, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'stripe-signature': this.#stripe.webhooks.generateTestHeaderString({ payload, secret: this.#secret }) },
+        body: payload,
+      });
+      await response.arrayBuffer();
+      if (response.ok) this.forwarded.push(event.id);
+    }
+  }
+}

@@ -122,6 +122,20 @@ describe('Stripe emulator through the stripe SDK (also against Stripe test mode)
     expect(next.has_more).toBe(false);
   });
 
+  it('lists the events of a time range (created[gte], created[lt]), as a relay polls them', async () => {
+    const customer = await newCustomer('events');
+    const ofCustomer = (events: Stripe.Event[]) => events.filter((event) => (event.data.object as { id?: string }).id === customer.id);
+    let event: Stripe.Event | undefined;
+    await waitUntil(async () => Boolean((event = ofCustomer((await stripe.events.list({ type: 'customer.created', limit: 100 })).data)[0])), 'the customer.created event');
+    const created = event?.created ?? 0;
+    const since = await stripe.events.list({ created: { gte: created }, limit: 100 });
+    expect(since.data.every((e) => e.created >= created)).toBe(true);
+    expect(ofCustomer(since.data).map((e) => e.id)).toContain(event?.id);
+    const before = await stripe.events.list({ created: { lt: created }, limit: 100 });
+    expect(before.data.every((e) => e.created < created)).toBe(true);
+    expect(ofCustomer(before.data)).toEqual([]);
+  });
+
   it('refuses a wrong secret key with 401', async () => {
     const stranger = new Stripe('sk_test_not_the_key', target.apiUrl ? { host: new URL(target.apiUrl).hostname, port: Number(new URL(target.apiUrl).port), protocol: 'http' } : {});
     await expect(stranger.customers.list()).rejects.toBeInstanceOf(Stripe.errors.StripeAuthenticationError);

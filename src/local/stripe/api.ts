@@ -113,8 +113,26 @@ export function list<T extends { id: string }>(url: string, items: T[], params: 
 
 export const LIST_PARAMS = ['limit', 'starting_after', 'ending_before'];
 
-/** A list endpoint's filter: the query parameter's value (strings for an array parameter) against an object. */
+/** A list endpoint's filter: the query parameter's value (strings for an array parameter; a range as JSON) against an object. */
 export type ListFilter<T> = (item: T, value: string | string[]) => boolean;
+
+/** List parameters that take a range object (`created[gte]=…`) as well as a value. */
+const RANGE_PARAMS = new Set(['created']);
+
+/**
+ * Stripe's `created` list filter (https://docs.stripe.com/api/events/list): a Unix time the object
+ * was created at, or a range of `gt`, `gte`, `lt`, `lte`.
+ */
+export function createdFilter<T extends { created: number }>(): ListFilter<T> {
+  return (item, value) => {
+    if (Array.isArray(value)) return false;
+    if (!value.startsWith('{')) return item.created === Number(value);
+    const range = JSON.parse(value) as Record<string, string>;
+    const bound = (name: string) => (range[name] === undefined ? undefined : Number(range[name]));
+    const [gt, gte, lt, lte] = ['gt', 'gte', 'lt', 'lte'].map(bound);
+    return (gt === undefined || item.created > gt) && (gte === undefined || item.created >= gte) && (lt === undefined || item.created < lt) && (lte === undefined || item.created <= lte);
+  };
+}
 
 /**
  * `GET` of a list of `object`s: newest first, paged, with each filter applied when its parameter is
@@ -135,8 +153,11 @@ export function listRoute<T extends { id: string }>(
       for (const [name, filter] of Object.entries(filters)) {
         const value = params[name];
         if (value === undefined) continue;
-        if (typeof value === 'object' && !Array.isArray(value)) throw invalidRequest(`Invalid value for ${name}`, { param: name });
-        const given = Array.isArray(value) ? value.map(String) : value;
+        const range = typeof value === 'object' && !Array.isArray(value);
+        if (range && (!RANGE_PARAMS.has(name) || Object.values(value).some((bound) => typeof bound !== 'string' || !/^\d+$/.test(bound)))) {
+          throw invalidRequest(`Invalid value for ${name}`, { param: name });
+        }
+        const given = Array.isArray(value) ? value.map(String) : range ? JSON.stringify(value) : value;
         tests.push((item) => filter(item, given));
       }
       return list(path, ctx.store.all<T>(object, (item) => tests.every((test) => test(item))), params);

@@ -62,6 +62,12 @@ export async function servePage(ctx: Context, req: IncomingMessage, res: ServerR
   return false;
 }
 
+/**
+ * The card form of a Checkout Session. Its fields and button carry the ids of Stripe Checkout's own
+ * form (`#cardNumber`, `#cardExpiry`, `#cardCvc`, `#billingName`, the submit button's test id), so
+ * that one browser script completes a session here or on a Stripe test account
+ * (test/helpers/checkout-browser.ts).
+ */
 function checkoutForm(ctx: Context, id: string, error?: string): string {
   const session = ctx.store.find<Stripe.Checkout.Session>(id, 'checkout.session');
   if (!session) return '<p>This checkout session does not exist.</p>';
@@ -70,11 +76,11 @@ function checkoutForm(ctx: Context, id: string, error?: string): string {
 Use the test card <code>4242 4242 4242 4242</code>, any future expiry and any CVC; <code>4000 0000 0000 0002</code> is declined.</p>
 ${error ? `<p role="alert" style="color:#b00">${escape(error)}</p>` : ''}
 <form method="post" action="/checkout/${escape(id)}">
-<label>Card number <input name="card_number" inputmode="numeric" autocomplete="cc-number" required></label><br>
-<label>Expiry (MM / YY) <input name="card_expiry" autocomplete="cc-exp" required></label><br>
-<label>CVC <input name="card_cvc" autocomplete="cc-csc" required></label><br>
-<label>Name on card <input name="name" autocomplete="cc-name"></label><br>
-<button type="submit">Save card</button>
+<label>Card number <input id="cardNumber" name="card_number" inputmode="numeric" autocomplete="cc-number" required></label><br>
+<label>Expiry (MM / YY) <input id="cardExpiry" name="card_expiry" autocomplete="cc-exp" required></label><br>
+<label>CVC <input id="cardCvc" name="card_cvc" autocomplete="cc-csc" required></label><br>
+<label>Name on card <input id="billingName" name="name" autocomplete="cc-name"></label><br>
+<button type="submit" class="SubmitButton" data-testid="hosted-payment-submit-button">Save card</button>
 </form>${session.cancel_url ? `<p><a href="${escape(session.cancel_url)}">Cancel</a></p>` : ''}`;
 }
 

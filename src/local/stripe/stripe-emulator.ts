@@ -2,7 +2,7 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import Stripe from 'stripe';
-import { array, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
+import { array, createdFilter, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
 import { checkoutRoutes } from './checkout.ts';
 import { catalogRoutes } from './catalog.ts';
 import { customerRoutes } from './customers.ts';
@@ -199,7 +199,7 @@ function eventRoutes(secrets: Map<string, string>): Route[] {
     retrieveRoute('/v1/events/:id', 'event'),
     // https://docs.stripe.com/api/v2/core/events/retrieve: a thin event with its data.
     retrieveRoute('/v2/core/events/:id', 'v2.core.event'),
-    listRoute<EmulatedEvent>('/v1/events', 'event', { type: (e, v) => e.type === v, types: (e, v) => v.includes(e.type) }),
+    listRoute<EmulatedEvent>('/v1/events', 'event', { type: (e, v) => e.type === v, types: (e, v) => v.includes(e.type), created: createdFilter() }),
     {
       method: 'POST',
       path: '/v1/webhook_endpoints',

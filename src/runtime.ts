@@ -6,7 +6,7 @@ import { createApp } from './app.ts';
 import type { Config } from './config.ts';
 import { createContainer, jobDefinitions, securityHandlers, type Container } from './container.ts';
 import { createDatabase, migrateToLatest } from './db/database.ts';
-import { buildHandlers } from './http/handlers.ts';
+import { buildHandlers } from './handlers.ts';
 import { closeServer, listen } from './http/server.ts';
 import { CHANGE_CHANNELS, ChangeListener } from './db/change-listener.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Role } from './principal.ts';
+import type { Role } from '../principal.ts';
 import type { NewUserProfile } from './identity-rules.ts';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import { EmailVerificationTokenRow } from '../db/models/email-verification-tokens.ts';

@@ -10,7 +10,7 @@ import { findUserByEmail, insertUser, organizationOfNewSession, updateUser } fro
 import type { EmailVerificationService } from './email-verification.service.ts';
 import { newUserProfile } from './identity-rules.ts';
 import { assertNewPassword, hashPassword, verifyPassword } from './passwords.ts';
-import type { SessionPrincipal } from './principal.ts';
+import type { SessionPrincipal } from '../principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
 type RegisterRequest = components['schemas']['RegisterRequest'];

@@ -12,7 +12,7 @@ import {
   spendEmailVerificationTokensOfUser,
   userHasEmail,
 } from './accounts.repository.ts';
-import type { SessionPrincipal } from './principal.ts';
+import type { SessionPrincipal } from '../principal.ts';
 
 /** How long a verification link works. */
 export const VERIFICATION_TOKEN_LIFETIME_HOURS = 24;

@@ -1,5 +1,5 @@
 import type { components } from '../../generated/api.d.ts';
-import { roleId, type SessionPrincipal } from './principal.ts';
+import { roleId, type SessionPrincipal } from '../principal.ts';
 
 export type SessionResponse = components['schemas']['SessionResponse'];
 

@@ -15,7 +15,7 @@ import {
   listLiveSessionsOfUser,
   setSessionOrganization,
 } from './accounts.repository.ts';
-import type { SessionPrincipal } from './principal.ts';
+import type { SessionPrincipal } from '../principal.ts';
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** Sessions last 30 days and slide: one used with fewer than 15 days left is extended to 30 again. */

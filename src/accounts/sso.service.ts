@@ -19,7 +19,7 @@ import {
   userHasIdentityAt,
 } from './accounts.repository.ts';
 import { displayName } from './identity-rules.ts';
-import type { SessionPrincipal } from './principal.ts';
+import type { SessionPrincipal } from '../principal.ts';
 import type { NewSession, SessionStore } from './sessions.ts';
 
 type SsoProviderList = components['schemas']['SsoProviderList'];

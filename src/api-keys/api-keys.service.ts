@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, requireVerifiedEmail, type ApiKeyPrincipal, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, type ApiKeyPrincipal, type SessionPrincipal } from '../principal.ts';
 import { constantTimeEqual, hashToken } from '../crypto.ts';
 import { AppError, type InferenceErrorCode } from '../errors.ts';
 import { notBlank } from '../validation.ts';

@@ -1,4 +1,5 @@
 import type { components } from '../../generated/api.d.ts';
+import type { EffectiveLimits } from '../principal.ts';
 
 export type ApiKeyLimits = components['schemas']['ApiKeyLimits'];
 type ApiKeyLimitsChange = components['schemas']['ApiKeyLimitsChange'];
@@ -13,17 +14,6 @@ export interface LimitColumns {
   monthly_spend_budget: string | null;
 }
 
-/**
- * What limits an API key on the inference routes: its own, each falling back on its organization's
- * default; undefined when nothing limits it (and the proxy does no limit work for it at all).
- */
-export interface EffectiveLimits {
-  requestsPerMinute: number | null;
-  tokensPerMinute: number | null;
-  monthlyTokens: number | null;
-  /** Millionths of a dollar. */
-  monthlySpendMicros: number | null;
-}
 
 export const NO_LIMITS: ApiKeyLimits = { requests_per_minute: null, tokens_per_minute: null, monthly_token_budget: null, monthly_spend_budget: null };
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, roleAtLeast, type SessionPrincipal } from '../principal.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import type { InvoiceRow } from '../db/models/invoices.ts';
 import { AppError } from '../errors.ts';

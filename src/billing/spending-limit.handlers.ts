@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { requireOrganization } from '../accounts/principal.ts';
+import { requireOrganization } from '../principal.ts';
 import type { Handlers } from '../http/types.ts';
 import { BillingAccountRow } from '../db/models/billing-accounts.ts';
 

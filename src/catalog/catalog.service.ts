@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { components, operations } from '../../generated/api.d.ts';
-import type { SessionPrincipal } from '../accounts/principal.ts';
+import type { SessionPrincipal } from '../principal.ts';
 import type { Keyring } from '../crypto.ts';
 import type { DeployableModelRow } from '../db/models/deployable-models.ts';
 import type { ModelSpec } from '../deployments/launch-spec.ts';

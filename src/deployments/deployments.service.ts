@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, type SessionPrincipal } from '../principal.ts';
 import { assertMayCreateDeployment, deploymentGuardVerdicts, firstRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import type { CatalogModel, CatalogService } from '../catalog/catalog.service.ts';
 import type { Keyring } from '../crypto.ts';

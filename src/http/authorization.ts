@@ -1,5 +1,5 @@
-import type { Principal, Role } from '../accounts/principal.ts';
-import { roleAtLeast } from '../accounts/principal.ts';
+import type { Principal, Role } from '../principal.ts';
+import { roleAtLeast } from '../principal.ts';
 import { AppError } from '../errors.ts';
 import type { OperationRules } from './operations.ts';
 

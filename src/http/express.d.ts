@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Operation } from 'openapi-backend';
-import type { Principal, SessionPrincipal } from '../accounts/principal.ts';
+import type { Principal, SessionPrincipal } from '../principal.ts';
 import type { ErrorFormat, OperationRules } from './operations.ts';
 
 declare global {

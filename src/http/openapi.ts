@@ -4,7 +4,7 @@ import type { ErrorObject } from 'ajv';
 import type { Logger } from 'pino';
 import addFormats from 'ajv-formats';
 import { AppError, type ValidationIssue } from '../errors.ts';
-import type { Principal } from '../accounts/principal.ts';
+import type { Principal } from '../principal.ts';
 import { authorize } from './authorization.ts';
 import { forJsonSchemaValidators } from '../openapi-document.ts';
 import { OperationRouter, readOperationRules, type OperationRules } from './operations.ts';

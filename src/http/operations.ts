@@ -1,5 +1,5 @@
 import type { Document } from 'openapi-backend';
-import { ROLES } from '../accounts/principal.ts';
+import { ROLES } from '../principal.ts';
 import type { Requirement } from './authorization.ts';
 import type { OperationId } from './types.ts';
 

@@ -1,7 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import type { Context } from 'openapi-backend';
-import type { Principal } from '../accounts/principal.ts';
+import type { Principal } from '../principal.ts';
 import { AppError, type ValidationIssue } from '../errors.ts';
 import { authorize } from './authorization.ts';
 import type { SecurityHandlers } from './openapi.ts';

@@ -3,7 +3,7 @@ import type { Request, Response } from 'express';
 import type { Logger } from 'pino';
 import type { operations } from '../../generated/api.d.ts';
 import type { OperationSecurity } from '../../generated/security.d.ts';
-import type { ApiKeyPrincipal, SessionPrincipal } from '../accounts/principal.ts';
+import type { ApiKeyPrincipal, SessionPrincipal } from '../principal.ts';
 
 /** Every operationId of the OpenAPI document. */
 export type OperationId = keyof operations;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
-import type { Principal } from '../accounts/principal.ts';
+import type { Principal } from '../principal.ts';
 import type { Config } from '../config.ts';
 import { AppError } from '../errors.ts';
 import type { HandlerContext, Handlers, OperationId } from '../http/types.ts';

@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import type { ApiKeyPrincipal } from '../accounts/principal.ts';
-import { calendarMonth, formatResetDuration, type EffectiveLimits } from '../api-keys/key-limits.ts';
+import type { ApiKeyPrincipal } from '../principal.ts';
+import { calendarMonth, formatResetDuration } from '../api-keys/key-limits.ts';
+import type { EffectiveLimits } from '../principal.ts';
 import { AppError } from '../errors.ts';
 
 /** Each process takes this part of a limit at a time (at least 1 unit): a twentieth of a per-minute limit… */

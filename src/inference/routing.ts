@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { requireVerifiedEmail, type Principal } from '../accounts/principal.ts';
+import { requireVerifiedEmail, type Principal } from '../principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';

@@ -3,7 +3,7 @@ import type { components } from '../../generated/api.d.ts';
 import { findUserByEmail, insertUser, markEmailVerified, setCurrentOrganization } from '../accounts/accounts.repository.ts';
 import { newUserProfile } from '../accounts/identity-rules.ts';
 import { assertNewPassword, hashPassword } from '../accounts/passwords.ts';
-import { requireOrganization, requireVerifiedEmail, roleAtLeast, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, roleAtLeast, type SessionPrincipal } from '../principal.ts';
 import type { NewSession, SessionStore } from '../accounts/sessions.ts';
 import { hashToken, randomToken } from '../crypto.ts';
 import { isUniqueViolation } from '../db/errors.ts';

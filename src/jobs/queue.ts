@@ -1,7 +1,16 @@
 import type { Knex } from 'knex';
 import { fromKnex, PgBoss, type JobResult, type SendOptions } from 'pg-boss';
 import type { Logger } from 'pino';
-import type { Metrics } from '../metrics/metrics.ts';
+
+/** The outcome of a run of a background job: done; failed and retried later; failed on its last attempt. */
+export type JobOutcome = 'completed' | 'retrying' | 'failed';
+
+/** What the queue reports to the metrics (src/metrics/metrics.ts implements it). */
+export interface JobMetrics {
+  jobRun(queue: string, outcome: JobOutcome, seconds: number): void;
+  /** Reads the depth of these queues at each scrape. */
+  watchQueues(boss: PgBoss, queues: readonly string[]): void;
+}
 
 const DEFAULT_RETRY_DELAY_SECONDS = 2;
 /**
@@ -112,7 +121,7 @@ export function createJobQueue(options: JobQueueOptions): PgBoss {
 }
 
 /** Starts the queue, creates every job's queue idempotently, and in workers starts consuming. */
-export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger; metrics?: Metrics | undefined }): Promise<void> {
+export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs: JobDefinition[]; log: Logger; metrics?: JobMetrics | undefined }): Promise<void> {
   await boss.start();
   for (const job of options.jobs) {
     const retries = {
@@ -145,7 +154,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
  * otherwise it polls every 30 s (60 s for a scheduled queue). The price of batches: a job queued while a batch runs waits for
  * that batch's slowest job.
  */
-export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger, metrics?: Metrics): Promise<void> {
+export async function workOn(boss: PgBoss, job: JobDefinition, log: Logger, metrics?: JobMetrics): Promise<void> {
   const interval = job.pollingIntervalSeconds ?? (job.schedule ? SCHEDULED_BACKSTOP_POLLING_SECONDS : BACKSTOP_POLLING_SECONDS);
   const retryDelayMs = (job.retryDelaySeconds ?? DEFAULT_RETRY_DELAY_SECONDS) * 1000;
   const retryDelayMaxMs = job.retryDelayMaxSeconds ? job.retryDelayMaxSeconds * 1000 : Number.POSITIVE_INFINITY;

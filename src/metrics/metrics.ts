@@ -3,6 +3,7 @@ import type { PgBoss } from 'pg-boss';
 import type { Logger } from 'pino';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ACTIVE_STATUSES } from '../deployments/deployment-states.ts';
+import type { JobMetrics, JobOutcome } from '../jobs/queue.ts';
 import { countActiveDeploymentsByStatus } from './metrics.repository.ts';
 import { RequestHistogram, type HistogramSeries } from './request-histogram.ts';
 
@@ -24,8 +25,6 @@ export const UNMATCHED = 'unmatched';
 /** `status` of a request whose client left before any answer was sent (nginx's convention). */
 export const CLIENT_CLOSED = 499;
 
-/** The outcome of a run of a background job: done; failed and retried later; failed on its last attempt. */
-export type JobOutcome = 'completed' | 'retrying' | 'failed';
 /** A usage batch: written; kept in memory because the database is unreachable (retried); refused, then written one by one. */
 export type UsageFlushOutcome = 'written' | 'deferred' | 'refused';
 /** A webhook attempt: delivered; failed and retried; failed on the delivery's last attempt; not sent (endpoint disabled meanwhile). */
@@ -56,7 +55,7 @@ export interface RelayMetrics {
  * deployments by status) is read at scrape time, not on a timer, and served from a snapshot of at
  * most 5 s to the scrapes that follow.
  */
-export class Metrics {
+export class Metrics implements JobMetrics {
   readonly registry = new Registry();
   readonly #log: Logger;
 

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { roleAtLeast, ROLES, type Role } from '../accounts/principal.ts';
+import { roleAtLeast, ROLES, type Role } from '../principal.ts';
 import { MembershipRow } from '../db/models/memberships.ts';
 import { OrganizationRow } from '../db/models/organizations.ts';
 import { isoTimes, utcTextSql } from '../db/query.ts';

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
 import { setCurrentOrganization, clearCurrentOrganization } from '../accounts/accounts.repository.ts';
-import { requireOrganization, roleAtLeast, type Role, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, roleAtLeast, type Role, type SessionPrincipal } from '../principal.ts';
 import type { SessionStore } from '../accounts/sessions.ts';
 import type { ApiKeysService } from '../api-keys/api-keys.service.ts';
 import { revokeKeysCreatedBy } from '../api-keys/api-keys.repository.ts';

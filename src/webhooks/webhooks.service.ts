@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
-import { requireOrganization, requireVerifiedEmail, type SessionPrincipal } from '../accounts/principal.ts';
+import { requireOrganization, requireVerifiedEmail, type SessionPrincipal } from '../principal.ts';
 import type { Config } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
 import type { WebhookEndpointRow } from '../db/models/webhooks.ts';

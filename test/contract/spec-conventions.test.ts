@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ROLES } from '../../src/accounts/principal.ts';
+import { ROLES } from '../../src/principal.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 
 /** The conventions every operation of the contract keeps (STYLE.md, DESIGN.md §3). */

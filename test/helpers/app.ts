@@ -6,7 +6,7 @@ import { createApp } from '../../src/app.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createContainer, securityHandlers, type Container } from '../../src/container.ts';
 import { createDatabase } from '../../src/db/database.ts';
-import { buildHandlers } from '../../src/http/handlers.ts';
+import { buildHandlers } from '../../src/handlers.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import { createJobQueue } from '../../src/jobs/queue.ts';
 import { createLogger } from '../../src/logger.ts';

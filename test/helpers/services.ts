@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { components } from '../../generated/api.d.ts';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createContainer, jobDefinitions, type Container } from '../../src/container.ts';
 import { createDatabase } from '../../src/db/database.ts';

@@ -3,7 +3,7 @@ import type { Document } from 'openapi-backend';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
 import { AppError } from '../../src/errors.ts';
-import { buildHandlers } from '../../src/http/handlers.ts';
+import { buildHandlers } from '../../src/handlers.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import type { Handlers } from '../../src/http/types.ts';
 import { pino } from 'pino';

@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../../src/app.ts';
 import { securityHandlers } from '../../src/container.ts';
-import { buildHandlers } from '../../src/http/handlers.ts';
+import { buildHandlers } from '../../src/handlers.ts';
 import { closeServer, listen } from '../../src/http/server.ts';
 import { createLogger } from '../../src/logger.ts';
 import { offlineContainer } from '../helpers/app.ts';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { findGpuMeteringDue, insertGpuInterval } from '../../src/billing/billing.repository.ts';
 import { findDeployment } from '../../src/deployments/deployments.repository.ts';
 import { runningSince } from '../helpers/time-travel.ts';

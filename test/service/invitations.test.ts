@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { markEmailVerified } from '../../src/accounts/accounts.repository.ts';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import type { InvitationStatus } from '../../src/db/models/invitations.ts';
 import { lapsedSql, openSql, statusAt, statusSql } from '../../src/invitations/invitation-status.ts';
 import { uniqueEmail } from '../factories/accounts.ts';

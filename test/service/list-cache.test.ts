@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { OrganizationListCache, type LoadedList } from '../../src/organizations/list-cache.ts';
 import { uniqueEmail } from '../factories/accounts.ts';
 import { startServices, type Services } from '../helpers/services.ts';

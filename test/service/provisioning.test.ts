@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { findDeployment } from '../../src/deployments/deployments.repository.ts';
 import { engineModelUid, PROVISION_QUEUE } from '../../src/deployments/provisioning.ts';
 import { waitUntil } from '../helpers/net.ts';

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import fc from 'fast-check';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { upsertPrice, usageTotals, usageTotalsQuery, type Period, type UsageTotalRow } from '../../src/billing/billing.repository.ts';
 import { parseServiceKey } from '../../src/billing/service-keys.ts';
 import { maintainUsagePartitions } from '../../src/billing/usage-partitions.ts';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { upsertPrice } from '../../src/billing/billing.repository.ts';
 import { parseServiceKey } from '../../src/billing/service-keys.ts';
 import { usageSummary, type UsageSummary } from '../../src/billing/usage-summary.ts';

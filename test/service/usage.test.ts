@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { Keyring } from '../../src/crypto.ts';
 import type { NewUsageRecord } from '../../src/inference/inference.repository.ts';
 import { UsageRecorder, type UsageRecord } from '../../src/inference/usage.ts';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { SessionPrincipal } from '../../src/principal.ts';
 import { authorize } from '../../src/http/authorization.ts';
 import { readOperationRules, type OperationRules } from '../../src/http/operations.ts';
 import type { OperationId } from '../../src/http/types.ts';

@@ -1,5 +1,5 @@
 import { describe, expectTypeOf, it } from 'vitest';
-import type { Principal, SessionPrincipal } from '../../src/accounts/principal.ts';
+import type { Principal, SessionPrincipal } from '../../src/principal.ts';
 import type { AuthOf, HandlerContext } from '../../src/http/types.ts';
 
 /** Checked by `make typecheck`: a handler's context is typed from its operation in the document. */

@@ -1,7 +1,10 @@
-import type { components } from '../../generated/api.d.ts';
-import type { EffectiveLimits } from '../api-keys/key-limits.ts';
-import { AppError } from '../errors.ts';
+import type { components } from '../generated/api.d.ts';
+import { AppError } from './errors.ts';
 
+/**
+ * Who calls: the caller types and roles every layer reads (the HTTP binding, the areas, the
+ * gateway). It imports no area, so that any of them may import it.
+ */
 export type Role = components['schemas']['Role'];
 
 /** Least to most privileged; a role includes every right of the roles before it. */
@@ -40,6 +43,18 @@ export interface ApiKeyPrincipal {
   allowHostedModels: boolean;
   /** Its limits on the inference routes (its own over its organization's defaults); undefined when none applies. */
   limits?: EffectiveLimits;
+}
+
+/**
+ * What limits an API key on the inference routes: its own, each falling back on its organization's
+ * default; undefined when nothing limits it (and the proxy does no limit work for it at all).
+ */
+export interface EffectiveLimits {
+  requestsPerMinute: number | null;
+  tokensPerMinute: number | null;
+  monthlyTokens: number | null;
+  /** Millionths of a dollar. */
+  monthlySpendMicros: number | null;
 }
 
 export type Principal = SessionPrincipal | ApiKeyPrincipal;

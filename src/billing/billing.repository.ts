@@ -125,6 +125,12 @@ export async function findBillingAccount(db: Db, organizationId: number): Promis
   return BillingAccountRow.query(db).findOne({ organization_id: organizationId });
 }
 
+/** Sets the organization's monthly spending limit (null: none); the limit as stored, undefined without an account. */
+export async function setSpendingLimit(db: Db, organizationId: number, limit: string | null): Promise<string | null | undefined> {
+  const [row] = await BillingAccountRow.query(db).where({ organization_id: organizationId }).patch({ monthly_spending_limit: limit }).returning('monthly_spending_limit');
+  return row === undefined ? undefined : row.monthly_spending_limit;
+}
+
 /** A half-open time range `[start, end)`. */
 export interface Period {
   start: Date;

@@ -1,6 +1,4 @@
 import type { Knex } from 'knex';
-import { countActiveDeployments } from '../deployments/deployments.repository.ts';
-import { AppError } from '../errors.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
 import { formatCents, toCents } from './money.ts';
@@ -31,20 +29,40 @@ const notChecked = (guard: DeploymentGuardName, detail: string): DeploymentGuard
 type Refusal = Extract<DeploymentGuardVerdict, { verdict: 'refused' }>;
 const refused = (guard: DeploymentGuardName, code: DeploymentGuardCode, detail: string): Refusal => ({ guard, verdict: 'refused', code, detail });
 
+/** What the guards decide from, read by `loadGuardInputs` or `lockGuardInputs`. */
+export interface GuardInputs {
+  account: BillingAccountRow | undefined;
+  /** The spending of the period (one rounding per meter, as the invoice's), read only under a spending limit. */
+  spent: { cents: bigint; currency: string } | undefined;
+}
+
+/** Reads what the guards decide from: the billing account and, under a spending limit, the period's spending. */
+export async function loadGuardInputs(db: Knex, organizationId: number): Promise<GuardInputs> {
+  return withSpending(db, organizationId, await findBillingAccount(db, organizationId));
+}
+
+/**
+ * The same, the billing account locked first: create's check, so that two concurrent creates of an
+ * organization are checked one after the other (the second sees the first's deployment and the
+ * same spending).
+ */
+export async function lockGuardInputs(trx: Knex.Transaction, organizationId: number): Promise<GuardInputs> {
+  return withSpending(trx, organizationId, await lockBillingAccount(trx, organizationId));
+}
+
+async function withSpending(db: Knex, organizationId: number, account: BillingAccountRow | undefined): Promise<GuardInputs> {
+  if (!account || account.monthly_spending_limit === null) return { account, spent: undefined };
+  const summary = await usageSummary(db, organizationId);
+  return { account, spent: { cents: periodSpentCents(summary), currency: summary.currency } };
+}
+
 /**
  * Every billing check on creating a deployment, in one place: each guard's verdict, in the order
- * create applies them (payment setup, the active limit, then the spending limit). Create runs it
- * inside its transaction with `lock` (the billing account row is locked first, so two concurrent
- * creates of an organization are checked one after the other: the second sees the first's
- * deployment and the same spending) and answers the first refusal; a plan reads without locking.
+ * create applies them (payment setup, the active limit, then the spending limit). Create answers the
+ * first refusal as its 409; a plan shows them all. A decision over loaded inputs: nothing is read.
  */
-export async function deploymentGuardVerdicts(
-  trx: Knex.Transaction,
-  organizationId: number,
-  settings: DeploymentGuardSettings,
-  options: { lock: boolean },
-): Promise<DeploymentGuardVerdict[]> {
-  const account = options.lock ? await lockBillingAccount(trx, organizationId) : await findBillingAccount(trx, organizationId);
+export function deploymentGuardVerdicts(inputs: GuardInputs, activeDeployments: number, settings: DeploymentGuardSettings): DeploymentGuardVerdict[] {
+  const { account } = inputs;
   if (!account) {
     const none = 'Your organization has no billing account.';
     return [
@@ -53,21 +71,15 @@ export async function deploymentGuardVerdicts(
       notChecked('spending_limit', none),
     ];
   }
-  const verdicts: DeploymentGuardVerdict[] = [paymentSetupVerdict(account, settings)];
-
-  const active = await countActiveDeployments(trx, organizationId);
-  verdicts.push(
-    active >= account.max_active_resources
+  const activeLimit =
+    activeDeployments >= account.max_active_resources
       ? refused(
           'active_deployment_limit',
           'ACTIVE_DEPLOYMENT_LIMIT_REACHED',
-          `Your organization has ${active} active deployments, its limit; delete one or ask to raise the limit.`,
+          `Your organization has ${activeDeployments} active deployments, its limit; delete one or ask to raise the limit.`,
         )
-      : passed('active_deployment_limit', `Your organization has ${active} of its ${account.max_active_resources} active deployments.`),
-  );
-
-  verdicts.push(await spendingLimitVerdict(trx, organizationId, account));
-  return verdicts;
+      : passed('active_deployment_limit', `Your organization has ${activeDeployments} of its ${account.max_active_resources} active deployments.`);
+  return [paymentSetupVerdict(account, settings), activeLimit, spendingLimitVerdict(account, inputs.spent)];
 }
 
 function paymentSetupVerdict(account: BillingAccountRow, settings: DeploymentGuardSettings): DeploymentGuardVerdict {
@@ -81,18 +93,17 @@ function paymentSetupVerdict(account: BillingAccountRow, settings: DeploymentGua
   return passed('payment_setup', 'Your organization has a default payment method and an active subscription.');
 }
 
-async function spendingLimitVerdict(db: Knex, organizationId: number, account: BillingAccountRow): Promise<DeploymentGuardVerdict> {
+function spendingLimitVerdict(account: BillingAccountRow, spent: GuardInputs['spent']): DeploymentGuardVerdict {
   if (account.monthly_spending_limit === null) return passed('spending_limit', 'Your organization has no monthly spending limit.');
-  const summary = await usageSummary(db, organizationId);
-  const spentCents = periodSpentCents(summary);
-  const spent = `${formatCents(spentCents)} ${summary.currency.toUpperCase()}`;
-  return spentCents >= toCents(account.monthly_spending_limit)
+  if (!spent) throw new Error('the spending under a limit was not read');
+  const amount = `${formatCents(spent.cents)} ${spent.currency.toUpperCase()}`;
+  return spent.cents >= toCents(account.monthly_spending_limit)
     ? refused(
         'spending_limit',
         'SPENDING_LIMIT_REACHED',
-        `Your organization's estimated spending this period (${spent}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
+        `Your organization's estimated spending this period (${amount}) has reached its monthly limit of ${account.monthly_spending_limit}; an admin raises the limit, or wait for the next period.`,
       )
-    : passed('spending_limit', `Your organization's estimated spending this period (${spent}) is below its monthly limit of ${account.monthly_spending_limit}.`);
+    : passed('spending_limit', `Your organization's estimated spending this period (${amount}) is below its monthly limit of ${account.monthly_spending_limit}.`);
 }
 
 /**
@@ -100,26 +111,16 @@ async function spendingLimitVerdict(db: Knex, organizationId: number, account: B
  * payment setup and room under the monthly spending limit (the active-deployment limit is about
  * deployments only). The first refusal, or undefined; nothing is checked with enforcement off.
  */
-export async function hostedCallRefusal(
-  db: Knex,
-  organizationId: number,
-  settings: DeploymentGuardSettings,
-): Promise<Refusal | undefined> {
+export function hostedCallRefusal(inputs: GuardInputs, settings: DeploymentGuardSettings): Refusal | undefined {
   if (!settings.enforcement) return undefined;
-  const account = await findBillingAccount(db, organizationId);
+  const { account } = inputs;
   if (!account) return refused('payment_setup', 'PAYMENT_SETUP_INCOMPLETE', 'Your organization has no billing account.');
-  return firstRefusal([paymentSetupVerdict(account, settings), await spendingLimitVerdict(db, organizationId, account)]);
+  return firstRefusal([paymentSetupVerdict(account, settings), spendingLimitVerdict(account, inputs.spent)]);
 }
 
 /** The first refusal: what create answers (409), or undefined when every guard lets it through. */
 export function firstRefusal(verdicts: readonly DeploymentGuardVerdict[]): Extract<DeploymentGuardVerdict, { verdict: 'refused' }> | undefined {
   return verdicts.find((verdict): verdict is Extract<DeploymentGuardVerdict, { verdict: 'refused' }> => verdict.verdict === 'refused');
-}
-
-/** Create's check, inside its transaction: throws the first refusal as its 409. */
-export async function assertMayCreateDeployment(trx: Knex.Transaction, organizationId: number, settings: DeploymentGuardSettings): Promise<void> {
-  const refusal = firstRefusal(await deploymentGuardVerdicts(trx, organizationId, settings, { lock: true }));
-  if (refusal) throw new AppError(refusal.code, refusal.detail);
 }
 
 /** The period's estimated spending (the summary's total: one rounding per meter, as the invoice's) in cents, exactly. */

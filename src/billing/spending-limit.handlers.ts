@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { requireOrganization } from '../principal.ts';
 import type { Handlers } from '../http/types.ts';
-import { BillingAccountRow } from '../db/models/billing-accounts.ts';
+import { findBillingAccount, setSpendingLimit } from './billing.repository.ts';
 
 type SpendingLimitHandlers = Pick<Handlers, 'getSpendingLimit' | 'updateSpendingLimit'>;
 
@@ -12,22 +12,15 @@ type SpendingLimitHandlers = Pick<Handlers, 'getSpendingLimit' | 'updateSpending
  */
 export function spendingLimitHandlers(deps: { db: Knex }): SpendingLimitHandlers {
   const { db } = deps;
-  const limitOf = (row: Pick<BillingAccountRow, 'monthly_spending_limit'> | undefined) => ({
-    monthly_spending_limit: row?.monthly_spending_limit ?? null,
-    currency: 'usd' as const,
-  });
+  const limitOf = (limit: string | null | undefined) => ({ monthly_spending_limit: limit ?? null, currency: 'usd' as const });
   return {
     getSpendingLimit: async (context) => {
       const organization = requireOrganization(context.auth);
-      return { status: 200, body: limitOf(await BillingAccountRow.query(db).findOne({ organization_id: organization.id })) };
+      return { status: 200, body: limitOf((await findBillingAccount(db, organization.id))?.monthly_spending_limit) };
     },
     updateSpendingLimit: async (context) => {
       const organization = requireOrganization(context.auth);
-      const [row] = await BillingAccountRow.query(db)
-        .where({ organization_id: organization.id })
-        .patch({ monthly_spending_limit: context.body.monthly_spending_limit })
-        .returning('monthly_spending_limit');
-      return { status: 200, body: limitOf(row) };
+      return { status: 200, body: limitOf(await setSpendingLimit(db, organization.id, context.body.monthly_spending_limit ?? null)) };
     },
   };
 }

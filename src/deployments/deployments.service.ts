@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../principal.ts';
-import { assertMayCreateDeployment, deploymentGuardVerdicts, firstRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
+import { deploymentGuardVerdicts, firstRefusal, loadGuardInputs, lockGuardInputs, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import type { CatalogModel, CatalogService } from '../catalog/catalog.service.ts';
 import type { Keyring } from '../crypto.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
@@ -11,6 +11,7 @@ import { enqueue } from '../jobs/queue.ts';
 import { transition } from './deployment-states.ts';
 import { toDeploymentPlan, type DeploymentPlan } from './deployment-plan.ts';
 import {
+  countActiveDeployments,
   findDeploymentOf,
   gpuServicePrices,
   insertDeployment,
@@ -90,7 +91,10 @@ export class DeploymentsService {
     const { model, launch } = await this.#resolve(principal, input);
 
     return this.#db.transaction(async (trx) => {
-      await assertMayCreateDeployment(trx, organization.id, this.#billing);
+      // The billing account is locked before the count: concurrent creates are checked one after the other.
+      const inputs = await lockGuardInputs(trx, organization.id);
+      const refusal = firstRefusal(deploymentGuardVerdicts(inputs, await countActiveDeployments(trx, organization.id), this.#billing));
+      if (refusal) throw new AppError(refusal.code, refusal.detail);
       const deployment = await insertDeployment(trx, {
         user_id: principal.user.id,
         organization_id: organization.id,
@@ -119,7 +123,7 @@ export class DeploymentsService {
 
     return this.#db.transaction(async (trx) => {
       await trx.raw('set transaction isolation level repeatable read, read only');
-      const guards = await deploymentGuardVerdicts(trx, organization.id, this.#billing, { lock: false });
+      const guards = deploymentGuardVerdicts(await loadGuardInputs(trx, organization.id), await countActiveDeployments(trx, organization.id), this.#billing);
       const rows = await readPlacementCandidates(trx);
       const candidates = rows.map(toCandidate);
       const placement = planPlacement(candidates, requiredGb);

@@ -5,7 +5,7 @@ import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
-import { hostedCallRefusal, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
+import { hostedCallRefusal, loadGuardInputs, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import { contextLengths } from '../catalog/catalog.repository.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
@@ -278,7 +278,7 @@ export class InferenceRouter {
     const now = Date.now();
     let entry = this.#billingVerdicts.get(organizationId);
     if (!entry || now - entry.at >= BILLING_CACHE_MS) {
-      const refusal = hostedCallRefusal(this.#db, organizationId, this.#billing).then((found) =>
+      const refusal = loadGuardInputs(this.#db, organizationId).then((inputs) => hostedCallRefusal(inputs, this.#billing)).then((found) =>
         found
           ? new AppError(found.code, `${found.detail} Hosted models need it too.`, {
               headers: { 'Retry-After': String(BILLING_CACHE_MS / 1000), 'x-should-retry': 'false' },

@@ -71,3 +71,8 @@ export async function deleteInBatches(deleteBatch: (limit: number) => Promise<nu
     if (batch < limit) return deleted;
   }
 }
+
+/** Runs `work` in the caller's transaction, or in a transaction of its own on a plain connection. */
+export function inTransaction<T>(db: Knex | Knex.Transaction, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  return (db as Knex.Transaction).isTransaction ? work(db as Knex.Transaction) : db.transaction(work);
+}

@@ -7,9 +7,6 @@ import { isoTime, isoTimes, utcTextSql } from '../db/query.ts';
 import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
-import { appendDeploymentEvent, latestEvent } from '../events/events.repository.ts';
-import type { DeploymentEventRow } from '../db/models/deployment-events.ts';
-import { statusChangeMessage } from '../events/event-messages.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
@@ -121,32 +118,15 @@ export async function findDeploymentOf(db: Db, scope: Scope, id: string, options
   return options.forUpdate ? query.forUpdate().first() : query.first();
 }
 
-/** Stores a new deployment (`requested`), and its first event. */
-export async function insertDeployment(
-  db: Db,
-  deployment: Pick<
-    DeploymentRow,
-    'user_id' | 'organization_id' | 'deployable_model_id' | 'model_name' | 'model_format' | 'model_size_in_billions' | 'quantization' | 'model_engine'
-  >,
-): Promise<DeploymentRow> {
-  return inTransaction(db, async (trx) => {
-    const row = await DeploymentRow.query(trx).insert(deployment).returning('*');
-    await appendDeploymentEvent(trx, {
-      deployment_id: row.id,
-      organization_id: row.organization_id,
-      type: 'deployment.status_changed',
-      from_status: null,
-      to_status: row.status,
-      message: statusChangeMessage(row.status, {}),
-    });
-    return row;
-  });
+/** Stores a new deployment (`requested`). */
+export async function insertDeploymentRow(trx: Knex.Transaction, deployment: NewDeployment): Promise<DeploymentRow> {
+  return DeploymentRow.query(trx).insert(deployment).returning('*');
 }
 
-/** Runs `work` in the caller's transaction, or in a transaction of its own on a plain connection. */
-function inTransaction<T>(db: Db, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
-  return (db as Knex.Transaction).isTransaction ? work(db as Knex.Transaction) : db.transaction(work);
-}
+export type NewDeployment = Pick<
+  DeploymentRow,
+  'user_id' | 'organization_id' | 'deployable_model_id' | 'model_name' | 'model_format' | 'model_size_in_billions' | 'quantization' | 'model_engine'
+>;
 
 /** How many of the organization's deployments count against its limit. */
 export async function countActiveDeployments(db: Db, organizationId: number): Promise<number> {
@@ -181,76 +161,33 @@ type TransitionChanges = Partial<
   >
 >;
 
-/**
- * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
- * with `changes`; false when it had moved on. The caller takes `to` from the state machine. The
- * time of the move is `status_changed_at`, and also `terminated_at` for a move to `terminated`.
- * Entering and leaving `running` also record the second it happened (`running_since`,
- * `running_until`), the bounds of its GPU seconds (src/billing/gpu-metering.ts). Every move is
- * appended to the deployment's event log in the same transaction (the caller's, or one of its own).
- */
-export async function moveDeployment(
-  db: Db,
-  id: string,
-  move: { from: DeploymentStatus | readonly DeploymentStatus[]; to: DeploymentStatus; changes?: TransitionChanges },
-): Promise<boolean> {
-  return inTransaction(db, async (trx) => {
-    const before = await DeploymentRow.query(trx)
-      .findById(id)
-      .whereIn('status', typeof move.from === 'string' ? [move.from] : move.from)
-      .forNoKeyUpdate()
-      .select('status', 'organization_id');
-    if (!before) return false;
-    await DeploymentRow.query(trx)
-      .findById(id)
-      .patch({
-        ...move.changes,
-        status: move.to,
-        status_changed_at: trx.fn.now(),
-        ...(move.to === 'terminated' ? { terminated_at: trx.fn.now() } : {}),
-        ...runningBounds(trx, move.to),
-      });
-    await appendDeploymentEvent(trx, {
-      deployment_id: id,
-      organization_id: before.organization_id,
-      type: 'deployment.status_changed',
-      from_status: before.status,
-      to_status: move.to,
-      failure_stage: move.to === 'failed' ? (move.changes?.failure_stage ?? null) : null,
-      message: statusChangeMessage(move.to, { selectionReason: move.changes?.selection_reason, failureReason: move.changes?.failure_reason }),
-    });
-    return true;
-  });
+export type StatusMove = { from: DeploymentStatus | readonly DeploymentStatus[]; to: DeploymentStatus; changes?: TransitionChanges };
+
+/** Locks the deployment's row if it is in one of `statuses`: its status and organization, or undefined. */
+export async function lockDeploymentIn(trx: Knex.Transaction, id: string, statuses: DeploymentStatus | readonly DeploymentStatus[]): Promise<Pick<DeploymentRow, 'status' | 'organization_id'> | undefined> {
+  return DeploymentRow.query(trx)
+    .findById(id)
+    .whereIn('status', typeof statuses === 'string' ? [statuses] : statuses)
+    .forNoKeyUpdate()
+    .select('status', 'organization_id');
 }
 
 /**
- * Appends a provisioning step (progress while the model loads, a stop waited for) to the
- * deployment's events if it is still in `status`, under its row lock (see appendDeploymentEvent).
- * A step whose progress and message are those of the latest event is not appended again; false
- * when nothing was appended.
+ * Writes the move of a locked deployment to `to`, with `changes`. The time of the move is
+ * `status_changed_at`, and also `terminated_at` for a move to `terminated`. Entering and leaving
+ * `running` also record the second it happened (`running_since`, `running_until`), the bounds of
+ * its GPU seconds (src/billing/gpu-metering.ts).
  */
-export async function recordProvisioningStep(
-  db: Db,
-  id: string,
-  step: { status: DeploymentStatus; step: NonNullable<DeploymentEventRow['step']>; progress: number | null; message: string },
-): Promise<boolean> {
-  return inTransaction(db, async (trx) => {
-    const row = await DeploymentRow.query(trx).findById(id).where({ status: step.status }).forNoKeyUpdate().select('organization_id');
-    if (!row) return false;
-    const latest = await latestEvent(trx, id);
-    if (latest?.step === step.step && latest.message === step.message) return false;
-    await appendDeploymentEvent(trx, {
-      deployment_id: id,
-      organization_id: row.organization_id,
-      type: 'deployment.provisioning_step',
-      from_status: null,
-      to_status: step.status,
-      step: step.step,
-      progress: step.progress,
-      message: step.message,
+export async function updateDeploymentStatus(trx: Knex.Transaction, id: string, move: StatusMove): Promise<void> {
+  await DeploymentRow.query(trx)
+    .findById(id)
+    .patch({
+      ...move.changes,
+      status: move.to,
+      status_changed_at: trx.fn.now(),
+      ...(move.to === 'terminated' ? { terminated_at: trx.fn.now() } : {}),
+      ...runningBounds(trx, move.to),
     });
-    return true;
-  });
 }
 
 /**

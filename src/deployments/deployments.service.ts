@@ -14,15 +14,14 @@ import {
   countActiveDeployments,
   findDeploymentOf,
   gpuServicePrices,
-  insertDeployment,
   listDeploymentsOf,
-  moveDeployment,
   readPlacementCandidates,
   toCandidate,
   toDeployment,
   type Deployment,
   type Scope,
 } from './deployments.repository.ts';
+import { insertDeployment, moveDeployment } from './deployment-changes.ts';
 import { capacityOf, planPlacement, requiredGpuMemoryGb } from './instance-selection.ts';
 import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { ListCursors } from './list-cursor.ts';

@@ -27,13 +27,12 @@ import {
   insertAllocation,
   lockInStatus,
   lockPlacementCandidates,
-  moveDeployment,
   recordEngineHealth,
-  recordProvisioningStep,
   releaseAllocation,
   toCandidate,
   type PlacedDeployment,
 } from './deployments.repository.ts';
+import { moveDeployment, recordProvisioningStep } from './deployment-changes.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
 import { loadingMessage } from '../events/event-messages.ts';
 import { releaseGpus } from '../clusters/gpu-ledger.ts';

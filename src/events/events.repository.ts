@@ -1,8 +1,6 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
-import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import { DeploymentEventRow } from '../db/models/deployment-events.ts';
-import { addDeliveriesOf } from '../webhooks/webhooks.repository.ts';
 
 export type DeploymentEvent = components['schemas']['DeploymentEvent'];
 type Db = Knex | Knex.Transaction;
@@ -11,19 +9,9 @@ type Db = Knex | Knex.Transaction;
 export type NewDeploymentEvent = Pick<DeploymentEventRow, 'deployment_id' | 'organization_id' | 'type' | 'from_status' | 'to_status'> &
   Partial<Pick<DeploymentEventRow, 'step' | 'progress' | 'failure_stage' | 'message'>>;
 
-/**
- * Appends an event to the log in the caller's transaction, which holds the deployment's row lock
- * (a status change's update, or the lock of a provisioning step): the id is taken under that lock,
- * so one deployment's events commit in the order of their ids and a reader that resumes after an
- * id (SSE `Last-Event-ID`) never skips one committed later. In the same transaction: a delivery to
- * each of the organization's enabled webhook endpoints that takes the type, and a notification
- * (`deployment_event`, the deployment's id) that every process receives once it commits.
- */
-export async function appendDeploymentEvent(trx: Knex.Transaction, event: NewDeploymentEvent): Promise<DeploymentEventRow> {
-  const row = await DeploymentEventRow.query(trx).insert(event).returning('*');
-  await addDeliveriesOf(trx, row);
-  await announceChange(trx, CHANGE_CHANNELS.deploymentEvent, row.deployment_id);
-  return row;
+/** Stores an event of the log (src/deployments/deployment-changes.ts says when, and what goes with it). */
+export async function insertDeploymentEvent(trx: Knex.Transaction, event: NewDeploymentEvent): Promise<DeploymentEventRow> {
+  return DeploymentEventRow.query(trx).insert(event).returning('*');
 }
 
 /** The deployment's events after `afterId` (all of them without one), oldest first, at most `limit`. */

@@ -1,6 +1,7 @@
 import type { components } from '../../generated/api.d.ts';
 import { nextStatus, type DeploymentEvent, type DeploymentStatus } from '../../src/deployments/deployment-states.ts';
-import { findDeployment, moveDeployment } from '../../src/deployments/deployments.repository.ts';
+import { findDeployment } from '../../src/deployments/deployments.repository.ts';
+import { moveDeployment } from '../../src/deployments/deployment-changes.ts';
 import type { TestApp } from '../helpers/app.ts';
 import type { Api } from '../helpers/browser.ts';
 import { waitUntil } from '../helpers/net.ts';

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
 import { loadConfig } from '../../src/config.ts';
 import { createDatabase } from '../../src/db/database.ts';
-import { moveDeployment } from '../../src/deployments/deployments.repository.ts';
+import { moveDeployment } from '../../src/deployments/deployment-changes.ts';
 import { createLogger } from '../../src/logger.ts';
 import { startRuntime, type Runtime } from '../../src/runtime.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';

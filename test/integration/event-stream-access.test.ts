@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
-import { moveDeployment } from '../../src/deployments/deployments.repository.ts';
+import { moveDeployment } from '../../src/deployments/deployment-changes.ts';
 import { registeredUser, signedIn, type SignedInUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';
 import { addedMember } from '../factories/organizations.ts';

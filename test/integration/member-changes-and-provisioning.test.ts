@@ -1,6 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findDeployment, insertDeployment, moveDeployment, transferDeployments } from '../../src/deployments/deployments.repository.ts';
+import { findDeployment, transferDeployments } from '../../src/deployments/deployments.repository.ts';
+import { insertDeployment, moveDeployment } from '../../src/deployments/deployment-changes.ts';
 import { lockOrganization } from '../../src/organizations/organizations.repository.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { untilStatus, type Deployment } from '../factories/deployments.ts';

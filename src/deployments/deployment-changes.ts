@@ -1,0 +1,98 @@
+import type { Knex } from 'knex';
+import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
+import type { DeploymentEventRow } from '../db/models/deployment-events.ts';
+import type { DeploymentRow } from '../db/models/deployments.ts';
+import { inTransaction } from '../db/query.ts';
+import { statusChangeMessage } from '../events/event-messages.ts';
+import { insertDeploymentEvent, latestEvent, type NewDeploymentEvent } from '../events/events.repository.ts';
+import { addDeliveriesOf } from '../webhooks/webhooks.repository.ts';
+import type { DeploymentStatus } from './deployment-states.ts';
+import { insertDeploymentRow, lockDeploymentIn, updateDeploymentStatus, type NewDeployment, type StatusMove } from './deployments.repository.ts';
+
+type Db = Knex | Knex.Transaction;
+
+/**
+ * What goes with every change of a deployment, in one transaction (the caller's, or one of its
+ * own): the row, the event in its log, a delivery to each organization webhook endpoint that takes
+ * the event's type, and a notification every process receives once it commits (the event streams).
+ * The repositories below write one table each; this is the one place that composes them.
+ */
+
+/** Stores a new deployment (`requested`), and its first event. */
+export async function insertDeployment(db: Db, deployment: NewDeployment): Promise<DeploymentRow> {
+  return inTransaction(db, async (trx) => {
+    const row = await insertDeploymentRow(trx, deployment);
+    await recordEvent(trx, {
+      deployment_id: row.id,
+      organization_id: row.organization_id,
+      type: 'deployment.status_changed',
+      from_status: null,
+      to_status: row.status,
+      message: statusChangeMessage(row.status, {}),
+    });
+    return row;
+  });
+}
+
+/**
+ * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
+ * with `changes`; false when it had moved on. The caller takes `to` from the state machine.
+ */
+export async function moveDeployment(db: Db, id: string, move: StatusMove): Promise<boolean> {
+  return inTransaction(db, async (trx) => {
+    const before = await lockDeploymentIn(trx, id, move.from);
+    if (!before) return false;
+    await updateDeploymentStatus(trx, id, move);
+    await recordEvent(trx, {
+      deployment_id: id,
+      organization_id: before.organization_id,
+      type: 'deployment.status_changed',
+      from_status: before.status,
+      to_status: move.to,
+      failure_stage: move.to === 'failed' ? (move.changes?.failure_stage ?? null) : null,
+      message: statusChangeMessage(move.to, { selectionReason: move.changes?.selection_reason, failureReason: move.changes?.failure_reason }),
+    });
+    return true;
+  });
+}
+
+/**
+ * Appends a provisioning step (progress while the model loads, a stop waited for) to the
+ * deployment's events if it is still in `status`, under its row lock. A step whose progress and
+ * message are those of the latest event is not appended again; false when nothing was appended.
+ */
+export async function recordProvisioningStep(
+  db: Db,
+  id: string,
+  step: { status: DeploymentStatus; step: NonNullable<DeploymentEventRow['step']>; progress: number | null; message: string },
+): Promise<boolean> {
+  return inTransaction(db, async (trx) => {
+    const row = await lockDeploymentIn(trx, id, step.status);
+    if (!row) return false;
+    const latest = await latestEvent(trx, id);
+    if (latest?.step === step.step && latest.message === step.message) return false;
+    await recordEvent(trx, {
+      deployment_id: id,
+      organization_id: row.organization_id,
+      type: 'deployment.provisioning_step',
+      from_status: null,
+      to_status: step.status,
+      step: step.step,
+      progress: step.progress,
+      message: step.message,
+    });
+    return true;
+  });
+}
+
+/**
+ * The event, its webhook deliveries and its notification. The caller's transaction holds the
+ * deployment's row lock, so the event's id is taken under it: one deployment's events commit in
+ * the order of their ids, and a reader that resumes after an id (SSE `Last-Event-ID`) never skips
+ * one committed later.
+ */
+async function recordEvent(trx: Knex.Transaction, event: NewDeploymentEvent): Promise<void> {
+  const row = await insertDeploymentEvent(trx, event);
+  await addDeliveriesOf(trx, row);
+  await announceChange(trx, CHANGE_CHANNELS.deploymentEvent, row.deployment_id);
+}

@@ -7,7 +7,7 @@ export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 GENERATED ?= generated
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test fuzz test-engine test-billing bench bench-db clean
+.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test test-fast fuzz test-engine test-billing bench bench-db clean
 
 ## install: install dependencies when the content of package.json or the lockfile changed (a checkout
 ## that only touches them does not wipe node_modules under a running service: the stamp holds their hash).
@@ -89,6 +89,11 @@ run: generate
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)
 	vitest run $(VITEST_ARGS)
+
+## test-fast: the unit, service and contract tiers, without the breaking-change gate and the generator
+## matrix (Optic, orval and hey-api runs): about a minute, to run often; `make test` runs everything
+test-fast: $(INSTALLED)
+	vitest run test/unit test/service test/contract --exclude test/contract/api-gate.test.ts --exclude test/contract/generator-matrix.test.ts $(VITEST_ARGS)
 
 ## fuzz: every operation fuzzed longer than in `make test` (FUZZ_RUNS cases each, default 300; FUZZ_SEED, default random)
 fuzz: $(INSTALLED)

@@ -3,7 +3,8 @@ import type { Logger } from 'pino';
 import type { EmailOutbox } from '../email/email.outbox.ts';
 import { spendingAlertEmail } from '../email/templates.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
-import { adminsOf } from '../organizations/organizations.repository.ts';
+import { adminsOf, findOrganization } from '../organizations/organizations.repository.ts';
+import { findBillingAccount, organizationsWithSpendingLimit, recordSpendingAlerts } from './billing.repository.ts';
 import { periodSpentCents } from './deployment-guard.ts';
 import { formatCents, toCents } from './money.ts';
 import { usageSummary } from './usage-summary.ts';
@@ -33,9 +34,8 @@ export class SpendingAlerts {
 
   /** Checks every organization with a limit; resolves with the alerts sent. */
   async checkAll(log: Logger): Promise<number> {
-    const limited: Array<{ organization_id: number }> = await this.#db('billing_accounts').whereNotNull('monthly_spending_limit').select('organization_id');
     let sent = 0;
-    for (const { organization_id: organizationId } of limited) {
+    for (const organizationId of await organizationsWithSpendingLimit(this.#db)) {
       sent += await this.check(organizationId).catch((error: unknown) => {
         log.error({ err: error, organization_id: organizationId }, 'the spending alerts of an organization could not be checked');
         return 0;
@@ -47,7 +47,7 @@ export class SpendingAlerts {
   /** Checks one organization: 1 when an alert was sent, 0 otherwise. */
   async check(organizationId: number): Promise<number> {
     return this.#db.transaction(async (trx) => {
-      const account = await trx('billing_accounts').where({ organization_id: organizationId }).first('monthly_spending_limit');
+      const account = await findBillingAccount(trx, organizationId);
       if (!account?.monthly_spending_limit) return 0;
       const limitCents = toCents(account.monthly_spending_limit);
       if (limitCents <= 0n) return 0;
@@ -55,14 +55,16 @@ export class SpendingAlerts {
       const spentCents = periodSpentCents(summary);
       const reached = ALERT_THRESHOLDS.filter((percent) => spentCents * 100n >= limitCents * BigInt(percent));
       if (!reached.length) return 0;
-      const recorded: Array<{ threshold_percent: number }> = await trx('spending_alerts')
-        .insert(reached.map((percent) => ({ organization_id: organizationId, period_start: summary.period_start, threshold_percent: percent, spent: formatCents(spentCents), spending_limit: account.monthly_spending_limit })))
-        .onConflict(['organization_id', 'period_start', 'threshold_percent'])
-        .ignore()
-        .returning('threshold_percent');
+      const recorded = await recordSpendingAlerts(trx, {
+        organizationId,
+        periodStart: summary.period_start,
+        thresholds: reached,
+        spent: formatCents(spentCents),
+        limit: account.monthly_spending_limit,
+      });
       if (!recorded.length) return 0;
-      const percent = Math.max(...recorded.map((row) => row.threshold_percent));
-      const organization = await trx('organizations').where({ id: organizationId }).first('name');
+      const percent = Math.max(...recorded);
+      const organization = await findOrganization(trx, organizationId);
       for (const admin of await adminsOf(trx, organizationId)) {
         await this.#outbox.enqueue(trx, {
           to: admin.email,

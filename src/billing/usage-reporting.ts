@@ -1,9 +1,25 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
-import { UsageReportRow } from '../db/models/usage-reports.ts';
+import type { UsageReportRow } from '../db/models/usage-reports.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
 import { billingPeriodBounds } from './billing.repository.ts';
 import { installationId } from './installation.ts';
+import {
+  claimUsage,
+  dueOrganizations,
+  hasUnsentReport,
+  holdUnsubscribedUsage,
+  lockClaimsOf,
+  markFirstSent,
+  markReportSent,
+  METERS,
+  oldestUnclaimedAt,
+  openReportFailedAnomaly,
+  sentValueBetween,
+  unsentReports,
+  usageLateForInvoice,
+  type DueOrganization,
+} from './usage-reports.repository.ts';
 import type { MeterName, MeterPricesInput, PaymentProcessor, ProcessorMeterPrice } from './payment-processor.ts';
 
 export const REPORT_USAGE_QUEUE = 'report-usage';
@@ -16,12 +32,6 @@ export const REPORT_USAGE_QUEUE = 'report-usage';
  */
 export const METER_PRICES: MeterPricesInput = { currency: 'usd', unitAmountDecimal: { gpu_instance_seconds: '0.0001', hosted_tokens: '0.0001' } };
 
-/**
- * The billing account (`b`) has a subscription that invoices its meters: Stripe bills metered usage
- * through a subscription item in its period, and `past_due` still invoices.
- */
-const LIVE_SUBSCRIPTION = "(b.processor_subscription_id is not null and b.subscription_status in ('active', 'trialing', 'past_due'))";
-
 /** Organizations claimed per meter and round; rows per report (an organization with more is claimed again next round). */
 const ORGANIZATIONS_PER_ROUND = 500;
 const ROWS_PER_REPORT = 50_000;
@@ -30,43 +40,8 @@ const ROWS_PER_REPORT = 50_000;
  * "within a rolling period of at least 24 hours" and may count it again after; an hour is kept spare.
  */
 const RESEND_WINDOW_MS = 23 * 3_600_000;
-/** How long after a period's end its unreported usage raises an alert (its invoice is finalized an hour after). */
-const LATE_FOR_INVOICE = "interval '30 minutes'";
-
-/**
- * Where each meter's usage lives: its table and the columns of its key, its rows joined with their
- * price (`p`), the condition of a row the meter bills, and when the usage happened.
- */
-const SOURCES: Record<MeterName, { table: string; key: readonly string[]; from: string; billable: string; at: string }> = {
-  gpu_instance_seconds: {
-    table: 'gpu_usage_intervals',
-    key: ['id'],
-    from: 'gpu_usage_intervals u join prices p using (service_key)',
-    billable: 'true',
-    // Its last second (an interval ending on a period's bound belongs to the period before it).
-    at: "u.ended_at - interval '1 second'",
-  },
-  hosted_tokens: {
-    table: 'usage_records',
-    // Its primary key (the table is partitioned by month of created_at; id is not indexed alone).
-    key: ['usage_id', 'created_at'],
-    // The usage the summary prices as hosted tokens (src/billing/billing.repository.ts, usageTotals).
-    from: "usage_records u join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model",
-    billable: "u.deployment_id is null and u.unit = 'token' and u.quantity > 0",
-    at: 'u.created_at',
-  },
-};
-
-/** The condition of a row of the meter's usage not claimed by a report yet. */
-const unclaimed = (meter: MeterName) => `u.usage_report_id is null and ${SOURCES[meter].billable}`;
-
 /** Meter events the processor accepted in one run, per meter. */
 export type ReportTotals = Record<MeterName, number>;
-
-interface DueOrganization {
-  organization_id: number;
-  customer_id: string;
-}
 
 /**
  * Reports closed GPU intervals and hosted-token usage records to the processor's meters as amounts.
@@ -110,10 +85,10 @@ export class UsageReporter {
   async run(log: Logger): Promise<ReportTotals> {
     const reported: ReportTotals = { gpu_instance_seconds: 0, hosted_tokens: 0 };
     let failures = 0;
-    for (const meter of Object.keys(SOURCES) as MeterName[]) {
-      await this.#holdUnsubscribed(meter);
+    for (const meter of METERS) {
+      await holdUnsubscribedUsage(this.#db, meter);
       for (let round = 0; ; round++) {
-        const due = await this.#due(meter);
+        const due = await dueOrganizations(this.#db, meter, ORGANIZATIONS_PER_ROUND);
         for (const organization of due) await this.#claim(meter, organization);
         const outcome = await this.#sendUnsent(log, meter);
         reported[meter] += outcome.reported;
@@ -134,16 +109,8 @@ export class UsageReporter {
    * every run while it lasts (a report refused, usage held without a subscription, or a worker down).
    */
   async #alertLateForInvoice(log: Logger): Promise<void> {
-    for (const meter of Object.keys(SOURCES) as MeterName[]) {
-      const source = SOURCES[meter];
-      const { rows } = await this.#db.raw<{ rows: Array<{ organization_id: number; period_end: Date; oldest: Date; amount: string }> }>(
-        `select u.organization_id, b.current_period_start as period_end, min(${source.at}) as oldest, sum(u.quantity * p.unit_amount_decimal)::text as amount
-         from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
-         where u.reported_at is null and ${source.billable}
-           and ${source.at} < b.current_period_start and now() >= b.current_period_start + ${LATE_FOR_INVOICE}
-         group by u.organization_id, b.current_period_start`,
-      );
-      for (const row of rows) {
+    for (const meter of METERS) {
+      for (const row of await usageLateForInvoice(this.#db, meter)) {
         log.error(
           { alert: 'usage_late_for_invoice', meter, organization_id: row.organization_id, period_end: row.period_end, oldest_usage_at: row.oldest, amount: row.amount },
           'usage of an ended billing period is not at the payment processor yet: its invoice is finalized an hour after the period ends, without it',
@@ -152,71 +119,14 @@ export class UsageReporter {
     }
   }
 
-  /** Organizations with unclaimed usage of the meter, a live subscription and no unsent report. */
-  async #due(meter: MeterName): Promise<DueOrganization[]> {
-    const source = SOURCES[meter];
-    const { rows } = await this.#db.raw<{ rows: DueOrganization[] }>(
-      `select distinct u.organization_id, b.processor_customer_id as customer_id
-       from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
-       where ${unclaimed(meter)} and b.processor_customer_id is not null and ${LIVE_SUBSCRIPTION}
-         and not exists (select 1 from usage_reports r where r.organization_id = u.organization_id and r.meter = :meter and r.reported_at is null)
-       limit :limit`,
-      { meter, limit: ORGANIZATIONS_PER_ROUND },
-    );
-    return rows;
-  }
-
-  /**
-   * Usage of organizations whose customer has no live subscription is held, unclaimed (Stripe
-   * takes meter events for such a customer and never invoices them), and shown: one open
-   * `no_subscription` anomaly per organization and meter, resolved once its usage is reported.
-   */
-  async #holdUnsubscribed(meter: MeterName): Promise<void> {
-    const source = SOURCES[meter];
-    await this.#db.raw(
-      `insert into usage_anomalies (organization_id, meter, kind, detail, usage_at)
-       select u.organization_id, :meter, 'no_subscription',
-              'Usage waits unreported: the organization has a payment processor customer but no live subscription to invoice it.', min(${source.at})
-       from ${source.from} join billing_accounts b on b.organization_id = u.organization_id
-       where ${unclaimed(meter)} and b.processor_customer_id is not null and not ${LIVE_SUBSCRIPTION}
-       group by u.organization_id
-       on conflict (organization_id, meter) where kind = 'no_subscription' and resolved_at is null do nothing`,
-      { meter },
-    );
-  }
-
   /** Claims the organization's unclaimed usage of the meter into one report, in one transaction. */
   async #claim(meter: MeterName, { organization_id, customer_id }: DueOrganization): Promise<void> {
-    const source = SOURCES[meter];
     await this.#db.transaction(async (trx) => {
-      await trx.raw('select pg_advisory_xact_lock(hashtext(?), ?)', [`usage-report:${meter}`, organization_id]);
-      if (await UsageReportRow.query(trx).where({ organization_id, meter }).whereNull('reported_at').first()) return;
+      await lockClaimsOf(trx, meter, organization_id);
+      if (await hasUnsentReport(trx, meter, organization_id)) return;
       const period = await this.#periodOfOldest(trx, meter, organization_id);
       if (!period) return;
-      await trx.raw(
-        `with claimed as (
-           select ${source.key.map((column) => `u.${column}`).join(', ')}, u.quantity, u.quantity * p.unit_amount_decimal as amount, ${source.at} as usage_at
-           from ${source.from}
-           where u.organization_id = :organization and ${unclaimed(meter)}
-             and ${source.at} >= cast(:from as timestamptz) and ${source.at} < cast(:to as timestamptz)
-           order by u.id limit :limit
-         ), totals as (
-           select sum(quantity) as quantity, sum(amount) as amount, max(usage_at) as usage_at from claimed having count(*) > 0
-         ), previous as (
-           select coalesce(max(cumulative_amount), 0) as amount, coalesce(max(cumulative_micros), 0) as micros
-           from (select cumulative_amount, cumulative_micros from usage_reports
-                 where organization_id = :organization and meter = :meter order by id desc limit 1) latest
-         ), report as (
-           insert into usage_reports (organization_id, meter, customer_id, quantity, amount, cumulative_amount, cumulative_micros, value, usage_at, identifier)
-           select :organization, :meter, :customer, t.quantity, t.amount, running.amount, running.micros, running.micros - p.micros, t.usage_at,
-                  :installation || '-' || gen_random_uuid()
-           from totals t cross join previous p
-           cross join lateral (select p.amount + t.amount as amount, floor((p.amount + t.amount) * 1000000)::bigint as micros) running
-           returning id
-         )
-         update ${source.table} set usage_report_id = (select id from report) where (${source.key.join(', ')}) in (select ${source.key.join(', ')} from claimed)`,
-        { organization: organization_id, meter, customer: customer_id, limit: ROWS_PER_REPORT, installation: await installationId(this.#db), ...period },
-      );
+      await claimUsage(trx, { meter, organizationId: organization_id, customerId: customer_id, ...period, limit: ROWS_PER_REPORT, installation: await installationId(this.#db) });
     });
   }
 
@@ -227,12 +137,7 @@ export class UsageReporter {
    * with all of it. Undefined when nothing is unclaimed.
    */
   async #periodOfOldest(trx: Knex.Transaction, meter: MeterName, organizationId: number): Promise<{ from: Date | string; to: Date | string } | undefined> {
-    const source = SOURCES[meter];
-    const { rows } = await trx.raw<{ rows: Array<{ at: Date | null }> }>(
-      `select min(${source.at}) as at from ${source.from} where u.organization_id = ? and ${unclaimed(meter)}`,
-      [organizationId],
-    );
-    const oldest = rows[0]?.at;
+    const oldest = await oldestUnclaimedAt(trx, meter, organizationId);
     if (!oldest) return undefined;
     const bounds = await billingPeriodBounds(trx, organizationId);
     return { from: bounds.filter((bound) => bound <= oldest).at(-1) ?? '-infinity', to: bounds.find((bound) => bound > oldest) ?? 'infinity' };
@@ -240,7 +145,7 @@ export class UsageReporter {
 
   /** Sends the meter's unsent reports, oldest first, and marks each one the processor counted. */
   async #sendUnsent(log: Logger, meter: MeterName): Promise<{ reported: number; failed: number }> {
-    const unsent = await UsageReportRow.query(this.#db).where({ meter }).whereNull('reported_at').orderBy('id');
+    const unsent = await unsentReports(this.#db, meter);
     if (!unsent.length) return { reported: 0, failed: 0 };
     const meters = await this.#ensureMeters();
     let failed = 0;
@@ -251,10 +156,10 @@ export class UsageReporter {
       } catch (error) {
         failed++;
         log.warn({ err: error, meter, organization_id: report.organization_id }, 'a usage report was refused; the job retries it');
-        await this.#openAnomaly(report, error instanceof Error ? error.message : String(error));
+        await openReportFailedAnomaly(this.#db, report, `The payment processor refused the report: ${error instanceof Error ? error.message : String(error)}`);
         continue;
       }
-      await this.#markSent(report);
+      await markReportSent(this.#db, report);
     }
     return { reported: unsent.length - failed, failed };
   }
@@ -267,11 +172,7 @@ export class UsageReporter {
    * not sent again before the meter's summary says whether the processor has it.
    */
   async #send(report: UsageReportRow, meters: ProcessorMeterPrice[]): Promise<void> {
-    const { rows } = await this.#db.raw<{ rows: Array<{ first_sent_at: Date; now: Date }> }>(
-      'update usage_reports set first_sent_at = coalesce(first_sent_at, now()) where id = ? returning first_sent_at, now() as now',
-      [report.id],
-    );
-    const { first_sent_at: firstSentAt, now } = rows[0] as { first_sent_at: Date; now: Date };
+    const { firstSentAt, now } = await markFirstSent(this.#db, report.id);
     if (report.first_sent_at && now.getTime() - firstSentAt.getTime() >= RESEND_WINDOW_MS) {
       const counted = await this.#countedAtProcessor(report, meters);
       if (counted === 'yes') return;
@@ -292,14 +193,7 @@ export class UsageReporter {
     const start = new Date(Math.floor(report.usage_at.getTime() / 60_000) * 60_000);
     const end = new Date(start.getTime() + 60_000);
     const atProcessor = await this.#processor.meterTotal({ meterId, customerId: report.customer_id, start, end });
-    const row = (await this.#db('usage_reports')
-      .where({ organization_id: report.organization_id, meter: report.meter, customer_id: report.customer_id })
-      .whereNotNull('reported_at')
-      .where('usage_at', '>=', start)
-      .where('usage_at', '<', end)
-      .sum({ value: 'value' })
-      .first()) as { value: string | null } | undefined;
-    const counted = Number(row?.value ?? 0);
+    const counted = await sentValueBetween(this.#db, report, start, end);
     if (atProcessor === counted + Number(report.value)) return 'yes';
     if (atProcessor === counted) return 'no';
     return 'unknown';
@@ -311,28 +205,6 @@ export class UsageReporter {
       throw error;
     });
     return this.#meters;
-  }
-
-  async #markSent(report: UsageReportRow): Promise<void> {
-    await this.#db.transaction(async (trx) => {
-      await UsageReportRow.query(trx).findById(report.id).whereNull('reported_at').patch({ reported_at: trx.fn.now() as unknown as Date });
-      await trx(SOURCES[report.meter].table).where({ usage_report_id: report.id }).update({ reported_at: trx.fn.now() });
-      await trx('usage_anomalies')
-        .where({ organization_id: report.organization_id, meter: report.meter })
-        .whereIn('kind', ['report_failed', 'no_subscription'])
-        .whereNull('gpu_usage_interval_id')
-        .whereNull('resolved_at')
-        .update({ resolved_at: trx.fn.now() });
-    });
-  }
-
-  async #openAnomaly(report: UsageReportRow, detail: string): Promise<void> {
-    await this.#db.raw(
-      `insert into usage_anomalies (organization_id, meter, kind, detail, usage_at) values (?, ?, 'report_failed', ?, ?)
-       on conflict (organization_id, meter) where kind = 'report_failed' and resolved_at is null and gpu_usage_interval_id is null
-       do update set detail = excluded.detail`,
-      [report.organization_id, report.meter, `The payment processor refused the report: ${detail}`.slice(0, 500), report.usage_at],
-    );
   }
 }
 

@@ -16,6 +16,7 @@ import {
   recordSubscription,
   upsertInvoice,
 } from './processor-state.repository.ts';
+import { recordMeterError } from './usage-reports.repository.ts';
 
 export const BILLING_EVENT_QUEUE = 'billing-event';
 
@@ -120,16 +121,7 @@ export class BillingWebhooks {
     for (const error of report.errors) {
       for (const sample of error.samples) {
         const detail = `${error.code}: ${sample.message}`.slice(0, 1000);
-        const found = await this.#db.transaction(async (trx) => {
-          const [usageReport] = await trx('usage_reports').where({ identifier: sample.identifier }).update({ processor_error: detail }).returning(['organization_id', 'meter', 'usage_at']);
-          if (!usageReport) return false;
-          await trx.raw(
-            `insert into usage_anomalies (organization_id, meter, kind, detail, usage_at) values (?, ?, 'meter_error', ?, ?)
-             on conflict (organization_id, meter) where kind = 'meter_error' and resolved_at is null do update set detail = excluded.detail`,
-            [usageReport.organization_id, usageReport.meter, `The payment processor refused usage report ${sample.identifier} after accepting it (${detail}); it was not counted.`.slice(0, 500), usageReport.usage_at],
-          );
-          return true;
-        });
+        const found = await recordMeterError(this.#db, sample.identifier, detail);
         if (found) attributed++;
       }
     }

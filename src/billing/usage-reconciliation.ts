@@ -6,6 +6,19 @@ import { installationId } from './installation.ts';
 import { backfillInvoices, findAccountByCustomer } from './processor-state.repository.ts';
 import type { MeterName, PaymentProcessor, ProcessorMeterPrice } from './payment-processor.ts';
 import { METER_PRICES } from './usage-reporting.ts';
+import { findBillingAccount } from './billing.repository.ts';
+import {
+  countedReportsByDay,
+  finalizedInvoiceCovering,
+  findOpenDifference,
+  insertCorrection,
+  markCorrectionSent,
+  openDifferences,
+  recordDifference,
+  resolveDifference,
+  resolveMatchedDifference,
+  type UsageDifference,
+} from './usage-differences.repository.ts';
 
 export const RECONCILE_USAGE_QUEUE = 'reconcile-usage';
 
@@ -16,21 +29,6 @@ const WINDOW_DAYS = 35;
 const SETTLE_MS = 3_600_000;
 /** Stripe finalizes a period's invoice about an hour after the period ends; usage sent later is not on it. */
 const FINALIZATION_GRACE_MS = 3_600_000;
-
-/** One day of a customer's meter where the processor's count differs from ours (millionths of a dollar). */
-export interface UsageDifference {
-  id: string;
-  organization_id: number;
-  customer_id: string;
-  meter: MeterName;
-  day: string;
-  reported: string;
-  at_processor: string;
-  found_at: Date;
-  checked_at: Date;
-  resolved_at: Date | null;
-  resolution: string | null;
-}
 
 /** What one reconciliation compared and found. */
 export interface ReconcileOutcome {
@@ -103,26 +101,11 @@ export class UsageReconciler {
         const atProcessor = BigInt(theirs.get(day) ?? 0);
         const iso = new Date(day).toISOString().slice(0, 10);
         if (reported === atProcessor) {
-          outcome.matched += await this.#db('usage_differences')
-            .where({ customer_id: customerId, meter, day: iso })
-            .whereNull('resolved_at')
-            .update({ resolved_at: this.#db.fn.now(), checked_at: this.#db.fn.now(), resolution: 'matched: the processor counts what was reported', reported: String(reported), at_processor: String(atProcessor) });
+          outcome.matched += await resolveMatchedDifference(this.#db, { customerId, meter, day: iso, reported, atProcessor });
           continue;
         }
-        // A difference settled outside the meter (an invoice item, a credit note, the operator's note)
-        // stays as it is at the processor: not opened again while its figures stay the same.
-        const { rows } = await this.#db.raw<{ rows: unknown[] }>(
-          `insert into usage_differences (organization_id, customer_id, meter, day, reported, at_processor)
-           select cast(:organization as integer), cast(:customer as text), cast(:meter as text), cast(:day as date), cast(:reported as bigint), cast(:atProcessor as bigint)
-           where not exists (select 1 from usage_differences where customer_id = :customer and meter = :meter and day = cast(:day as date)
-                               and reported = cast(:reported as bigint) and at_processor = cast(:atProcessor as bigint)
-                               and resolved_at is not null and resolution not like 'matched%' and resolution not like 'corrected: meter_event%')
-           on conflict (customer_id, meter, day) where resolved_at is null
-           do update set reported = excluded.reported, at_processor = excluded.at_processor, checked_at = now()
-           returning id`,
-          { organization: Number(organizationId), customer: customerId, meter, day: iso, reported: String(reported), atProcessor: String(atProcessor) },
-        );
-        if (!rows.length) continue;
+        const opened = await recordDifference(this.#db, { organizationId: Number(organizationId), customerId, meter, day: iso, reported, atProcessor });
+        if (!opened) continue;
         outcome.differences++;
         log.error(
           { alert: 'usage_difference', organization_id: Number(organizationId), customer_id: customerId, meter, day: iso, reported: String(reported), at_processor: String(atProcessor) },
@@ -135,14 +118,7 @@ export class UsageReconciler {
 
   /** The open differences (of one organization), oldest day first. */
   async open(organizationId?: number): Promise<UsageDifference[]> {
-    const query = this.#differences().whereNull('resolved_at').orderBy(['usage_differences.day', 'id']);
-    if (organizationId !== undefined) query.where({ organization_id: organizationId });
-    return query;
-  }
-
-  /** The differences, their day as `YYYY-MM-DD` (a Postgres date, not a Date at local midnight). */
-  #differences() {
-    return this.#db<UsageDifference>('usage_differences').select('*', this.#db.raw('day::text as day'));
+    return openDifferences(this.#db, organizationId);
   }
 
   /**
@@ -151,25 +127,20 @@ export class UsageReconciler {
    * `at` stands for now (the processor's time; tests on a test clock give theirs).
    */
   async correct(differenceId: string, at = new Date()): Promise<Correction> {
-    const [difference] = await this.#differences().where({ id: differenceId }).whereNull('resolved_at');
+    const difference = await findOpenDifference(this.#db, differenceId);
     if (!difference) throw new Error(`no open difference ${differenceId}`);
     const missing = BigInt(difference.reported) - BigInt(difference.at_processor);
     const day = new Date(`${difference.day}T00:00:00Z`);
-    const account = await this.#db('billing_accounts').where({ organization_id: difference.organization_id }).first('id', 'current_period_start', 'processor_subscription_id', 'currency');
+    const account = await findBillingAccount(this.#db, difference.organization_id);
     const now = at.getTime();
     const periodStart = account?.current_period_start instanceof Date ? account.current_period_start.getTime() : undefined;
     const invoiced = (periodStart !== undefined && day.getTime() < periodStart && now >= periodStart + FINALIZATION_GRACE_MS) || day.getTime() < now - (WINDOW_DAYS - 1) * DAY_MS;
     const cents = (micros: bigint) => (micros + 5_000n) / 10_000n;
     const send = async (correction: Omit<Correction, 'identifier'>, sendIt: (identifier: string) => Promise<string>): Promise<Correction> => {
       const identifier = `${await installationId(this.#db)}-correction-${randomUUID()}`;
-      const [row] = await this.#db('usage_corrections')
-        .insert({ difference_id: differenceId, organization_id: difference.organization_id, customer_id: difference.customer_id, meter: difference.meter, day: difference.day, kind: correction.kind, value: String(missing), amount_cents: correction.amountCents === undefined ? null : String(correction.amountCents), identifier })
-        .returning('id');
+      const correctionId = await insertCorrection(this.#db, difference, { kind: correction.kind, value: missing, amountCents: correction.amountCents, identifier });
       const objectId = await sendIt(identifier);
-      await this.#db.transaction(async (trx) => {
-        await trx('usage_corrections').where({ id: row.id }).update({ sent_at: trx.fn.now(), processor_object_id: objectId });
-        await trx('usage_differences').where({ id: differenceId }).update({ resolved_at: trx.fn.now(), resolution: `corrected: ${correction.kind} ${objectId} (${identifier})`.slice(0, 500) });
-      });
+      await markCorrectionSent(this.#db, { correctionId, differenceId, objectId, resolution: `corrected: ${correction.kind} ${objectId} (${identifier})` });
       return { ...correction, identifier };
     };
     const description = (what: string) => `${what}: ${difference.meter} usage of ${difference.day} (reconciliation ${differenceId})`;
@@ -201,13 +172,7 @@ export class UsageReconciler {
         return item.id;
       });
     }
-    const invoice = await this.#db('invoices')
-      .where({ billing_account_id: account?.id ?? 0 })
-      .where('period_start', '<=', day)
-      .where('period_end', '>', day)
-      .whereIn('status', ['open', 'paid'])
-      .orderBy('created', 'desc')
-      .first('processor_invoice_id', 'status');
+    const invoice = account ? await finalizedInvoiceCovering(this.#db, account.id, day) : undefined;
     if (!invoice) {
       throw new Error(`the invoice of ${difference.day} is not finalized yet (a credit note needs a finalized invoice): fix difference ${differenceId} again once it is`);
     }
@@ -219,8 +184,7 @@ export class UsageReconciler {
 
   /** Records that the operator resolved a difference outside the service (a credit note, an invoice item). */
   async resolve(differenceId: string, note: string): Promise<void> {
-    const updated = await this.#db('usage_differences').where({ id: differenceId }).whereNull('resolved_at').update({ resolved_at: this.#db.fn.now(), resolution: `by the operator: ${note}`.slice(0, 500) });
-    if (!updated) throw new Error(`no open difference ${differenceId}`);
+    if (!(await resolveDifference(this.#db, differenceId, `by the operator: ${note}`))) throw new Error(`no open difference ${differenceId}`);
   }
 
   /**
@@ -229,12 +193,7 @@ export class UsageReconciler {
    * processor's count reach it; it is not counted here again).
    */
   async #ourDailyTotals(start: Date, end: Date): Promise<Map<string, Map<number, bigint>>> {
-    const { rows } = await this.#db.raw<{ rows: Array<{ organization_id: number; customer_id: string; meter: MeterName; day: Date; value: string }> }>(
-      `select organization_id, customer_id, meter, date_trunc('day', usage_at, 'UTC') as day, sum(value)::text as value
-       from usage_reports where reported_at is not null and processor_error is null and usage_at >= :start and usage_at < :end
-       group by organization_id, customer_id, meter, 4`,
-      { start, end },
-    );
+    const rows = await countedReportsByDay(this.#db, start, end);
     const totals = new Map<string, Map<number, bigint>>();
     for (const row of rows) {
       const key = `${row.organization_id}\t${row.customer_id}\t${row.meter}`;

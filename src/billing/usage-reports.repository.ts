@@ -198,3 +198,20 @@ export async function openReportFailedAnomaly(db: Db, report: Pick<UsageReportRo
     [report.organization_id, report.meter, detail.slice(0, 500), report.usage_at],
   );
 }
+
+/**
+ * Marks the report the processor refused after accepting it (a meter error report) and opens the
+ * organization's `meter_error` anomaly of its meter, together: false when no report has the identifier.
+ */
+export async function recordMeterError(db: Knex, identifier: string, detail: string): Promise<boolean> {
+  return db.transaction(async (trx) => {
+    const [report] = await trx('usage_reports').where({ identifier }).update({ processor_error: detail }).returning(['organization_id', 'meter', 'usage_at']);
+    if (!report) return false;
+    await trx.raw(
+      `insert into usage_anomalies (organization_id, meter, kind, detail, usage_at) values (?, ?, 'meter_error', ?, ?)
+       on conflict (organization_id, meter) where kind = 'meter_error' and resolved_at is null do update set detail = excluded.detail`,
+      [report.organization_id, report.meter, `The payment processor refused usage report ${identifier} after accepting it (${detail}); it was not counted.`.slice(0, 500), report.usage_at],
+    );
+    return true;
+  });
+}

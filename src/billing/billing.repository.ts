@@ -25,6 +25,12 @@ export async function listPrices(db: Db): Promise<PriceRow[]> {
   return PriceRow.query(db).orderBy([{ column: 'meter' }, { column: 'service_key' }]);
 }
 
+/** Dollars per token of each hosted model, from the price table. */
+export async function hostedTokenPrices(db: Db): Promise<Map<string, number>> {
+  const rows = await PriceRow.query(db).where({ resource_kind: 'hosted_model' }).select('instance_type', 'unit_amount_decimal');
+  return new Map(rows.map((row) => [row.instance_type, Number(row.unit_amount_decimal)]));
+}
+
 export async function findPrice(db: Db, serviceKey: string): Promise<PriceRow | undefined> {
   return PriceRow.query(db).findOne({ service_key: serviceKey });
 }

@@ -4,6 +4,7 @@ import type { ApiKeyPrincipal } from '../principal.ts';
 import { calendarMonth, formatResetDuration } from '../api-keys/key-limits.ts';
 import type { EffectiveLimits } from '../principal.ts';
 import { AppError } from '../errors.ts';
+import { hostedTokenPrices } from '../billing/billing.repository.ts';
 
 /** Each process takes this part of a limit at a time (at least 1 unit): a twentieth of a per-minute limit… */
 const MINUTE_SHARE = 1 / 20;
@@ -312,10 +313,7 @@ export class KeyLimiter {
   /** Dollars per token of each hosted model, from the price table. */
   async #pricePerToken(model: string): Promise<number> {
     if (!this.#prices || Date.now() - this.#prices.at > PRICES_TTL_MS) {
-      const byModel = this.#db('prices')
-        .where({ resource_kind: 'hosted_model' })
-        .select('instance_type', 'unit_amount_decimal')
-        .then((rows: Array<{ instance_type: string; unit_amount_decimal: string }>) => new Map(rows.map((row) => [row.instance_type, Number(row.unit_amount_decimal)])));
+      const byModel = hostedTokenPrices(this.#db);
       const prices: Prices = { at: Date.now(), byModel };
       this.#prices = prices;
       byModel.then(

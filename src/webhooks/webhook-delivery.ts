@@ -1,11 +1,10 @@
 import { deleteInBatches } from '../db/query.ts';
 import type { Knex } from 'knex';
-import { adminsOf } from '../organizations/organizations.repository.ts';
+import { adminsOf, findOrganization } from '../organizations/organizations.repository.ts';
 import type { PgBoss } from 'pg-boss';
 import type { Logger } from 'pino';
 import type { Config } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
-import { OrganizationRow } from '../db/models/organizations.ts';
 import type { WebhookEndpointRow } from '../db/models/webhooks.ts';
 import type { EmailOutbox } from '../email/email.outbox.ts';
 import { findEvent } from '../events/events.repository.ts';
@@ -117,7 +116,7 @@ export class WebhookDeliverer {
     }
     const reason = `${failures} deliveries in a row failed for good; the last: ${result.error ?? 'unknown error'}`;
     await updateEndpoint(trx, endpointId, { consecutive_failures: failures, status: 'disabled', disabled_reason: reason.slice(0, 1000), disabled_at: trx.fn.now() as unknown as Date });
-    const organization = await OrganizationRow.query(trx).findById(endpoint.organization_id).select('name');
+    const organization = await findOrganization(trx, endpoint.organization_id);
     for (const { email: to } of await adminsOf(trx, endpoint.organization_id)) {
       await this.#outbox.enqueue(trx, { to, template: 'webhook_endpoint_disabled', ...disabledEmail({ url: endpoint.url, organization: organization?.name ?? 'your organization', reason, link: `${this.#webAppUrl}/settings/webhooks` }) });
     }

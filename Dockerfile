@@ -25,7 +25,8 @@ RUN --mount=type=cache,target=/root/.npm \
     npm ci --omit=dev --no-audit --no-fund
 
 # 2. The compiled service, as `make build` compiles it (tsc needs the dev dependencies' types; no
-#    install script runs: nothing of this stage but dist/ reaches the image).
+#    install script runs: nothing of this stage but dist/ reaches the image). src/ alone: the local
+#    stand-ins `make run` starts (dev/) are not in the build context.
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./

@@ -56,11 +56,12 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	tsc -p tsconfig.json
 
-## build: compile src/ to dist/ (what production runs: node dist/main.js; migrations stay .ts, run by Node's type stripping)
+## build: compile src/ to dist/ (what production runs: node dist/main.js; migrations stay .ts, run by Node's type stripping).
+## The local stand-ins of `make run` (dev/) are not compiled: nothing of src/ imports them.
 build: $(INSTALLED)
 	rm -rf dist
 	tsc -p tsconfig.build.json
-	cd src && find . \( -name '*.json' -o -path './local/web-app/assets/*' \) -type f -exec cp --parents {} ../dist/ \;
+	cd src && find . -name '*.json' -type f -exec cp --parents {} ../dist/ \;
 
 ## image-check: lint the Dockerfile and .dockerignore (dockerfile-utils, then hadolint-style rules: scripts/check-dockerfile.ts);
 ## no image is built here: no container engine runs on this machine and the base image's registry is not reachable
@@ -82,9 +83,10 @@ migrate: $(INSTALLED)
 	NODE_ENV=$${NODE_ENV:-development} node src/cli/migrate.ts
 
 ## run: install, generate, migrate and start the service with its workers, as development unless
-## NODE_ENV says otherwise (the service alone defaults to production and then needs APP_SECRET)
+## NODE_ENV says otherwise (the service alone defaults to production and then needs APP_SECRET),
+## with the local stand-ins (dev/main.ts) of whatever is not configured
 run: generate
-	NODE_ENV=$${NODE_ENV:-development} node src/main.ts
+	NODE_ENV=$${NODE_ENV:-development} node dev/main.ts
 
 ## test: install and run the whole suite (DATABASE_URL, or an embedded Postgres)
 test: $(INSTALLED)

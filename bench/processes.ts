@@ -136,9 +136,9 @@ export async function freePort(): Promise<number> {
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /**
- * The environment the benches run the built service with: production settings on loopback, a fresh
- * secret, no cluster simulator, response validation off, and an SMTP port nothing listens on (no
- * email is sent during a run). The caller adds what its run needs.
+ * The environment the benches run the built service with (it starts no local stand-in): production
+ * settings on loopback, a fresh secret, response validation off, and an SMTP port nothing listens on
+ * (no email is sent during a run). The caller adds what its run needs.
  */
 export async function productionServiceEnv(options: { databaseUrl: string; role: 'api' | 'all' }): Promise<{ env: NodeJS.ProcessEnv; base: string }> {
   const port = await freePort();
@@ -151,7 +151,6 @@ export async function productionServiceEnv(options: { databaseUrl: string; role:
     DATABASE_URL: options.databaseUrl,
     LOG_LEVEL: 'warn',
     RESPONSE_VALIDATION: 'false',
-    CLUSTER_SIMULATOR: 'false',
     HOST: '127.0.0.1',
     PORT: String(port),
     PUBLIC_URL: base,

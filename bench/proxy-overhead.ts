@@ -368,7 +368,7 @@ async function main(): Promise<number> {
     const simulator = start(
       'simulator',
       [
-        'src/local/cluster-simulator.cli.ts',
+        'dev/cluster-simulator.cli.ts',
         '--host', '127.0.0.1',
         '--port', '0',
         '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuName: 'NVIDIA A10G', gpuCount: 4, gpuMemoryGb: 24 }]),

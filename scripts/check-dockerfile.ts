@@ -31,6 +31,7 @@ export const RULES = {
   noCd: 'DL3003: WORKDIR, not cd, to change directory',
   apt: 'DL3015/DL3009: apt-get install with --no-install-recommends and the package lists removed in the same RUN',
   dockerignore: '.dockerignore is an allow-list (starts with `*`) that lets through every path COPY takes from the context, and no .env',
+  noStandIns: 'nothing of dev/ (the local stand-ins `make run` starts) is copied into a stage or let into the build context',
 } as const;
 
 export interface Problem {
@@ -146,6 +147,16 @@ export function checkDockerfile(dockerfile: string, dockerignore: string | undef
   }
   if (!modulesFromOmitDev) report(final.from, 'npmCi', 'the final stage\'s node_modules do not come from a stage that ran npm ci --omit=dev');
 
+  // The local stand-ins stay out of every stage: the build compiles src/ alone, which imports none of them.
+  for (const stage of stages) {
+    for (const copy of stage.instructions.filter((i) => i.getKeyword() === 'COPY') as Copy[]) {
+      if (copy.getFlags().some((flag) => flag.getName() === 'from')) continue;
+      for (const source of copySources(copy).filter((path) => STAND_INS.test(path.replace(/^\.?\//, '')))) {
+        report(copy, 'noStandIns', `COPY ${source}: the local stand-ins of make run never reach an image`);
+      }
+    }
+  }
+
   // .dockerignore against what COPY takes from the context.
   if (dockerignore === undefined) {
     report(undefined, 'dockerignore', 'no .dockerignore');
@@ -154,6 +165,7 @@ export function checkDockerfile(dockerfile: string, dockerignore: string | undef
     if (patterns[0] !== '*') report(undefined, 'dockerignore', '.dockerignore does not start with `*` (an allow-list)');
     if (!patterns.some((pattern) => /^(\*\*\/)?\.env$/.test(pattern))) report(undefined, 'dockerignore', '.dockerignore does not exclude .env');
     const allowed = patterns.filter((pattern) => pattern.startsWith('!')).map((pattern) => pattern.slice(1).replace(/^\.?\//, '').replace(/\/$/, ''));
+    for (const entry of allowed.filter((pattern) => STAND_INS.test(pattern))) report(undefined, 'noStandIns', `.dockerignore lets ${entry} into the build context`);
     for (const stage of stages) {
       for (const copy of stage.instructions.filter((i) => i.getKeyword() === 'COPY') as Copy[]) {
         if (copy.getFlags().some((flag) => flag.getName() === 'from')) continue;
@@ -169,6 +181,8 @@ export function checkDockerfile(dockerfile: string, dockerignore: string | undef
   return problems.sort((a, b) => a.line - b.line);
 }
 
+/** dev/ and what is in it, as a path of the build context. */
+const STAND_INS = /^dev(\/|$)/;
 const SECRET_NAME = /(SECRET|PASSWORD|PASSWD|TOKEN|API_KEY|PRIVATE_KEY|CREDENTIAL|DATABASE_URL|SMTP_URL)/i;
 const SECRET_VALUE = /(sk_(live|test)_|rk_(live|test)_|whsec_|-----BEGIN|:\/\/[^/\s:@]+:[^/\s@]+@)/;
 

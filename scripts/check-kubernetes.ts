@@ -19,6 +19,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
 import { parseAllDocuments } from 'yaml';
+import { DEV_SETTINGS } from '../dev/config.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a Kubernetes object of any kind, read from YAML
 type K8sObject = Record<string, any>;
@@ -34,22 +35,12 @@ export const SECRET_NAME = 'model-deployment-secrets';
 /** The label of what `kubectl apply -l` applies before the rollout: the migration Job and what it needs. */
 export const PHASE_LABEL = 'model-deployment-service/rollout-phase';
 /**
- * Settings of the README table that configure only local stand-ins, which production never starts
- * (each is off unless NODE_ENV=development or set on purpose).
+ * Settings of the README table that configure only local stand-ins, which production never starts:
+ * those of `make run`'s stand-ins (dev/config.ts, which the production service does not read), and
+ * those of the embedded Postgres, which the service reads (src/config.ts) but uses only without
+ * DATABASE_URL, which every deployment sets.
  */
-export const LOCAL_ONLY_SETTINGS = [
-  'DATA_DIR',
-  'EMBEDDED_PG_PORT',
-  'MAILDEV_SMTP_PORT',
-  'MAILDEV_WEB_PORT',
-  'STRIPE_EMULATOR',
-  'STRIPE_EMULATOR_PORT',
-  'CLUSTER_SIMULATOR',
-  'CLUSTER_SIMULATOR_PORT',
-  'CLUSTER_SIMULATOR_HOSTED_PORT',
-  'CLUSTER_SIMULATOR_MODEL_LOAD_MS',
-  'LOCAL_WEB_APP',
-];
+export const LOCAL_ONLY_SETTINGS: readonly string[] = ['DATA_DIR', 'EMBEDDED_PG_PORT', ...DEV_SETTINGS];
 /** Set by each workload itself, not by the ConfigMap. */
 const PER_WORKLOAD_SETTINGS = ['ROLE'];
 /** Settings the manifests set ahead of their README row (issue #14: the metrics server). */

@@ -14,6 +14,9 @@
  * is this machine's npm cache (warm after `make install`). Then, from the last stage's folder, as
  * the USER it names and with only the image's ENV and the production settings below:
  *
+ * 0. the image holds no stand-in code: no dev/ (the local stand-ins `make run` starts), and every
+ *    module dist/ imports is in the image (a relative import resolves to a file of it outside dev/,
+ *    a package is in its production node_modules), so nothing of dev/ is reached or missed;
  * 1. the migrations (`node dist/cli/migrate.js`) apply every migration and exit 0;
  * 2. `ROLE=api` (the CMD) answers GET /healthz and serves the document, the HEALTHCHECK command
  *    exits 0 against it, and SIGTERM stops it with exit code 0;
@@ -22,7 +25,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { builtinModules } from 'node:module';
+import { chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -149,6 +153,42 @@ function copy(instruction: Copy, state: StageState, context: string, states: Map
   }
 }
 
+/** `import … from '…'`, `export … from '…'`, `import '…'`, `import('…')` and `import.meta.resolve('…')` of compiled JavaScript. */
+const IMPORT = /(?:\bimport|\bexport)\s[^'";]*?\bfrom\s*['"]([^'"]+)['"]|\bimport\s*['"]([^'"]+)['"]|\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)|\bimport\.meta\.resolve\(\s*['"]([^'"]+)['"]\s*\)/g;
+
+/** Every file under `folder`, as paths relative to it. */
+function filesUnder(folder: string): string[] {
+  return readdirSync(folder, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => path.relative(folder, path.join(entry.parentPath, entry.name)));
+}
+
+/**
+ * What of the local stand-ins an image's application folder (its WORKDIR) holds: a dev/ folder, or
+ * an import of dist/ that the image cannot satisfy (a relative one outside its files or into dev/, a
+ * package its node_modules lacks, such as a devDependency a stand-in uses). One line each.
+ */
+export function standInProblems(app: string): string[] {
+  const problems: string[] = [];
+  if (existsSync(path.join(app, 'dev'))) problems.push('dev/ is in the image: the local stand-ins of make run never belong there');
+  if (!existsSync(path.join(app, 'dist'))) return [...problems, 'no dist/ in the image'];
+  const builtins = new Set(builtinModules);
+  for (const file of filesUnder(path.join(app, 'dist')).filter((name) => name.endsWith('.js'))) {
+    const source = path.join(app, 'dist', file);
+    for (const match of readFileSync(source, 'utf8').matchAll(IMPORT)) {
+      const specifier = match.slice(1).find(Boolean) ?? '';
+      if (specifier.startsWith('.')) {
+        const target = path.relative(app, path.resolve(path.dirname(source), specifier));
+        if (target.startsWith('..') || /^dev(\/|$)/.test(target) || !existsSync(path.join(app, target))) problems.push(`dist/${file} imports ${specifier}, which the image does not hold`);
+      } else if (!specifier.startsWith('node:') && !builtins.has(specifier)) {
+        const name = specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/');
+        if (!existsSync(path.join(app, 'node_modules', name, 'package.json'))) problems.push(`dist/${file} imports ${specifier}, a package the image's node_modules lacks`);
+      }
+    }
+  }
+  return problems;
+}
+
 async function freePort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -213,6 +253,9 @@ async function main(): Promise<void> {
   try {
     const image = build(dockerfile, path.dirname(path.resolve(dockerfile)), workspace);
     if (!image.user || /^(0|root)(:|$)/.test(image.user)) throw new Error(`the image runs as ${image.user ?? 'root'}`);
+    const standIns = standInProblems(inside(image, '.'));
+    if (standIns.length) throw new Error(`stand-in code in the image:\n  ${standIns.join('\n  ')}`);
+    say(`no stand-in code: no dev/, and every import of its ${filesUnder(inside(image, 'dist')).filter((name) => name.endsWith('.js')).length} files of dist/ is in the image`);
     await admin.query(`create database ${database}`);
     const url = new URL(serverUrl);
     url.pathname = `/${database}`;
@@ -272,9 +315,11 @@ async function main(): Promise<void> {
   }
 }
 
-try {
-  await main();
-} catch (error) {
-  process.stderr.write(`image-rehearsal failed: ${error instanceof Error ? error.message : String(error)}\n`);
-  process.exit(1);
+if (import.meta.main) {
+  try {
+    await main();
+  } catch (error) {
+    process.stderr.write(`image-rehearsal failed: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.exit(1);
+  }
 }

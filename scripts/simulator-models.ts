@@ -1,5 +1,5 @@
 /**
- * Regenerates `src/local/simulator/xinference-models.json`, the builtin model families the cluster
+ * Regenerates `dev/simulator/xinference-models.json`, the builtin model families the cluster
  * simulator knows, from Xinference's own model specifications (data, Apache-2.0):
  *
  *   node scripts/simulator-models.ts ../shared/xinference [output directory]
@@ -72,7 +72,7 @@ const registry = {
   audio: byEngine('audio-model_spec.json'),
   image: byEngine('image-model_spec.json'),
 };
-const output = process.argv[3] ?? path.join(import.meta.dirname, '../src/local/simulator');
+const output = process.argv[3] ?? path.join(import.meta.dirname, '../dev/simulator');
 const target = path.join(output, 'xinference-models.json');
 writeFileSync(target, `${JSON.stringify(registry)}\n`);
 writeFileSync(path.join(output, 'xinference-models.LICENSE'), readFileSync(path.join(directory, 'LICENSE')));

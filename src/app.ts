@@ -29,8 +29,8 @@ export interface AppOptions {
   metrics?: Metrics | undefined;
   /**
    * Pages of a local stand-in answered before the API's routes: the local web app's landings
-   * (src/local/web-app/), which only the composition root passes, under `make run`
-   * (Config.localWebApp). Without them those paths are unknown to the API (404).
+   * (dev/web-app/), which only `make run`'s entry (dev/main.ts) passes, as its LOCAL_WEB_APP
+   * says. Without them those paths are unknown to the API (404).
    */
   localPages?: RequestHandler | undefined;
 }

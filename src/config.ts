@@ -3,9 +3,10 @@ import { z } from 'zod';
 
 /**
  * Every setting of the service, read from the environment once at start-up.
- * A bad value fails fast with a message naming the variable.
+ * A bad value fails fast with a message naming the variable. The settings of the local stand-ins
+ * that `make run` starts in place of missing parts are not the service's: dev/config.ts reads them.
  */
-const booleanFlag = z
+export const booleanFlag = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
   .transform((value) => ['true', '1', 'yes', 'on'].includes(value));
 
@@ -40,10 +41,7 @@ const schema = z.object({
   INVITATIONS_PER_DAY: z.coerce.number().int().min(1).max(100_000).default(50),
   EMAIL_RETRY_DELAY_SECONDS: z.coerce.number().int().min(1).default(5),
   EMAIL_RETRY_MAX_DELAY_SECONDS: z.coerce.number().int().min(1).default(900),
-  MAILDEV_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(1025),
-  MAILDEV_WEB_PORT: z.coerce.number().int().min(1).max(65535).default(1080),
   WEB_APP_URL: z.url().optional(),
-  LOCAL_WEB_APP: booleanFlag.optional(),
   OIDC_ISSUER: z.url().optional(),
   OIDC_CLIENT_ID: z.string().min(1).optional(),
   OIDC_CLIENT_SECRET: z.string().min(1).optional(),
@@ -55,13 +53,7 @@ const schema = z.object({
   STRIPE_WEBHOOK_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
   STRIPE_EVENT_DESTINATION_SECRET: z.string().regex(/^whsec_\S+$/, 'must be a webhook signing secret (whsec_…)').optional(),
   STRIPE_API_URL: z.url().optional(),
-  STRIPE_EMULATOR: booleanFlag.optional(),
   BILLING_ENFORCEMENT: booleanFlag.optional(),
-  STRIPE_EMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(12111),
-  CLUSTER_SIMULATOR: booleanFlag.optional(),
-  CLUSTER_SIMULATOR_PORT: z.coerce.number().int().min(0).max(65535).default(9997),
-  CLUSTER_SIMULATOR_HOSTED_PORT: z.coerce.number().int().min(0).max(65535).default(9996),
-  CLUSTER_SIMULATOR_MODEL_LOAD_MS: z.coerce.number().int().min(0).default(3000),
   RECONCILE_INTERVAL_SECONDS: z.coerce.number().min(0.2).default(30),
   DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
   DEPLOYMENT_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(1800),
@@ -103,6 +95,11 @@ export interface Config {
    * Job runs them once before a rollout, so replicas never race each other for the migration lock.
    */
   migrateOnStart: boolean;
+  /**
+   * The embedded Postgres used when DATABASE_URL is unset: its data under `DATA_DIR`, its port. Read
+   * here, not in dev/config.ts, because `make migrate` and the operator CLI (src/cli/) find the one
+   * `make run` runs through them.
+   */
   dataDir: string;
   embeddedPgPort: number;
   /** The session cookies: with `secure`, both names carry the `__Host-` prefix. */
@@ -114,24 +111,18 @@ export interface Config {
   appSecret: string;
   /** Express `trust proxy` setting, so client addresses come from X-Forwarded-For behind a proxy. */
   trustProxy: boolean | number | string;
-  /** SMTP server for outgoing email; undefined starts MailDev (local stand-in) in development. */
+  /**
+   * SMTP server for outgoing email; the service does not start without one (`make run` starts
+   * MailDev, a local stand-in, in its place).
+   */
   smtpUrl: string | undefined;
   mailFrom: string;
   /** Invitation emails (created or resent) an organization may send in 24 hours. */
   invitationsPerDay: number;
   /** Retries of an email that could not be sent, with exponential backoff from the delay. */
   emailRetry: { limit: number; delaySeconds: number; maxDelaySeconds: number };
-  maildev: { smtpPort: number; webPort: number };
   /** Where links in emails and SSO redirects land (the web app); defaults to PUBLIC_URL. */
   webAppUrl: string;
-  /**
-   * Serve the local stand-in for the web app (src/local/web-app/): minimal pages at the landings of
-   * the emails' and Checkout's links (`/verify-email`, `/reset-password`, `/invitations/{token}`,
-   * `/settings/billing`), so that they work under `make run`. `LOCAL_WEB_APP`; by default on exactly
-   * when NODE_ENV is development and WEB_APP_URL is unset (the links then point at this service);
-   * never in production, where those paths answer 404.
-   */
-  localWebApp: boolean;
   oidc: { providerName: string; displayName: string; issuer?: string; clientId?: string; clientSecret?: string };
   /** Active deployments a new billing account may hold. */
   maxActiveResources: number;
@@ -142,7 +133,8 @@ export interface Config {
   billingEnforcement: boolean;
   /**
    * The payment processor: Stripe when `STRIPE_SECRET_KEY` is set (`apiUrl` points the SDK at another
-   * host, such as an emulator); the local Stripe emulator (a stand-in) that `make run` starts otherwise.
+   * host, such as an emulator); none otherwise, but under `make run`, whose Stripe emulator (a local
+   * stand-in, dev/stripe/) is passed in these same settings.
    */
   stripe: {
     secretKey: string | undefined;
@@ -151,11 +143,7 @@ export interface Config {
     /** The signing secret of the event destination of thin events (meter errors); the webhook's when unset. */
     eventDestinationSecret: string | undefined;
     apiUrl: string | undefined;
-    emulator: { enabled: boolean; port: number };
   };
-  /** The local GPU cluster simulator (a stand-in) that `make run` starts and registers. */
-  /** `port` serves dedicated deployments, `hostedPort` the hosted models (a simulator of their own). */
-  clusterSimulator: { enabled: boolean; port: number; hostedPort: number; modelLoadMs: number };
   provisioning: {
     /** How often the reconciler looks for deployments stuck in a step or lost by their engine. */
     reconcileIntervalSeconds: number;
@@ -220,15 +208,18 @@ export interface Config {
 
 export class ConfigError extends Error {}
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  const parsed = schema.safeParse(
-    Object.fromEntries(Object.entries(env).filter(([, value]) => value !== '')),
-  );
+/** The environment read through `settings` (an empty variable counts as unset); a ConfigError naming every bad one. */
+export function parseEnvironment<Schema extends z.ZodType>(settings: Schema, env: NodeJS.ProcessEnv): z.output<Schema> {
+  const parsed = settings.safeParse(Object.fromEntries(Object.entries(env).filter(([, value]) => value !== '')));
   if (!parsed.success) {
     const problems = parsed.error.issues.map((issue) => `${issue.path.join('.')}: ${issue.message}`);
     throw new ConfigError(`Invalid configuration:\n  ${problems.join('\n  ')}`);
   }
-  const e = parsed.data;
+  return parsed.data;
+}
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const e = parseEnvironment(schema, env);
   const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, '');
   const sameSite = e.SESSION_COOKIE_SAMESITE;
   const local = e.NODE_ENV === 'development' || e.NODE_ENV === 'test';
@@ -250,21 +241,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   if (e.STRIPE_SECRET_KEY && (!e.STRIPE_PUBLISHABLE_KEY || !e.STRIPE_WEBHOOK_SECRET)) {
     throw new ConfigError('Invalid configuration:\n  STRIPE_PUBLISHABLE_KEY, STRIPE_WEBHOOK_SECRET: required with STRIPE_SECRET_KEY');
   }
-  if (e.STRIPE_SECRET_KEY && e.STRIPE_EMULATOR) {
-    throw new ConfigError('Invalid configuration:\n  STRIPE_EMULATOR: the Stripe emulator stands in only when STRIPE_SECRET_KEY is unset');
-  }
   // Xinference recovers a crashed model by loading it again: a grace shorter than a load fails a
   // large model's legitimate reload (worker.py, recover_sub_pool).
   if (e.NODE_ENV === 'production' && e.DEPLOYMENT_RECOVERY_GRACE_SECONDS !== undefined && e.DEPLOYMENT_RECOVERY_GRACE_SECONDS < e.DEPLOYMENT_START_TIMEOUT_SECONDS) {
     throw new ConfigError(
       'Invalid configuration:\n  DEPLOYMENT_RECOVERY_GRACE_SECONDS: at least DEPLOYMENT_START_TIMEOUT_SECONDS in production (a recovery reloads the model); unset, it is the start timeout',
     );
-  }
-  if (e.LOCAL_WEB_APP && e.NODE_ENV === 'production') {
-    throw new ConfigError('Invalid configuration:\n  LOCAL_WEB_APP: the local stand-in for the web app runs only in development or test, never in production');
-  }
-  if (e.LOCAL_WEB_APP && e.WEB_APP_URL && new URL(e.WEB_APP_URL).origin !== new URL(publicUrl).origin) {
-    throw new ConfigError("Invalid configuration:\n  LOCAL_WEB_APP: the links of emails go to WEB_APP_URL, another origin than this service's; unset one of them");
   }
   if (e.METRICS_HOST !== undefined && e.METRICS_PORT === undefined) {
     throw new ConfigError('Invalid configuration:\n  METRICS_HOST: set METRICS_PORT too (without it no metrics listener starts)');
@@ -308,9 +290,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     mailFrom: e.MAIL_FROM,
     invitationsPerDay: e.INVITATIONS_PER_DAY,
     emailRetry: { limit: e.EMAIL_RETRY_LIMIT, delaySeconds: e.EMAIL_RETRY_DELAY_SECONDS, maxDelaySeconds: e.EMAIL_RETRY_MAX_DELAY_SECONDS },
-    maildev: { smtpPort: e.MAILDEV_SMTP_PORT, webPort: e.MAILDEV_WEB_PORT },
     webAppUrl: (e.WEB_APP_URL ?? publicUrl).replace(/\/+$/, ''),
-    localWebApp: e.LOCAL_WEB_APP ?? (e.NODE_ENV === 'development' && !e.WEB_APP_URL),
     oidc: {
       providerName: e.OIDC_PROVIDER_NAME,
       displayName: e.OIDC_DISPLAY_NAME ?? titleCase(e.OIDC_PROVIDER_NAME),
@@ -326,13 +306,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       webhookSecret: e.STRIPE_WEBHOOK_SECRET,
       eventDestinationSecret: e.STRIPE_EVENT_DESTINATION_SECRET,
       apiUrl: e.STRIPE_API_URL,
-      emulator: { enabled: e.STRIPE_EMULATOR ?? (!e.STRIPE_SECRET_KEY && e.NODE_ENV === 'development'), port: e.STRIPE_EMULATOR_PORT },
-    },
-    clusterSimulator: {
-      enabled: e.CLUSTER_SIMULATOR ?? e.NODE_ENV === 'development',
-      port: e.CLUSTER_SIMULATOR_PORT,
-      hostedPort: e.CLUSTER_SIMULATOR_HOSTED_PORT,
-      modelLoadMs: e.CLUSTER_SIMULATOR_MODEL_LOAD_MS,
     },
     provisioning: {
       reconcileIntervalSeconds: e.RECONCILE_INTERVAL_SECONDS,

@@ -26,7 +26,7 @@ export interface RuntimeOptions {
    * start-up stops those already started. Without one, `stop()` of the runtime is the only way.
    */
   lifecycle?: Lifecycle;
-  /** Pages of a local stand-in the API answers before its routes (createApp's `localPages`): the composition root's choice. */
+  /** Pages of a local stand-in the API answers before its routes (createApp's `localPages`): passed by dev/main.ts only. */
   localPages?: RequestHandler | undefined;
 }
 
@@ -43,7 +43,7 @@ export interface Runtime {
 
 /**
  * The runtime as `ROLE` asks: the pool and migrations, the job queue (consuming in `worker` and
- * `all`), and the HTTP API (in `api` and `all`). Used by `main.ts` and by the tests alike.
+ * `all`), and the HTTP API (in `api` and `all`). Used by src/main.ts, dev/main.ts and the tests alike.
  */
 export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
   const { config, log } = options;

@@ -1,7 +1,7 @@
 /**
  * The payment processor port: every call billing makes to a processor, in our terms. One
  * implementation (`src/adapters/stripe.ts`) runs on the official `stripe` SDK, against Stripe or,
- * for `make run` and the tests, against the local Stripe emulator (`src/local/stripe/`): one code path.
+ * for `make run` and the tests, against the local Stripe emulator (`dev/stripe/`): one code path.
  *
  * Each call that creates something takes `key`, derived from our own row ids, and sends it as the
  * processor's idempotency key, so a retried job never creates a second customer, session or

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { XinferenceClient, type LaunchSpec, type ManagementCredentials, type XinferenceClientOptions } from '../../src/adapters/xinference.ts';
-import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOptions } from '../../src/local/cluster-simulator.ts';
+import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOptions } from '../../dev/cluster-simulator.ts';
 
 /**
  * The engine the conformance suite runs against: the cluster simulator (in `make test`), or a real

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineError, workerIpFor, XinferenceClient, type ModelState } from '../../src/adapters/xinference.ts';
 import { gpuTypeOf } from '../../src/clusters/gpu-names.ts';
-import { startClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { startClusterSimulator } from '../../dev/cluster-simulator.ts';
 import { engineUnderTest, poll, REAL_ENGINE, type EngineUnderTest } from './engine-under-test.ts';
 
 /**

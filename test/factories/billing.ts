@@ -1,4 +1,4 @@
-import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { checkoutPageUrl, completeCheckoutSession } from '../../dev/stripe/complete-checkout.ts';
 import { APP_ORIGIN, type TestApp } from '../helpers/app.ts';
 import { waitUntil } from '../helpers/net.ts';
 import type { SignedInUser } from './accounts.ts';

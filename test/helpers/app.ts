@@ -11,15 +11,15 @@ import { closeServer, listen } from '../../src/http/server.ts';
 import { createJobQueue } from '../../src/jobs/queue.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
-import type { ClusterSimulator, SimulatedWorker } from '../../src/local/cluster-simulator.ts';
-import { startLocalCluster } from '../../src/local/local-cluster.ts';
+import type { ClusterSimulator, SimulatedWorker } from '../../dev/cluster-simulator.ts';
+import { startLocalCluster } from '../../dev/local-cluster.ts';
 import { startRuntime } from '../../src/runtime.ts';
 import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
 import { freePort } from './net.ts';
 import { createStripeClient } from '../../src/adapters/stripe.ts';
-import { EVENT_NOTIFICATIONS_PATH, THIN_EVENT_TYPES, WEBHOOK_PATH } from '../../src/local/local-stripe.ts';
-import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
+import { EVENT_NOTIFICATIONS_PATH, THIN_EVENT_TYPES, WEBHOOK_PATH } from '../../dev/local-stripe.ts';
+import { startStripeEmulator, type StripeEmulator } from '../../dev/stripe/stripe-emulator.ts';
 import type Stripe from 'stripe';
 
 /** The origin tests send as `Origin`, allowed by the test configuration. */

@@ -1,5 +1,5 @@
 import type { Frame, Page } from 'playwright-core';
-import { checkoutPageUrl } from '../../src/local/stripe/complete-checkout.ts';
+import { checkoutPageUrl } from '../../dev/stripe/complete-checkout.ts';
 import { APP_ORIGIN } from './app.ts';
 import { launchChromium } from './chromium.ts';
 
@@ -21,7 +21,7 @@ export interface CheckoutInBrowser {
  * answered by the browser's routing). On the emulator the form is its Checkout page; on a Stripe
  * test account (`make test-billing`) it is Stripe's embedded Checkout, which a page of ours mounts
  * with Stripe.js (`initEmbeddedCheckout`, as a web app does with the session's `client_secret`).
- * Both forms carry Stripe Checkout's field ids (src/local/stripe/pages.ts).
+ * Both forms carry Stripe Checkout's field ids (dev/stripe/pages.ts).
  */
 export async function completeCheckoutInBrowser(options: CheckoutInBrowser): Promise<void> {
   const browser = await launchChromium();

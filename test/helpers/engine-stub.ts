@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
+import { LOCAL_CLUSTER_NAME } from '../../dev/local-cluster.ts';
 import type { TestApp } from './app.ts';
 
 export interface RecordedRequest {

@@ -23,7 +23,7 @@ export interface DevelopmentService {
 }
 
 /**
- * `NODE_ENV=development node src/main.ts`, what `make run` runs after generating: no DATABASE_URL,
+ * `NODE_ENV=development node dev/main.ts`, what `make run` runs after generating: no DATABASE_URL,
  * SMTP_URL or Stripe key, so it starts the embedded Postgres (data in a directory of its own),
  * MailDev, the Stripe emulator and the cluster simulator, each on a free port. It leads a process
  * group of its own (`detached`), as a shell running `make run` in a terminal does, so a signal to
@@ -50,7 +50,7 @@ export async function startDevelopmentService(env: Record<string, string> = {}):
   // What would replace a stand-in (a test run's DATABASE_URL, say) is not passed on.
   const replacing = new Set(['DATABASE_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'STRIPE_PUBLISHABLE_KEY', 'STRIPE_WEBHOOK_SECRET', 'STRIPE_API_URL', 'APP_SECRET', 'METRICS_PORT']);
   const inherited = Object.fromEntries(Object.entries(process.env).filter(([name]) => !replacing.has(name)));
-  const child = spawn(process.execPath, ['src/main.ts'], { env: { ...inherited, ...settings }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(process.execPath, ['dev/main.ts'], { env: { ...inherited, ...settings }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let output = '';
   let stderr = '';
   child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));

@@ -17,10 +17,15 @@ export interface ServiceProcess {
 /**
  * Starts `node src/main.ts` with the test app's settings, database and SMTP listener (ROLE and any
  * setting overridden by `env`), and resolves once it logged `started`: for an API, with the port it
- * listens on. A process of a failed start is killed, its output in the error.
+ * listens on. A process of a failed start is killed, its output in the error. `entry` names another
+ * entry: `dev/main.ts`, as `make run` starts the service, with its local stand-ins.
  */
-export async function startServiceProcess(app: Pick<TestApp, 'env' | 'databaseUrl' | 'inbox'>, env: Record<string, string>): Promise<ServiceProcess> {
-  const child = spawn(process.execPath, ['src/main.ts'], {
+export async function startServiceProcess(
+  app: Pick<TestApp, 'env' | 'databaseUrl' | 'inbox'>,
+  env: Record<string, string>,
+  entry: 'src/main.ts' | 'dev/main.ts' = 'src/main.ts',
+): Promise<ServiceProcess> {
+  const child = spawn(process.execPath, [entry], {
     env: { ...process.env, ...app.env, PORT: '0', DATABASE_URL: app.databaseUrl, SMTP_URL: app.inbox.url, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

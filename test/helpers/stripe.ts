@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type Stripe from 'stripe';
 import { createStripeClient } from '../../src/adapters/stripe.ts';
-import { startStripeEmulator, type StripeEmulator } from '../../src/local/stripe/stripe-emulator.ts';
+import { startStripeEmulator, type StripeEmulator } from '../../dev/stripe/stripe-emulator.ts';
 import { createLogger } from '../../src/logger.ts';
 import { waitUntil } from './net.ts';
 

@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchHostedModels } from '../../src/hosted/hosted-launch.ts';
 import { createLogger } from '../../src/logger.ts';
-import { DEFAULT_WORKERS, registerLocalCluster, startLocalSimulators } from '../../src/local/local-cluster.ts';
-import type { ClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { DEFAULT_WORKERS, registerLocalCluster, startLocalSimulators } from '../../dev/local-cluster.ts';
+import type { ClusterSimulator } from '../../dev/cluster-simulator.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { untilStatus } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';

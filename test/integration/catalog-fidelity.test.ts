@@ -5,7 +5,7 @@ import path from 'node:path';
 import type { Knex } from 'knex';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
-import { load as loadRegistry } from '../../src/local/simulator/model-registry.ts';
+import { load as loadRegistry } from '../../dev/simulator/model-registry.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 
 /**
@@ -17,7 +17,7 @@ import { createTestDatabase } from '../helpers/database.ts';
  * the `chat` ability.
  *
  * Where those files are not beside the repository (a checkout of its own), the same data is read
- * from `src/local/simulator/xinference-models.json`, which `scripts/simulator-models.ts` derives
+ * from `dev/simulator/xinference-models.json`, which `scripts/simulator-models.ts` derives
  * from them; wherever they are, a test checks that the derived file is exactly what the script
  * makes of them, so the two sources cannot drift apart.
  */
@@ -211,7 +211,7 @@ describe('the simulator\'s copy of Xinference\'s model specifications', () => {
     const output = mkdtempSync(path.join(tmpdir(), 'xinference-models-'));
     try {
       execFileSync(process.execPath, [path.join(REPO_ROOT, 'scripts/simulator-models.ts'), SPECS_DIR, output]);
-      const committed = path.join(REPO_ROOT, 'src/local/simulator/xinference-models.json');
+      const committed = path.join(REPO_ROOT, 'dev/simulator/xinference-models.json');
       expect(readFileSync(path.join(output, 'xinference-models.json'), 'utf8')).toBe(readFileSync(committed, 'utf8'));
     } finally {
       rmSync(output, { recursive: true, force: true });

@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { startClusterSimulator, type ClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { startClusterSimulator, type ClusterSimulator } from '../../dev/cluster-simulator.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 type Json = Record<string, unknown>;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ModelPermission } from '../../src/local/simulator/auth.ts';
-import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
+import type { ModelPermission } from '../../dev/simulator/auth.ts';
+import { LOCAL_CLUSTER_NAME } from '../../dev/local-cluster.ts';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser } from '../factories/accounts.ts';
 import { deployment, type Deployment } from '../factories/deployments.ts';

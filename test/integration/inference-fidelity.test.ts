@@ -2,7 +2,7 @@ import type OpenAI from 'openai';
 import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
-import { LOCAL_CLUSTER_NAME } from '../../src/local/local-cluster.ts';
+import { LOCAL_CLUSTER_NAME } from '../../dev/local-cluster.ts';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment, type Deployment } from '../factories/deployments.ts';

@@ -10,10 +10,11 @@ import { freePort } from '../helpers/net.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * The local stand-in for the web app (src/local/web-app/): the pages the links of emails and the
+ * The local stand-in for the web app (dev/web-app/): the pages the links of emails and the
  * Stripe emulator's Checkout land on, served under `make run` only. The service is started as
- * `make run` starts it (`node src/main.ts`, NODE_ENV=development, no WEB_APP_URL, the Stripe
+ * `make run` starts it (`node dev/main.ts`, NODE_ENV=development, no WEB_APP_URL, the Stripe
  * emulator), on a test database and SMTP listener, and each landing is driven in headless Chromium.
+ * The production entry (`src/main.ts`) has no such pages: it holds nothing of dev/.
  */
 
 
@@ -28,8 +29,8 @@ interface Service {
   stop(): Promise<void>;
 }
 
-/** `node src/main.ts` with `env` on a database and SMTP listener of its own, listening on `url`. */
-async function startService(env: Record<string, string>): Promise<Service> {
+/** `node <entry>` with `env` on a database and SMTP listener of its own, listening on `url`. */
+async function startService(env: Record<string, string>, entry: 'src/main.ts' | 'dev/main.ts' = 'dev/main.ts'): Promise<Service> {
   const database = await createTestDatabase();
   const inbox = await new Inbox().start();
   const port = await freePort();
@@ -37,6 +38,7 @@ async function startService(env: Record<string, string>): Promise<Service> {
     const process = await startServiceProcess(
       { env: {}, databaseUrl: database.url, inbox },
       { PORT: String(port), ROLE: 'all', CLUSTER_SIMULATOR: 'false', METRICS_PORT: '', PUBLIC_URL: '', WEB_APP_URL: '', ALLOWED_ORIGINS: '', ...env },
+      entry,
     );
     return {
       process,
@@ -234,10 +236,11 @@ describe.skipIf(missing !== '')(`the local stand-in for the web app under make r
 
 describe('the landing pages with the stand-in off', () => {
   it.each([
-    ['production', { NODE_ENV: 'production', APP_SECRET: TEST_APP_SECRET, ROLE: 'api' }],
-    ['development with a web app of its own (WEB_APP_URL)', { NODE_ENV: 'development', WEB_APP_URL: 'https://app.example.com', ROLE: 'api', STRIPE_EMULATOR: 'false' }],
-  ])('%s: each landing path still answers 404 NOT_FOUND', async (_name, env) => {
-    const service = await startService(env);
+    ['production', { NODE_ENV: 'production', APP_SECRET: TEST_APP_SECRET, ROLE: 'api' }, 'src/main.ts'],
+    ['the production entry in development (LOCAL_WEB_APP is make run\'s)', { NODE_ENV: 'development', LOCAL_WEB_APP: 'true', ROLE: 'api' }, 'src/main.ts'],
+    ['make run with a web app of its own (WEB_APP_URL)', { NODE_ENV: 'development', WEB_APP_URL: 'https://app.example.com', ROLE: 'api', STRIPE_EMULATOR: 'false' }, 'dev/main.ts'],
+  ] as const)('%s: each landing path still answers 404 NOT_FOUND', async (_name, env, entry) => {
+    const service = await startService(env, entry);
     try {
       for (const path of LANDINGS) {
         const response = await fetch(`${service.url}${path}`);

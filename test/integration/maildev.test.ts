@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Mailer } from '../../src/adapters/mailer.ts';
-import { startMailDev } from '../../src/local/maildev.ts';
+import { startMailDev } from '../../dev/maildev.ts';
 import { createLogger } from '../../src/logger.ts';
 import { freePort, waitUntil } from '../helpers/net.ts';
 

@@ -5,7 +5,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runOperatorCommand, UsageError } from '../../src/cli/operator.ts';
 import { ClusterRegistrationError, ClustersService } from '../../src/clusters/clusters.service.ts';
-import { startClusterSimulator, type ClusterSimulator } from '../../src/local/cluster-simulator.ts';
+import { startClusterSimulator, type ClusterSimulator } from '../../dev/cluster-simulator.ts';
 import { operatorCli } from '../helpers/operator-cli.ts';
 import { startTestApp, type TestApp } from '../helpers/app.ts';
 

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
 import { PaymentProcessorError, WebhookSignatureError } from '../../src/billing/payment-processor.ts';
-import { checkoutPageUrl, completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { checkoutPageUrl, completeCheckoutSession } from '../../dev/stripe/complete-checkout.ts';
 import { freePort } from '../helpers/net.ts';
 import { expectSettledTotal, onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';
 

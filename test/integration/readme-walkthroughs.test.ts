@@ -3,7 +3,7 @@ import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { completeCheckoutSession } from '../../dev/stripe/complete-checkout.ts';
 import { chromiumMissing, launchChromium } from '../helpers/chromium.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 import { freePort, waitUntil } from '../helpers/net.ts';
@@ -12,7 +12,7 @@ import { missingOutcomes, readmeBlocks, runWalkthrough } from '../helpers/readme
 /**
  * README.md's walkthroughs, run literally (issue #31): the quick start and the walkthroughs that
  * build on it (key limits, billing set-up), their marked blocks in order in one bash, against a
- * service started as `make run` starts it (`node src/main.ts` with NODE_ENV=development: the cluster
+ * service started as `make run` starts it (`node dev/main.ts` with NODE_ENV=development: the cluster
  * simulators, the Stripe emulator and MailDev as local stand-ins), every port taken from the
  * environment. The one step a reader does in a browser (saving a card on the emulator's Checkout
  * page) is done in headless Chromium. A README that drifts from the product fails here. Only the
@@ -57,7 +57,7 @@ let work: string;
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
 
 /**
- * Starts `node src/main.ts` as `make run` does, every port free a moment before; once more on new
+ * Starts `node dev/main.ts` as `make run` does, every port free a moment before; once more on new
  * ports when another process took one of them in that moment (EADDRINUSE), as tests run in parallel.
  */
 async function startAsMakeRun(databaseUrl: string): Promise<void> {
@@ -76,7 +76,7 @@ async function startAsMakeRun(databaseUrl: string): Promise<void> {
     const env = withoutVariables(process.env, ['METRICS_PORT', 'PUBLIC_URL', 'WEB_APP_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'APP_SECRET']);
     Object.assign(env, { NODE_ENV: 'development', LOG_LEVEL: 'info', DATABASE_URL: databaseUrl }, Object.fromEntries(Object.entries(ports).map(([k, v]) => [k, String(v)])));
     output = '';
-    service = spawn(process.execPath, ['src/main.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    service = spawn(process.execPath, ['dev/main.ts'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     service.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
     service.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const exited = new Promise<void>((resolve) => service.once('exit', () => resolve()));

@@ -11,10 +11,11 @@ import { freePort } from '../helpers/net.ts';
 
 /**
  * A start-up failure ends in one clear line on stderr and a non-zero exit, never a stack trace
- * (issue #12): `node src/main.ts` as `make run` starts it, with one thing wrong each time.
+ * (issue #12): `node dev/main.ts` as `make run` starts it (or the production entry, `src/main.ts`,
+ * where said), with one thing wrong each time.
  */
-async function start(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  const child = spawn(process.execPath, ['src/main.ts'], {
+async function start(env: Record<string, string>, entry = 'dev/main.ts'): Promise<{ code: number | null; stderr: string }> {
+  const child = spawn(process.execPath, [entry], {
     // No local stand-in on a fixed port (MailDev, the Stripe emulator) that another test may hold.
     env: { PATH: process.env.PATH ?? '', NODE_ENV: 'test', APP_SECRET: TEST_APP_SECRET, LOG_LEVEL: 'silent', ROLE: 'api', SMTP_URL: 'smtp://127.0.0.1:9', STRIPE_EMULATOR: 'false', ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -56,6 +57,13 @@ describe('start-up failures', () => {
     expect(result.code).not.toBe(0);
     expect(result.stderr).not.toMatch(/^\s+at /m);
     expect(result.stderr).toMatch(/APP_SECRET: must be at least 32 characters/);
+  });
+
+  it('the production entry without SMTP_URL outside production: it has no MailDev to start in its place', async () => {
+    const result = await start({ NODE_ENV: 'development', SMTP_URL: '' }, 'src/main.ts');
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).not.toMatch(/^\s+at /m);
+    expect(result.stderr).toBe('Invalid configuration:\n  SMTP_URL: required (`make run` starts MailDev in its place)\n');
   });
 
   it.runIf(process.getuid?.() === 0)('run as root from a directory the postgres user cannot enter: one sentence saying what to do', async () => {

@@ -1,7 +1,7 @@
 import Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { StripePaymentProcessor } from '../../src/adapters/stripe.ts';
-import { completeCheckoutSession } from '../../src/local/stripe/complete-checkout.ts';
+import { completeCheckoutSession } from '../../dev/stripe/complete-checkout.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { expectSettledTotal, onEmulator, startStripeTarget, WebhookReceiver, type StripeTarget } from '../helpers/stripe.ts';
 

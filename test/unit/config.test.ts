@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { DEV_SETTINGS } from '../../dev/config.ts';
 import { ConfigError, loadConfig } from '../../src/config.ts';
 
 const development = { NODE_ENV: 'development' };
@@ -31,7 +32,7 @@ describe('configuration', () => {
     expect(() => loadConfig({})).toThrow(ConfigError);
     expect(() => loadConfig({})).toThrow(/APP_SECRET: required .* unless NODE_ENV is development or test/);
     const { NODE_ENV: _, ...unset } = production;
-    expect(loadConfig(unset)).toMatchObject({ env: 'production', session: { secure: true }, clusterSimulator: { enabled: false } });
+    expect(loadConfig(unset)).toMatchObject({ env: 'production', session: { secure: true } });
   });
 
   it('uses the public development secret only when NODE_ENV says development or test', () => {
@@ -110,19 +111,17 @@ describe('configuration', () => {
     expect(() => loadConfig({ ...development, INFERENCE_IDLE_TIMEOUT_SECONDS: '0' })).toThrow(/INFERENCE_IDLE_TIMEOUT_SECONDS/);
   });
 
-  it('starts the Stripe emulator in development only when no Stripe key is set, and wants all three Stripe settings together', () => {
+  it('configures no payment processor without a Stripe key, and wants all three Stripe settings together', () => {
     expect(loadConfig(development).stripe).toEqual({
       secretKey: undefined,
       publishableKey: undefined,
       webhookSecret: undefined,
+      eventDestinationSecret: undefined,
       apiUrl: undefined,
-      emulator: { enabled: true, port: 12111 },
     });
-    expect(loadConfig({ NODE_ENV: 'test' }).stripe.emulator.enabled).toBe(false);
     const stripe = { STRIPE_SECRET_KEY: 'sk_test_abc123', STRIPE_PUBLISHABLE_KEY: 'pk_test_abc123', STRIPE_WEBHOOK_SECRET: 'whsec_abc123' };
-    expect(loadConfig({ ...development, ...stripe }).stripe).toMatchObject({ secretKey: 'sk_test_abc123', emulator: { enabled: false } });
+    expect(loadConfig({ ...development, ...stripe }).stripe).toMatchObject({ secretKey: 'sk_test_abc123' });
     expect(() => loadConfig({ ...development, STRIPE_SECRET_KEY: 'sk_test_abc123' })).toThrow(/STRIPE_PUBLISHABLE_KEY, STRIPE_WEBHOOK_SECRET: required with STRIPE_SECRET_KEY/);
-    expect(() => loadConfig({ ...development, ...stripe, STRIPE_EMULATOR: 'true' })).toThrow(/STRIPE_EMULATOR/);
     expect(() => loadConfig({ ...development, ...stripe, STRIPE_SECRET_KEY: 'pk_test_abc123' })).toThrow(/STRIPE_SECRET_KEY: must be a Stripe secret key/);
   });
 
@@ -134,15 +133,9 @@ describe('configuration', () => {
     expect(loadConfig({ NODE_ENV: 'development', ...stripe, BILLING_ENFORCEMENT: 'false' }).billingEnforcement).toBe(false);
   });
 
-  it('serves the local stand-in for the web app by default only under make run (development, no WEB_APP_URL), never in production (LOCAL_WEB_APP)', () => {
-    expect(loadConfig(development).localWebApp).toBe(true);
-    expect(loadConfig({ ...development, WEB_APP_URL: 'https://app.example.com' }).localWebApp).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'test' }).localWebApp).toBe(false);
-    expect(loadConfig(production).localWebApp).toBe(false);
-    expect(loadConfig({ ...development, LOCAL_WEB_APP: 'false' }).localWebApp).toBe(false);
-    expect(loadConfig({ NODE_ENV: 'test', LOCAL_WEB_APP: 'true' }).localWebApp).toBe(true);
-    expect(loadConfig({ ...development, WEB_APP_URL: 'http://localhost:8080/', LOCAL_WEB_APP: 'true' }).localWebApp).toBe(true);
-    expect(() => loadConfig({ ...production, LOCAL_WEB_APP: 'true' })).toThrow(/LOCAL_WEB_APP: the local stand-in for the web app runs only in development or test/);
-    expect(() => loadConfig({ ...development, WEB_APP_URL: 'https://app.example.com', LOCAL_WEB_APP: 'true' })).toThrow(/LOCAL_WEB_APP: the links of emails go to WEB_APP_URL/);
+  it('reads none of the local stand-ins\' settings: they are make run\'s (dev/config.ts), and no value of theirs stops the service', () => {
+    // Values each stand-in setting refuses, or refuses in production.
+    const standIns = Object.fromEntries(DEV_SETTINGS.map((name) => [name, 'not-a-value']));
+    expect(loadConfig({ ...production, ...standIns, LOCAL_WEB_APP: 'true' })).toEqual(loadConfig(production));
   });
 });

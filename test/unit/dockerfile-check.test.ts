@@ -46,6 +46,13 @@ describe('the Dockerfile check (make image-check)', () => {
     expect(rulesBroken('ARG NODE_IMAGE', 'ARG DATABASE_URL\nARG NODE_IMAGE')).toEqual(['noSecrets']);
   });
 
+  it('refuses the local stand-ins of make run (dev/) in a stage or in the build context', () => {
+    const allowingDev = dockerignore.replace('!src/\n', '!src/\n!dev/\n');
+    expect(rulesBroken('COPY src/ ./src/\n', 'COPY src/ ./src/\nCOPY dev/ ./dev/\n', allowingDev)).toEqual(['noStandIns']);
+    expect(rulesBroken('COPY src/ ./src/\n', 'COPY src/ ./src/\nCOPY dev/web-app/ ./dev/web-app/\n')).toEqual(['noStandIns', 'dockerignore']);
+    expect(checkDockerfile(dockerfile, allowingDev).map((problem) => problem.rule)).toEqual(['noStandIns']);
+  });
+
   it('refuses a COPY into the final stage without --chown or owned by the runtime user', () => {
     expect(rulesBroken('COPY --chown=root:root package.json', 'COPY package.json')).toEqual(['chown']);
     expect(rulesBroken('COPY --chown=root:root package.json', 'COPY --chown=1000:1000 package.json')).toEqual(['chown']);

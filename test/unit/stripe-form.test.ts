@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeForm } from '../../src/local/stripe/form.ts';
+import { decodeForm } from '../../dev/stripe/form.ts';
 
 describe("the Stripe emulator's form decoding (Stripe's bracket notation)", () => {
   it('nests objects and arrays as the stripe SDK encodes them', () => {

@@ -5,7 +5,7 @@ import { startClusterSimulator, type SimulatedWorker } from './cluster-simulator
 /**
  * Runs the local GPU cluster simulator (a stand-in for a Xinference 3.x cluster) as its own process.
  *
- *   node src/local/cluster-simulator.cli.ts --port 9997 --workers '[{"name":"w0","gpuName":"NVIDIA A10G","gpuCount":4,"gpuMemoryGb":24}]'
+ *   node dev/cluster-simulator.cli.ts --port 9997 --workers '[{"name":"w0","gpuName":"NVIDIA A10G","gpuCount":4,"gpuMemoryGb":24}]'
  *
  * Every flag can also come from the environment: CLUSTER_SIMULATOR_HOST, CLUSTER_SIMULATOR_PORT,
  * CLUSTER_SIMULATOR_WORKERS (JSON), CLUSTER_SIMULATOR_MODEL_LOAD_MS, CLUSTER_SIMULATOR_TOKEN_LATENCY_MS,

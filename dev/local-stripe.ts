@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { Config } from '../config.ts';
+import type { Config } from '../src/config.ts';
 import { startStripeEmulator, type StripeEmulator } from './stripe/stripe-emulator.ts';
 
 /** Where the service receives the processor's events (the interface's webhook route). */
@@ -14,9 +14,9 @@ export const THIN_EVENT_TYPES = ['v1.billing.meter.error_report_triggered'];
  * to the service's webhook route and an event destination of thin events to its notification route,
  * as an operator would create in Stripe's Dashboard.
  */
-export function startLocalStripe(config: Config, log: Logger): Promise<StripeEmulator> {
+export function startLocalStripe(config: Config, port: number, log: Logger): Promise<StripeEmulator> {
   return startStripeEmulator({
-    port: config.stripe.emulator.port,
+    port,
     webhooks: [{ url: `${config.publicUrl}${WEBHOOK_PATH}`, secret: config.stripe.webhookSecret }],
     eventDestinations: [{ url: `${config.publicUrl}${EVENT_NOTIFICATIONS_PATH}`, secret: config.stripe.eventDestinationSecret, enabledEvents: THIN_EVENT_TYPES }],
     log,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { NextFunction, Request, RequestHandler, Response } from 'express';
-import { setRoute } from '../../http/request-log.ts';
+import { setRoute } from '../../src/http/request-log.ts';
 
 /**
  * Local stand-in for the web app: the pages where the links of the service's emails and the Stripe

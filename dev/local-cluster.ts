@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import type { ClustersService } from '../clusters/clusters.service.ts';
+import type { ClustersService } from '../src/clusters/clusters.service.ts';
 import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOptions, type SimulatedWorker } from './cluster-simulator.ts';
 
 export const LOCAL_CLUSTER_NAME = 'local-simulator';

@@ -1,4 +1,4 @@
-// The script of the local stand-in for the web app (src/local/web-app/web-app.ts), run in the
+// The script of the local stand-in for the web app (dev/web-app/web-app.ts), run in the
 // browser as it is: no build step, no framework. Each page (`<body data-page>`) completes its action
 // through the service's public API on this origin, as a web app would: cookies for the session,
 // the readable CSRF cookie echoed in `X-CSRF-Token` on state-changing calls. Text from the API is

@@ -160,7 +160,7 @@ function referenceRun(settings: Settings): { file: string; commit: string; inser
 }
 
 /**
- * Runs the service's fold of usage rollup deltas (`compactUsageRollups` in src/billing/usage-rollups.ts)
+ * Runs the service's fold of usage rollup deltas (`compactUsageRollups` in src/metering/usage-rollups.ts)
  * when the code has one; undefined when it has not. Imported by a computed path: the module is newer
  * than this benchmark may be.
  */
@@ -314,13 +314,13 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
     await explain('deployment list, heavy user, first page', (d) => deployments.listDeploymentsOf(d, heavy, { limit: 100, offset: 0 }));
     await explain(`deployment list, heavy user, offset ${fmt(deepOffset)}`, (d) => deployments.listDeploymentsOf(d, heavy, { limit: 100, offset: deepOffset }), (sql) => !/count\(/.test(sql));
     await explain('deployment by id', (d) => deployments.findDeploymentOf(d, heavy, seeded.heavyDeploymentId));
-    const billing = await import('../src/billing/billing.repository.ts');
-    const summary = await import('../src/billing/usage-summary.ts');
+    const metering = await import('../src/metering/metering.repository.ts');
+    const summary = await import('../src/metering/usage-summary.ts');
     const totalsOf = async (d: Knex, organizationId: number) => {
-      const account = await billing.findBillingAccount(d, organizationId);
+      const account = await metering.findAccountPeriod(d, organizationId);
       if (!account) throw new Error(`organization ${organizationId} has no billing account`);
       const now = new Date();
-      return { statement: billing.usageTotalsQuery(d, organizationId, summary.currentPeriod(account, now), now).toSQL().toNative() };
+      return { statement: metering.usageTotalsQuery(d, organizationId, summary.currentPeriod(account, now), now).toSQL().toNative() };
     };
     await explainStatement('usage summary, heavy organization', (d) => totalsOf(d, heavy.organizationId));
     await explainStatement('usage summary, typical organization', (d) => totalsOf(d, seeded.typical.organizationId));

@@ -8,7 +8,7 @@ import type { Knex } from 'knex';
  *   `ensure_usage_records_partition(month)`, and a default partition that takes a row for a month
  *   with no partition yet (the function moves such rows into the month's partition when it is
  *   created). Old months are dropped whole once everything billable in them was reported
- *   (src/billing/usage-partitions.ts). A partitioned table's unique keys include the partition key:
+ *   (src/metering/usage-partitions.ts). A partitioned table's unique keys include the partition key:
  *   the primary key is (created_at, usage_id), the service stamping `created_at` on the record when
  *   it makes it, so a retried batch is still written once; time first, so inserts go to the index's
  *   last pages instead of a random page of a random uuid's (which, at 20 million rows, made each

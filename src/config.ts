@@ -190,7 +190,7 @@ export interface Config {
     /** Deliveries in a row that failed for good before the endpoint is disabled. */
     disableAfterFailures: number;
   };
-  /** Whole months of raw usage records kept after the month in progress (src/billing/usage-partitions.ts). */
+  /** Whole months of raw usage records kept after the month in progress (src/metering/usage-partitions.ts). */
   usageRetentionMonths: number;
   /**
    * Where usage records are journaled before their answers end (src/inference/usage-journal.ts);

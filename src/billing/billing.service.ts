@@ -10,7 +10,7 @@ import { installationId } from './installation.ts';
 import { PaymentProcessorError, requireProcessor, type PaymentProcessor, type ProcessorPaymentMethod, type ProcessorSubscription } from './payment-processor.ts';
 import { listInvoicesOf, lockAccount, recordCustomer, recordDefaultPaymentMethod, recordSubscription } from './processor-state.repository.ts';
 import { METER_PRICES } from './usage-reporting.ts';
-import { usageSummary, type UsageSummary } from './usage-summary.ts';
+import { usageSummary, type UsageSummary } from '../metering/usage-summary.ts';
 
 type Schemas = components['schemas'];
 export type CollectionMethod = Schemas['CollectionMethod'];

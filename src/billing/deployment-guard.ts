@@ -1,8 +1,8 @@
 import type { Knex } from 'knex';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
 import { findBillingAccount, lockBillingAccount } from './billing.repository.ts';
-import { formatCents, toCents } from './money.ts';
-import { usageSummary, type UsageSummary } from './usage-summary.ts';
+import { formatCents, toCents } from '../metering/money.ts';
+import { usageSummary, type UsageSummary } from '../metering/usage-summary.ts';
 
 /** Subscription states in which the processor charges the organization. */
 const CHARGEABLE_SUBSCRIPTION = new Set(['active', 'trialing']);

@@ -6,8 +6,8 @@ import type { JobDefinition } from '../jobs/queue.ts';
 import { adminsOf, findOrganization } from '../organizations/organizations.repository.ts';
 import { findBillingAccount, organizationsWithSpendingLimit, recordSpendingAlerts } from './billing.repository.ts';
 import { periodSpentCents } from './deployment-guard.ts';
-import { formatCents, toCents } from './money.ts';
-import { usageSummary } from './usage-summary.ts';
+import { formatCents, toCents } from '../metering/money.ts';
+import { usageSummary } from '../metering/usage-summary.ts';
 
 export const SPENDING_ALERTS_QUEUE = 'check-spending-alerts';
 

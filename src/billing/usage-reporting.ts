@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { UsageReportRow } from '../db/models/usage-reports.ts';
 import type { JobDefinition } from '../jobs/queue.ts';
-import { billingPeriodBounds } from './billing.repository.ts';
+import { billingPeriodBounds } from '../metering/metering.repository.ts';
 import { installationId } from './installation.ts';
 import {
   claimUsage,

@@ -14,12 +14,13 @@
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';
 import { restrictModel, setModelEnabled } from '../catalog/catalog.repository.ts';
-import { findBillingAccount, findPrice, listPrices, upsertPrice } from '../billing/billing.repository.ts';
-import { formatCents } from '../billing/money.ts';
+import { findBillingAccount } from '../billing/billing.repository.ts';
+import { findPrice, listPrices, upsertPrice } from '../metering/metering.repository.ts';
+import { formatCents } from '../metering/money.ts';
 import type { PaymentProcessor } from '../billing/payment-processor.ts';
 import { backfillInvoices, listInvoicesOf } from '../billing/processor-state.repository.ts';
-import { usageSummary } from '../billing/usage-summary.ts';
-import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../billing/service-keys.ts';
+import { usageSummary } from '../metering/usage-summary.ts';
+import { InvalidPriceError, parseServiceKey, parseUnitAmount, type ServiceDimensions } from '../metering/service-keys.ts';
 import { paymentProcessor } from '../adapters/stripe.ts';
 import { INFERENCE_MODEL_TYPES, type InferenceModelType } from '../adapters/xinference.ts';
 import { listClusters } from '../clusters/clusters.repository.ts';

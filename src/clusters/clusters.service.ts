@@ -5,7 +5,7 @@ import { isLoopbackHost } from '../config.ts';
 import type { Keyring } from '../crypto.ts';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
 import type { ClusterRow } from '../db/models/clusters.ts';
-import { addClusterGpuPrices } from '../billing/billing.repository.ts';
+import { addClusterGpuPrices } from '../metering/metering.repository.ts';
 import {
   findClientColumns,
   findClusterByName,

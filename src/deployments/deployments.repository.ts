@@ -176,7 +176,7 @@ export async function lockDeploymentIn(trx: Knex.Transaction, id: string, status
  * Writes the move of a locked deployment to `to`, with `changes`. The time of the move is
  * `status_changed_at`, and also `terminated_at` for a move to `terminated`. Entering and leaving
  * `running` also record the second it happened (`running_since`, `running_until`), the bounds of
- * its GPU seconds (src/billing/gpu-metering.ts).
+ * its GPU seconds (src/metering/gpu-metering.ts).
  */
 export async function updateDeploymentStatus(trx: Knex.Transaction, id: string, move: StatusMove): Promise<void> {
   await DeploymentRow.query(trx)

@@ -4,7 +4,7 @@ import type { ApiKeyPrincipal } from '../principal.ts';
 import { calendarMonth, formatResetDuration } from '../api-keys/key-limits.ts';
 import type { EffectiveLimits } from '../principal.ts';
 import { AppError } from '../errors.ts';
-import { hostedTokenPrices } from '../billing/billing.repository.ts';
+import { hostedTokenPrices } from '../metering/metering.repository.ts';
 
 /** Each process takes this part of a limit at a time (at least 1 unit): a twentieth of a per-minute limit… */
 const MINUTE_SHARE = 1 / 20;

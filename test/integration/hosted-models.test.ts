@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { usageSummary } from '../../src/billing/usage-summary.ts';
+import { usageSummary } from '../../src/metering/usage-summary.ts';
 import { apiKey } from '../factories/api-keys.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment } from '../factories/deployments.ts';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { METER_GPU_SECONDS_QUEUE } from '../../src/billing/gpu-metering.ts';
+import { METER_GPU_SECONDS_QUEUE } from '../../src/metering/gpu-metering.ts';
 import { jobDefinitions } from '../../src/container.ts';
 import { TERMINATE_QUEUE } from '../../src/deployments/provisioning.ts';
 import { workOn } from '../../src/jobs/queue.ts';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/principal.ts';
-import { findGpuMeteringDue, insertGpuInterval } from '../../src/billing/billing.repository.ts';
+import { findGpuMeteringDue, insertGpuInterval } from '../../src/metering/metering.repository.ts';
 import { findDeployment } from '../../src/deployments/deployments.repository.ts';
 import { runningSince } from '../helpers/time-travel.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';

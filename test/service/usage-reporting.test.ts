@@ -9,11 +9,11 @@ import { METER_PRICES, REPORT_USAGE_QUEUE, UsageReporter } from '../../src/billi
 import { UsageReconciler } from '../../src/billing/usage-reconciliation.ts';
 import type { UsageDifference } from '../../src/billing/usage-differences.repository.ts';
 import { jobDefinitions } from '../../src/container.ts';
-import { usageSummary } from '../../src/billing/usage-summary.ts';
-import { upsertPrice } from '../../src/billing/billing.repository.ts';
+import { usageSummary } from '../../src/metering/usage-summary.ts';
+import { upsertPrice } from '../../src/metering/metering.repository.ts';
 import { periodSpentCents } from '../../src/billing/deployment-guard.ts';
-import { toCents } from '../../src/billing/money.ts';
-import { parseServiceKey } from '../../src/billing/service-keys.ts';
+import { toCents } from '../../src/metering/money.ts';
+import { parseServiceKey } from '../../src/metering/service-keys.ts';
 import { waitUntil } from '../helpers/net.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';
 import { expectSettledTotal, onEmulator, startStripeTarget, type StripeTarget } from '../helpers/stripe.ts';

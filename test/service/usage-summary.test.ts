@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/principal.ts';
-import { upsertPrice } from '../../src/billing/billing.repository.ts';
-import { parseServiceKey } from '../../src/billing/service-keys.ts';
-import { usageSummary, type UsageSummary } from '../../src/billing/usage-summary.ts';
+import { upsertPrice } from '../../src/metering/metering.repository.ts';
+import { parseServiceKey } from '../../src/metering/service-keys.ts';
+import { usageSummary, type UsageSummary } from '../../src/metering/usage-summary.ts';
 import { UsageRecorder, type UsageRecord } from '../../src/inference/usage.ts';
 import { checkResponse } from '../helpers/contract.ts';
 import { runningDeployment, startServices, type Services } from '../helpers/services.ts';

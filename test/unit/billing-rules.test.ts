@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidPriceError, parseServiceKey, parseUnitAmount } from '../../src/billing/service-keys.ts';
-import { currentPeriod } from '../../src/billing/usage-summary.ts';
+import { InvalidPriceError, parseServiceKey, parseUnitAmount } from '../../src/metering/service-keys.ts';
+import { currentPeriod } from '../../src/metering/usage-summary.ts';
 
 describe('service keys', () => {
   it('reads the dimensions of a GPU instance key and of a hosted model key', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatCents, roundedSumCents, toCents } from '../../src/billing/money.ts';
+import { formatCents, roundedSumCents, toCents } from '../../src/metering/money.ts';
 
 describe('amounts in exact decimals', () => {
   it('sums amounts of any scale exactly and rounds once, half away from zero', () => {

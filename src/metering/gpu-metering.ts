@@ -1,15 +1,7 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
 import type { JobDefinition } from '../jobs/queue.ts';
-import {
-  billingPeriodBounds,
-  currentSecond,
-  findGpuMeteringDue,
-  gpuServiceKeyOf,
-  insertGpuInterval,
-  lockMeteredDeployment,
-  recordAccruedUntil,
-} from './billing.repository.ts';
+import { billingPeriodBounds, currentSecond, findGpuMeteringDue, gpuServiceKeyOf, insertGpuInterval, lockMeteredDeployment, recordAccruedUntil } from './metering.repository.ts';
 
 export const METER_GPU_SECONDS_QUEUE = 'meter-gpu-seconds';
 

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { components } from '../../generated/api.d.ts';
 import type { BillingAccountRow } from '../db/models/billing-accounts.ts';
-import { countOpenAnomalies, currentSecond, findBillingAccount, usageTotals, type Period, type UsageTotalRow } from './billing.repository.ts';
+import { countOpenAnomalies, currentSecond, findAccountPeriod, usageTotals, type Period, type UsageTotalRow } from './metering.repository.ts';
 import { formatCents, roundedSumCents, toCents } from './money.ts';
 
 export type UsageSummary = components['schemas']['UsageSummary'];
@@ -29,7 +29,7 @@ export function currentPeriod(account: Pick<BillingAccountRow, 'current_period_s
  * which the spending limit and its alerts compare; and the usage flagged for review and still open.
  */
 export async function usageSummary(db: Knex, organizationId: number, at?: Date): Promise<UsageSummary> {
-  const [account, now] = await Promise.all([findBillingAccount(db, organizationId), at ?? currentSecond(db)]);
+  const [account, now] = await Promise.all([findAccountPeriod(db, organizationId), at ?? currentSecond(db)]);
   if (!account) throw new Error(`organization ${organizationId} has no billing account`);
   const period = currentPeriod(account, now);
   const [totals, openAnomalies] = await Promise.all([usageTotals(db, organizationId, period, now), countOpenAnomalies(db, organizationId, period)]);

@@ -5,6 +5,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 
 GENERATED ?= generated
+CONFIG_PAGE ?= docs/configuration.md
 INSTALLED := node_modules/.install-stamp
 
 .PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test test-fast fuzz test-engine test-billing bench bench-db clean
@@ -26,18 +27,22 @@ $(INSTALLED): package.json package-lock.json
 	  { npm ci --no-audit --no-fund --engine-strict=false 2>&1 1>&3 3>&- | { grep --line-buffered -v '^npm warn EBADENGINE' || true; } 1>&2 3>&-; } 3>&1 \
 	  && echo "$$sum" > $@; fi
 
-## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts
+## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts,
+## and write the table of settings, $(CONFIG_PAGE), from src/config.ts (scripts/config-table.ts)
 generate: $(INSTALLED)
 	tsp compile spec --config spec/tspconfig.yaml --option "@typespec/openapi3.emitter-output-dir=$(abspath $(GENERATED))"
 	node src/cli/normalize-openapi.ts $(GENERATED)/openapi.json
 	openapi-typescript $(GENERATED)/openapi.json --default-non-nullable false -o $(GENERATED)/api.d.ts >/dev/null 2>&1
 	node src/cli/security-types.ts $(GENERATED)/openapi.json $(GENERATED)/security.d.ts
+	node scripts/config-table.ts $(CONFIG_PAGE)
 
-## check-generated: fail if regenerating would change a byte of generated/
+## check-generated: fail if regenerating would change a byte of generated/ or of docs/configuration.md
 check-generated: $(INSTALLED)
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	$(MAKE) -s generate GENERATED=$$tmp && \
-	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
+	@tmp=$$(mktemp -d) && page=$$(mktemp) && trap 'rm -rf "$$tmp" "$$page"' EXIT && \
+	$(MAKE) -s generate GENERATED=$$tmp CONFIG_PAGE=$$page && \
+	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/" && \
+	{ diff -u docs/configuration.md "$$page" || { echo "docs/configuration.md is out of date with src/config.ts: run make generate"; exit 1; }; } && \
+	echo "docs/configuration.md is in sync with src/config.ts"
 
 ## api-gate: fail when generated/openapi.json breaks a client of the released document (spec/released/)
 ## unless spec/CHANGELOG.md records it under a new major info.version (also run by `make test`)
@@ -75,7 +80,7 @@ image-rehearsal: $(INSTALLED)
 ## k8s-check: render deploy/kubernetes/ (base and overlays) and check it against the Kubernetes schemas, with no unknown
 ## field, and the service's rules (scripts/check-kubernetes.ts); compared with `kubectl kustomize` where kubectl is on PATH
 k8s-check: $(INSTALLED)
-	node scripts/check-kubernetes.ts deploy/kubernetes README.md
+	node scripts/check-kubernetes.ts deploy/kubernetes
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)

@@ -50,12 +50,14 @@ api-gate: $(INSTALLED)
 	node src/cli/api-gate.ts spec/released/openapi-v1.json generated/openapi.json spec/CHANGELOG.md
 
 ## lint: Spectral (with the OWASP ruleset) and Redocly (recommended, redocly-lint.yaml) on the document,
-## ESLint on the TypeScript. Redocly's warnings are errors (recommended-strict) except where
+## ESLint on the TypeScript, and the relative links of README.md and docs/ (scripts/check-doc-links.ts:
+## each to an existing file and heading). Redocly's warnings are errors (recommended-strict) except where
 ## .redocly.lint-ignore.yaml keeps one, with its reason.
 lint: $(INSTALLED)
 	spectral lint generated/openapi.json --fail-severity=error -D
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint generated/openapi.json --config redocly-lint.yaml --format=summary
 	eslint .
+	node scripts/check-doc-links.ts
 
 ## typecheck: TypeScript, strict, no emit
 typecheck: $(INSTALLED)

@@ -106,15 +106,15 @@ test-fast: $(INSTALLED)
 fuzz: $(INSTALLED)
 	FUZZ_RUNS=$${FUZZ_RUNS:-300} FUZZ_SEED=$${FUZZ_SEED:-$$RANDOM$$RANDOM} vitest run test/fuzz --testTimeout=0 $(VITEST_ARGS)
 
-## test-engine: the engine conformance suite against a real Xinference cluster (see README)
+## test-engine: the engine conformance suite against a real Xinference cluster (see docs/engine.md)
 test-engine: $(INSTALLED)
-	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see README)"; exit 2; }
+	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see docs/engine.md)"; exit 2; }
 	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
 
-## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see README)
+## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see docs/billing.md)
 ## (STRIPE_SECRET_KEY=sk_test_… and STRIPE_PUBLISHABLE_KEY=pk_test_…: handed to the suites as STRIPE_TEST_*, which `make test` blanks)
 test-billing: $(INSTALLED)
-	@case "$$STRIPE_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_SECRET_KEY=sk_test_… (a Stripe test-mode secret key, see README)"; exit 2;; esac
+	@case "$$STRIPE_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_SECRET_KEY=sk_test_… (a Stripe test-mode secret key, see docs/billing.md)"; exit 2;; esac
 	STRIPE_TEST_SECRET_KEY="$$STRIPE_SECRET_KEY" STRIPE_TEST_PUBLISHABLE_KEY="$$STRIPE_PUBLISHABLE_KEY" STRIPE_SECRET_KEY= STRIPE_PUBLISHABLE_KEY= vitest run --config vitest.billing.config.ts $(VITEST_ARGS)
 
 ## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
@@ -122,7 +122,7 @@ bench: build
 	node bench/proxy-overhead.ts
 
 ## bench-db: the read routes and usage inserts at a million deployments and twenty million usage rows, budgets of
-## issue #19 (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
+## docs/performance.md (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
 ## default shape; BENCH_DB_SCALE=0.001 runs in a minute; settings: node bench/db-scale.ts --help; writes bench/results/)
 bench-db: build
 	node bench/db-scale.ts $(BENCH_DB_ARGS)

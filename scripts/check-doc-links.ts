@@ -6,7 +6,7 @@
  *
  *   node scripts/check-doc-links.ts [file.md …]
  */
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 
 /** The text without fenced blocks and code spans (each replaced by spaces, so line numbers hold). */
@@ -53,17 +53,21 @@ export function links(markdown: string): { target: string; line: number }[] {
 }
 
 /** What is wrong with the links of one file, as `file:line: problem` lines. */
-export function problemsOf(file: string, read: (file: string) => string = (name) => readFileSync(name, 'utf8')): string[] {
+export function problemsOf(
+  file: string,
+  read: (file: string) => string = (name) => readFileSync(name, 'utf8'),
+  exists: (file: string) => boolean = existsSync,
+): string[] {
   const problems: string[] = [];
   for (const { target, line } of links(read(file))) {
     const [pathPart = '', anchor] = target.split('#', 2);
     const destination = pathPart ? path.join(path.dirname(file), decodeURIComponent(pathPart)) : file;
     const at = `${file}:${line}: ${target}`;
-    if (!existsSync(destination)) {
+    if (!exists(destination)) {
       problems.push(`${at}: no such file`);
       continue;
     }
-    if (anchor === undefined || !destination.endsWith('.md') || statSync(destination).isDirectory()) continue;
+    if (anchor === undefined || !destination.endsWith('.md')) continue;
     if (!anchors(read(destination)).has(decodeURIComponent(anchor))) problems.push(`${at}: no heading #${anchor} in ${destination}`);
   }
   return problems;

@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
 #
-# The service's production image (README "Run in production"): the compiled JavaScript of `make build`
+# The service's production image (docs/operating.md, "Run in production"): the compiled JavaScript of `make build`
 # on Node 24, production dependencies only, run as the unprivileged `node` user. One image for every
 # process kind: `ROLE=api`, `ROLE=worker` (or `all`) and the migrations (`node dist/cli/migrate.js`).
-# Every setting comes from the environment at run time (README "Configuration"); no secret is baked in.
+# Every setting comes from the environment at run time (docs/configuration.md); no secret is baked in.
 #
 #   docker build -t model-deployment-service:$(git rev-parse --short HEAD) .
 #   docker run --rm --env-file production.env model-deployment-service:<tag> node dist/cli/migrate.js

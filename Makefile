@@ -5,6 +5,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export NODE_OPTIONS := --disable-warning=ExperimentalWarning
 
 GENERATED ?= generated
+CONFIG_PAGE ?= docs/configuration.md
 INSTALLED := node_modules/.install-stamp
 
 .PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test test-fast fuzz test-engine test-billing bench bench-db clean
@@ -26,18 +27,22 @@ $(INSTALLED): package.json package-lock.json
 	  { npm ci --no-audit --no-fund --engine-strict=false 2>&1 1>&3 3>&- | { grep --line-buffered -v '^npm warn EBADENGINE' || true; } 1>&2 3>&-; } 3>&1 \
 	  && echo "$$sum" > $@; fi
 
-## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts
+## generate: compile spec/ to $(GENERATED)/openapi.json, $(GENERATED)/api.d.ts and $(GENERATED)/security.d.ts,
+## and write the table of settings, $(CONFIG_PAGE), from src/config.ts (scripts/config-table.ts)
 generate: $(INSTALLED)
 	tsp compile spec --config spec/tspconfig.yaml --option "@typespec/openapi3.emitter-output-dir=$(abspath $(GENERATED))"
 	node src/cli/normalize-openapi.ts $(GENERATED)/openapi.json
 	openapi-typescript $(GENERATED)/openapi.json --default-non-nullable false -o $(GENERATED)/api.d.ts >/dev/null 2>&1
 	node src/cli/security-types.ts $(GENERATED)/openapi.json $(GENERATED)/security.d.ts
+	node scripts/config-table.ts $(CONFIG_PAGE)
 
-## check-generated: fail if regenerating would change a byte of generated/
+## check-generated: fail if regenerating would change a byte of generated/ or of docs/configuration.md
 check-generated: $(INSTALLED)
-	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	$(MAKE) -s generate GENERATED=$$tmp && \
-	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/"
+	@tmp=$$(mktemp -d) && page=$$(mktemp) && trap 'rm -rf "$$tmp" "$$page"' EXIT && \
+	$(MAKE) -s generate GENERATED=$$tmp CONFIG_PAGE=$$page && \
+	diff -r -u generated "$$tmp" && echo "generated/ is in sync with spec/" && \
+	{ diff -u docs/configuration.md "$$page" || { echo "docs/configuration.md is out of date with src/config.ts: run make generate"; exit 1; }; } && \
+	echo "docs/configuration.md is in sync with src/config.ts"
 
 ## api-gate: fail when generated/openapi.json breaks a client of the released document (spec/released/)
 ## unless spec/CHANGELOG.md records it under a new major info.version (also run by `make test`)
@@ -45,12 +50,14 @@ api-gate: $(INSTALLED)
 	node src/cli/api-gate.ts spec/released/openapi-v1.json generated/openapi.json spec/CHANGELOG.md
 
 ## lint: Spectral (with the OWASP ruleset) and Redocly (recommended, redocly-lint.yaml) on the document,
-## ESLint on the TypeScript. Redocly's warnings are errors (recommended-strict) except where
+## ESLint on the TypeScript, and the relative links of README.md and docs/ (scripts/check-doc-links.ts:
+## each to an existing file and heading). Redocly's warnings are errors (recommended-strict) except where
 ## .redocly.lint-ignore.yaml keeps one, with its reason.
 lint: $(INSTALLED)
 	spectral lint generated/openapi.json --fail-severity=error -D
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true redocly lint generated/openapi.json --config redocly-lint.yaml --format=summary
 	eslint .
+	node scripts/check-doc-links.ts
 
 ## typecheck: TypeScript, strict, no emit
 typecheck: $(INSTALLED)
@@ -76,7 +83,7 @@ image-rehearsal: $(INSTALLED)
 ## k8s-check: render deploy/kubernetes/ (base and overlays) and check it against the Kubernetes schemas, with no unknown
 ## field, and the service's rules (scripts/check-kubernetes.ts); compared with `kubectl kustomize` where kubectl is on PATH
 k8s-check: $(INSTALLED)
-	node scripts/check-kubernetes.ts deploy/kubernetes README.md
+	node scripts/check-kubernetes.ts deploy/kubernetes
 
 ## migrate: apply pending migrations (DATABASE_URL, or the embedded Postgres)
 migrate: $(INSTALLED)
@@ -101,15 +108,15 @@ test-fast: $(INSTALLED)
 fuzz: $(INSTALLED)
 	FUZZ_RUNS=$${FUZZ_RUNS:-300} FUZZ_SEED=$${FUZZ_SEED:-$$RANDOM$$RANDOM} vitest run test/fuzz --testTimeout=0 $(VITEST_ARGS)
 
-## test-engine: the engine conformance suite against a real Xinference cluster (see README)
+## test-engine: the engine conformance suite against a real Xinference cluster (see docs/engine.md)
 test-engine: $(INSTALLED)
-	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see README)"; exit 2; }
+	@test -n "$$XINFERENCE_URL" || { echo "set XINFERENCE_URL, XINFERENCE_ADMIN_USER, XINFERENCE_ADMIN_PASSWORD and XINFERENCE_API_KEY (see docs/engine.md)"; exit 2; }
 	vitest run --config vitest.engine.config.ts $(VITEST_ARGS)
 
-## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see README)
+## test-billing: the Stripe suites against a Stripe test-mode account instead of the emulator (see docs/billing.md)
 ## (STRIPE_SECRET_KEY=sk_test_… and STRIPE_PUBLISHABLE_KEY=pk_test_…: handed to the suites as STRIPE_TEST_*, which `make test` blanks)
 test-billing: $(INSTALLED)
-	@case "$$STRIPE_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_SECRET_KEY=sk_test_… (a Stripe test-mode secret key, see README)"; exit 2;; esac
+	@case "$$STRIPE_SECRET_KEY" in sk_test_*) ;; *) echo "set STRIPE_SECRET_KEY=sk_test_… (a Stripe test-mode secret key, see docs/billing.md)"; exit 2;; esac
 	STRIPE_TEST_SECRET_KEY="$$STRIPE_SECRET_KEY" STRIPE_TEST_PUBLISHABLE_KEY="$$STRIPE_PUBLISHABLE_KEY" STRIPE_SECRET_KEY= STRIPE_PUBLISHABLE_KEY= vitest run --config vitest.billing.config.ts $(VITEST_ARGS)
 
 ## bench: the proxy beside the engine directly and two reference pass-throughs, budgets of DESIGN.md §4 (writes bench/results/)
@@ -117,7 +124,7 @@ bench: build
 	node bench/proxy-overhead.ts
 
 ## bench-db: the read routes and usage inserts at a million deployments and twenty million usage rows, budgets of
-## issue #19 (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
+## docs/performance.md (a fresh database on DATABASE_URL's server, else the machine's Postgres, else embedded; about 12 min at the
 ## default shape; BENCH_DB_SCALE=0.001 runs in a minute; settings: node bench/db-scale.ts --help; writes bench/results/)
 bench-db: build
 	node bench/db-scale.ts $(BENCH_DB_ARGS)

@@ -9,7 +9,7 @@ import { derived, type Shape } from './db-shape.ts';
  * sees these rows as it would the service's. All of it on one connection (its temporary tables map
  * the seeded owners to their ids).
  *
- * The shape (db-shape.ts, README "Data at scale"): user n owns organization n (as registration makes
+ * The shape (db-shape.ts, docs/performance.md "Data at scale"): user n owns organization n (as registration makes
  * it) with its billing account; user 1 is the heavy user, a long-lived automation account of
  * organization 1, with most of its deployments terminated long ago and the newest ones running;
  * every other user has about the same number of deployments, one in 40 running and one in 40 failed.
@@ -494,7 +494,7 @@ export async function seededIn(client: pg.Client, shape: Shape, invitationToken:
  * from their own definitions, as they were, once the rows are in: one sort per index instead of
  * twenty million random inserts into it, one join per foreign key instead of a lookup per row. A
  * constraint something else depends on (a key another table references) stays in place. The rebuilt
- * indexes are packed tighter than ones grown row by row (README, Data at scale).
+ * indexes are packed tighter than ones grown row by row (docs/performance.md, Data at scale).
  */
 export async function withoutSecondaryIndexes(client: pg.Client, table: string): Promise<{ restore(): Promise<string> }> {
   const { rows: constraints } = await client.query<{ name: string; definition: string }>(

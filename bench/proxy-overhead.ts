@@ -103,7 +103,7 @@ const settings = {
   targets: targetsSetting(),
   /** `BENCH_KEY_LIMITS=off`: the proxy's API key without limits (by default it has every kind, too high to refuse). */
   keyLimits: process.env.BENCH_KEY_LIMITS !== 'off',
-  /** `BENCH_METRICS=off`: the service without its metrics listener (README: Metrics); on by default, so the figures include them. */
+  /** `BENCH_METRICS=off`: the service without its metrics listener (docs/operating.md: Metrics); on by default, so the figures include them. */
   metrics: onOff('BENCH_METRICS', true),
   scrapeSeconds: setting('BENCH_SCRAPE_SECONDS', 15, 1),
   streamConcurrency: 32,

@@ -19,7 +19,10 @@ const schema = z.object({
   LOCAL_WEB_APP: booleanFlag.optional(),
 });
 
-/** The variables read here (and by nothing in src/): scripts/check-kubernetes.ts counts them as local-only. */
+/** The schema of the stand-ins' settings, for docs/configuration.md (scripts/config-table.ts). */
+export const devConfigSchema = schema;
+
+/** The variables read here (and by nothing in src/). */
 export const DEV_SETTINGS = Object.keys(schema.shape) as Array<keyof typeof schema.shape>;
 
 export interface DevConfig {

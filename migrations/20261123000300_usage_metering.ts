@@ -6,7 +6,7 @@ import type { Knex } from 'knex';
  * becomes a label (the id echoed in `X-Request-Id`, the client's own when it sent a well-formed
  * one). Every route is metered in its own unit: `token` (chat, embeddings, rerank), `image`
  * (image generation) or `request` (transcriptions). `outcome` says whether the answer was delivered
- * in full; `estimated` marks token counts the engine did not report (see README, Usage).
+ * in full; `estimated` marks token counts the engine did not report (see docs/decisions/2026-11-23-usage-records.md).
  */
 export async function up(knex: Knex): Promise<void> {
   await knex.raw(`

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /**
- * Metering of GPU seconds and the price table (see README, Metering and prices).
+ * Metering of GPU seconds and the price table (see docs/billing.md, Metering and prices).
  *
  * - `prices`: one row per `service_key` (`provider:region:resource_kind:instance_type:gpu_type:gpu_count`,
  *   the interface's descriptor). The key, the meter, the unit and the display name are generated from
@@ -11,7 +11,7 @@ import type { Knex } from 'knex';
  *   (`platform::hosted_model:qwen2.5-instruct::`): the model is what a hosted service is an instance of.
  *   Seeded with each instance type's list price (its share for 1, 2, 4 or 8 of its GPUs) in the
  *   region the price was read for, with each existing cluster's instances, and with a per-token price
- *   of each hosted catalog model (an assumption, see README).
+ *   of each hosted catalog model (an assumption, see docs/billing.md).
  * - `gpu_services`: what every instance sells, for each GPU count, and its list price: the one place
  *   that says how a cluster and an instance type make a service's dimensions; `deployment_gpu_services`
  *   gives a placed deployment's (by its GPU allocation) with its price row's key.
@@ -31,7 +31,7 @@ const PRICE_REGIONS: Record<string, string> = { aws: 'us-east-1', gcp: 'us-centr
 /**
  * USD per token of the hosted catalog models: an assumption, not a published price of ours. Order of
  * magnitude of public serverless list prices for models of the size a shared cluster would serve
- * (README, Metering and prices); operators set the real ones with `prices set`.
+ * (docs/billing.md, Metering and prices); operators set the real ones with `prices set`.
  */
 const HOSTED_TOKEN_PRICES: Record<string, string> = {
   'qwen2.5-instruct': '0.00000030',

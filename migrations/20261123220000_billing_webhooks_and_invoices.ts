@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /**
- * The payment processor's webhooks and invoices (README, Payments):
+ * The payment processor's webhooks and invoices (docs/billing.md, Payments):
  *
  * - `billing_webhook_events`: each verified event id once (a replay finds its id and does nothing);
  *   `processed_at` is set by the job that re-reads the event's object from the processor.

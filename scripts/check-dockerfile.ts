@@ -1,7 +1,7 @@
 /**
  * `make image-check`: lints the Dockerfile and .dockerignore, since no image can be built on the
  * machines this project's CI runs on (no container engine runs there and the base image's registry is
- * not reachable; README "Run in production").
+ * not reachable; docs/operating.md, "Run in production").
  *
  *   node scripts/check-dockerfile.ts [Dockerfile] [.dockerignore]
  *

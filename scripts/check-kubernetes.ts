@@ -2,7 +2,7 @@
  * `make k8s-check`: renders every kustomization under deploy/kubernetes/ (the base and each overlay)
  * and checks what it renders, since no cluster is reachable from CI.
  *
- *   node scripts/check-kubernetes.ts [deploy/kubernetes] [README.md]
+ *   node scripts/check-kubernetes.ts [deploy/kubernetes]
  *
  * 1. Rendering. No kustomize runs from the npm registry, so this file renders the subset of
  *    kustomize the manifests use (resources, namespace, images, JSON 6902 patches) and refuses any
@@ -19,7 +19,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import ts from 'typescript';
 import { parseAllDocuments } from 'yaml';
-import { DEV_SETTINGS } from '../dev/config.ts';
+import { configSchema } from '../src/config.ts';
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a Kubernetes object of any kind, read from YAML
 type K8sObject = Record<string, any>;
@@ -35,15 +35,14 @@ export const SECRET_NAME = 'model-deployment-secrets';
 /** The label of what `kubectl apply -l` applies before the rollout: the migration Job and what it needs. */
 export const PHASE_LABEL = 'model-deployment-service/rollout-phase';
 /**
- * Settings of the README table that configure only local stand-ins, which production never starts:
- * those of `make run`'s stand-ins (dev/config.ts, which the production service does not read), and
- * those of the embedded Postgres, which the service reads (src/config.ts) but uses only without
- * DATABASE_URL, which every deployment sets.
+ * Settings of src/config.ts that configure only a local stand-in: the embedded Postgres, which the
+ * service uses only without DATABASE_URL, which every deployment sets. (`make run`'s other
+ * stand-ins are configured in dev/config.ts, which production never reads.)
  */
-export const LOCAL_ONLY_SETTINGS: readonly string[] = ['DATA_DIR', 'EMBEDDED_PG_PORT', ...DEV_SETTINGS];
+export const LOCAL_ONLY_SETTINGS: readonly string[] = ['DATA_DIR', 'EMBEDDED_PG_PORT'];
 /** Set by each workload itself, not by the ConfigMap. */
 const PER_WORKLOAD_SETTINGS = ['ROLE'];
-/** Settings the manifests set ahead of their README row (issue #14: the metrics server). */
+/** Settings the manifests may set ahead of their setting in src/config.ts (the metrics server's). */
 const ANNOUNCED_SETTINGS = ['METRICS_PORT'];
 const SECRET_SETTING = /SECRET|PASSWORD|TOKEN|DATABASE_URL|SMTP_URL|PRIVATE_KEY/;
 
@@ -57,7 +56,7 @@ export const RULES = [
   'the worker Deployment: ROLE=worker, liveness on the `metrics` port',
   'both Deployments: terminationGracePeriodSeconds above the preStop pause plus twice SHUTDOWN_TIMEOUT_MS',
   'a migration Job (node dist/cli/migrate.js, restartPolicy Never) labeled for the first apply, with everything it reads',
-  'the ConfigMap: MIGRATE_ON_START=false, no secret, only known settings; with secret.example.env it covers every setting of the README table but the local stand-ins\' and ROLE',
+  'the ConfigMap: MIGRATE_ON_START=false, no secret, only known settings; with secret.example.env it covers every setting of src/config.ts but the local stand-ins\' and ROLE',
 ] as const;
 
 // ---- rendering
@@ -257,13 +256,9 @@ export function unknownFieldProblems(objects: K8sObject[], fromDirectory = proce
 
 // ---- the service's rules
 
-/** The settings of README's "Configuration" table. */
-export function readmeSettings(readme: string): string[] {
-  const section = readme.split(/^## /m).find((part) => part.startsWith('Configuration')) ?? '';
-  return section
-    .split('\n')
-    .filter((line) => line.startsWith('| `'))
-    .flatMap((line) => [...(line.split('|')[1] ?? '').matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((match) => match[1] ?? ''));
+/** The settings of the service: the names of the schema in src/config.ts (docs/configuration.md is generated from it). */
+export function configSettings(): string[] {
+  return Object.keys(configSchema.shape);
 }
 
 /** The keys of an env file (`KEY=value` lines). */
@@ -287,7 +282,7 @@ function portNumber(container: K8sObject, name: string): number | undefined {
   return (container.ports as { name?: string; containerPort: number }[] | undefined)?.find((port) => port.name === name)?.containerPort;
 }
 
-export function serviceProblems(rendering: Rendering, context: { readmeSettings: string[]; secretKeys: string[] }): string[] {
+export function serviceProblems(rendering: Rendering, context: { settings: string[]; secretKeys: string[] }): string[] {
   const problems: string[] = [];
   const { objects } = rendering;
   const report = (object: K8sObject | undefined, message: string) => problems.push(`${object ? keyOf(object) : rendering.name}: ${message}`);
@@ -403,14 +398,14 @@ export function serviceProblems(rendering: Rendering, context: { readmeSettings:
 
   if (config) {
     if (data.MIGRATE_ON_START !== 'false') report(config, 'MIGRATE_ON_START is not "false": replicas would race the migration Job');
-    const known = new Set([...context.readmeSettings, ...ANNOUNCED_SETTINGS]);
+    const known = new Set([...context.settings, ...ANNOUNCED_SETTINGS]);
     for (const key of Object.keys(data)) {
-      if (!known.has(key)) report(config, `${key} is no setting of the README's Configuration table`);
+      if (!known.has(key)) report(config, `${key} is no setting of src/config.ts`);
       if (SECRET_SETTING.test(key) && key !== 'STRIPE_PUBLISHABLE_KEY') report(config, `${key} is a secret: it belongs in ${SECRET_NAME}`);
       if (context.secretKeys.includes(key)) report(config, `${key} is also a key of ${SECRET_NAME}`);
     }
     const covered = new Set([...Object.keys(data), ...context.secretKeys, ...LOCAL_ONLY_SETTINGS, ...PER_WORKLOAD_SETTINGS]);
-    for (const setting of context.readmeSettings) if (!covered.has(setting)) report(config, `${setting} (README Configuration) is in neither the ConfigMap nor ${SECRET_NAME}`);
+    for (const setting of context.settings) if (!covered.has(setting)) report(config, `${setting} (a setting of src/config.ts) is in neither the ConfigMap nor ${SECRET_NAME}`);
   }
   return problems;
 }
@@ -445,8 +440,7 @@ function kubectlDifferences(folder: string, objects: K8sObject[]): string[] | un
 
 if (import.meta.main) {
   const root = process.argv[2] ?? 'deploy/kubernetes';
-  const readme = readFileSync(process.argv[3] ?? 'README.md', 'utf8');
-  const context = { readmeSettings: readmeSettings(readme), secretKeys: envFileKeys(readFileSync(path.join(root, 'secret.example.env'), 'utf8')) };
+  const context = { settings: configSettings(), secretKeys: envFileKeys(readFileSync(path.join(root, 'secret.example.env'), 'utf8')) };
   const renderings = renderAll(root);
   const problems: string[] = [];
   let compared = 0;

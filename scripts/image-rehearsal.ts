@@ -1,7 +1,7 @@
 /**
  * `make image-rehearsal`: the Dockerfile's stages replayed on this machine, then the image's three
  * process kinds started from what they produced, against a fresh database on the Postgres of
- * DATABASE_URL. No container engine runs here (README "Run in production"), so this is what shows
+ * DATABASE_URL. No container engine runs here (docs/operating.md, "Run in production"), so this is what shows
  * that the image's own steps give a service that starts: production dependencies only, compiled
  * JavaScript, the migrations beside dist/, a non-root user that can write nothing it runs.
  *

@@ -25,7 +25,7 @@ export interface AppOptions {
   validateResponses: boolean;
   /** Send Strict-Transport-Security (production, behind HTTPS). */
   hsts?: boolean;
-  /** Where each answer is measured (README: Metrics); none when metrics are off. */
+  /** Where each answer is measured (docs/operating.md: Metrics); none when metrics are off. */
   metrics?: Metrics | undefined;
   /**
    * Pages of a local stand-in answered before the API's routes: the local web app's landings

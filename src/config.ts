@@ -80,6 +80,9 @@ const schema = z.object({
   LIST_CACHE_MIN_ITEMS: z.coerce.number().int().min(0).optional(),
 });
 
+/** The settings' schema, which docs/configuration.md (scripts/config-table.ts) and `make k8s-check` read. */
+export const configSchema = schema;
+
 export interface Config {
   env: 'development' | 'test' | 'production';
   role: 'api' | 'worker' | 'all';

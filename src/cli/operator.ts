@@ -72,7 +72,7 @@ Commands:
   billing reconcile [--organization ID]
                                  compare the last 35 days of reported usage with the payment processor's
                                  meter summaries now (as the daily job does) and list the open differences
-  billing reconcile --fix ID     correct one difference by the written rule (README, Reconciliation): a meter
+  billing reconcile --fix ID     correct one difference by the written rule (docs/billing.md, Reconciliation): a meter
                                  event, an invoice item on the next invoice, or a credit note
   billing reconcile --resolve ID --note TEXT
                                  record that a difference was settled outside the service (a credit note)

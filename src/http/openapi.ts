@@ -155,7 +155,7 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
         req.operation = rulesOf(operation);
         req.matchedOperation = operation;
         setRoute(res, req.operation.route);
-        // On every answer of a deprecated operation, errors included (README: deprecation policy).
+        // On every answer of a deprecated operation, errors included (docs/api-for-sdk-teams.md: deprecation policy).
         if (req.operation.deprecationHeaders) res.set(req.operation.deprecationHeaders);
       }
       const formatOf = operation ?? atPath[0];

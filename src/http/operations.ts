@@ -10,7 +10,7 @@ type SecurityRequirement = Record<string, string[]>;
 
 /**
  * What the document says of one operation, read once when the binding starts; every rule of a
- * route lives in `spec/` as an `x-` extension and is used from here (README: request flow).
+ * route lives in `spec/` as an `x-` extension and is used from here (docs/architecture.md: request flow).
  */
 export interface OperationRules {
   operationId: OperationId;

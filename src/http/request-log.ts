@@ -8,7 +8,7 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
 /**
  * Request ids and access lines, with nothing done per request that the log level would not write
- * (README: request ids and access lines). Every request gets an id (a well-formed inbound
+ * (docs/decisions/2026-11-23-request-ids-and-access-lines.md). Every request gets an id (a well-formed inbound
  * `X-Request-Id` is kept), echoed on the response. `req.log` is a child logger bound to that id,
  * made the first time something logs with it. One line per answer names the route template, never
  * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for

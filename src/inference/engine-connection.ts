@@ -3,7 +3,7 @@ import https from 'node:https';
 
 /**
  * The relay's connections to engines: node:http on keep-alive agents shared by every request (not
- * got, which costs a third of the proxy's CPU per request: README, Benchmark). Idle sockets are
+ * got, which costs a third of the proxy's CPU per request: docs/performance.md, Benchmark). Idle sockets are
  * closed after 4 s, before the 5 s keep-alive of uvicorn (Xinference) and of Node servers, so a
  * request is not written on a socket the engine is closing.
  */

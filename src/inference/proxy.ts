@@ -98,7 +98,7 @@ export class Relay {
     beforeEnd?: (answer: AnswerWatch) => Promise<void>;
   }): Promise<Delivery | undefined> {
     const { req, res, body } = input;
-    // Upstream latency, time to first chunk and active streams of this route (README: Metrics).
+    // Upstream latency, time to first chunk and active streams of this route (docs/operating.md: Metrics).
     const measures = this.#metrics?.relay(input.path);
     const sentAt = measures ? performance.now() : 0;
     let stalled = false;

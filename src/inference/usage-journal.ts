@@ -32,7 +32,7 @@ class UnsafeJournalDirectory extends Error {}
  * the answer's last bytes go out: a write to the page cache of the process's own machine, which a
  * killed process (SIGKILL, an out-of-memory kill) cannot take back, instead of a round trip to
  * Postgres that the answer waits for (0.8 ms when the database's backend was idle, as at one
- * connection: README, Benchmark). The records then go to Postgres in the recorder's batches.
+ * connection: docs/performance.md, Benchmark). The records then go to Postgres in the recorder's batches.
  *
  * The open file (a segment) is sealed when the recorder takes a batch, so every record of a sealed
  * segment is in that batch or an earlier one still unwritten; once a batch is stored, the sealed

@@ -140,7 +140,7 @@ export async function startJobQueue(boss: PgBoss, options: { work: boolean; jobs
     if (job.schedule) await boss.schedule(job.queue, job.schedule);
     await workOn(boss, job, options.log, options.metrics);
   }
-  // The depth of the queues this process works, read at each scrape (README: Metrics).
+  // The depth of the queues this process works, read at each scrape (docs/operating.md: Metrics).
   options.metrics?.watchQueues(boss, options.jobs.map((job) => job.queue));
 }
 

@@ -45,7 +45,7 @@ export interface RelayMetrics {
 }
 
 /**
- * The service's Prometheus metrics (README: Metrics), one registry per container so that several
+ * The service's Prometheus metrics (docs/operating.md: Metrics), one registry per container so that several
  * services in one process (tests) never share a series. Made only when METRICS_PORT is set; code
  * that records takes it as optional and records nothing without it.
  *

@@ -97,7 +97,7 @@ describe('Postgres restarted under load', () => {
     expect(await readiness()).toEqual({ status: 503, detail: 'The database does not answer.' });
     // A record made while it is down (as an answer that ends in the outage makes one): its write fails
     // and it waits in the recorder for the next one, not dropped. (This process's journal is read back
-    // only by a process started after it dies: what is stored below was kept in memory, the README's
+    // only by a process started after it dies: what is stored below was kept in memory, docs/testing.md's
     // claim, not replayed from the journal.)
     app.container.usage.record({
       usageId: randomUUID(), requestId: 'restart-kept', organizationId, deploymentId: running.id, apiKeyId: key.id, userId: null, route: 'POST /v1/chat/completions',

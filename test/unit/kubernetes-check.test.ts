@@ -2,9 +2,9 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import {
   applyJsonPatch,
+  configSettings,
   envFileKeys,
   LOCAL_ONLY_SETTINGS,
-  readmeSettings,
   renderKustomization,
   schemaProblems,
   serviceProblems,
@@ -12,7 +12,7 @@ import {
 } from '../../scripts/check-kubernetes.ts';
 
 const context = {
-  readmeSettings: readmeSettings(readFileSync('README.md', 'utf8')),
+  settings: configSettings(),
   secretKeys: envFileKeys(readFileSync('deploy/kubernetes/secret.example.env', 'utf8')),
 };
 
@@ -35,8 +35,10 @@ const problemsOf = (objects: K8sObject[]) => serviceProblems({ name: 'overlays/p
 const api = (find: (kind: string, name: string) => K8sObject) => find('Deployment', 'model-deployment-api').spec.template.spec;
 
 describe('the Kubernetes manifests check (make k8s-check)', () => {
-  it('reads the settings of the README table and the Secret keys', () => {
-    expect(context.readmeSettings).toEqual(expect.arrayContaining(['DATABASE_URL', 'MIGRATE_ON_START', 'MAILDEV_WEB_PORT', 'WEBHOOK_DISABLE_AFTER_FAILURES', ...LOCAL_ONLY_SETTINGS]));
+  it('reads the settings of src/config.ts and the Secret keys', () => {
+    expect(context.settings).toEqual(expect.arrayContaining(['DATABASE_URL', 'MIGRATE_ON_START', 'WEBHOOK_DISABLE_AFTER_FAILURES', ...LOCAL_ONLY_SETTINGS]));
+    // make run's stand-ins are configured in dev/config.ts, which production never reads.
+    expect(context.settings).not.toContain('MAILDEV_WEB_PORT');
     expect(context.secretKeys).toEqual(['APP_SECRET', 'DATABASE_URL', 'SMTP_URL', 'STRIPE_SECRET_KEY', 'STRIPE_WEBHOOK_SECRET', 'STRIPE_EVENT_DESTINATION_SECRET', 'OIDC_CLIENT_SECRET']);
   });
 
@@ -70,19 +72,19 @@ describe('the Kubernetes manifests check (make k8s-check)', () => {
     expect(problems).toEqual([expect.stringMatching(/^Deployment\/model-deployment-worker: .*selector/)]);
   });
 
-  it('refuses replicas that would migrate, or a setting of the README that no manifest sets', () => {
+  it('refuses replicas that would migrate, or a setting of src/config.ts that no manifest sets', () => {
     expect(problemsOf(production((_, find) => (find('ConfigMap', 'model-deployment-config').data.MIGRATE_ON_START = 'true')))).toEqual([
       'ConfigMap/model-deployment-config: MIGRATE_ON_START is not "false": replicas would race the migration Job',
     ]);
     expect(problemsOf(production((_, find) => delete find('ConfigMap', 'model-deployment-config').data.WEBHOOK_TIMEOUT_SECONDS))).toEqual([
-      'ConfigMap/model-deployment-config: WEBHOOK_TIMEOUT_SECONDS (README Configuration) is in neither the ConfigMap nor model-deployment-secrets',
+      'ConfigMap/model-deployment-config: WEBHOOK_TIMEOUT_SECONDS (a setting of src/config.ts) is in neither the ConfigMap nor model-deployment-secrets',
     ]);
     expect(problemsOf(production((_, find) => (find('ConfigMap', 'model-deployment-config').data.APP_SECRET = 'x')))).toEqual([
       'ConfigMap/model-deployment-config: APP_SECRET is a secret: it belongs in model-deployment-secrets',
       'ConfigMap/model-deployment-config: APP_SECRET is also a key of model-deployment-secrets',
     ]);
     expect(problemsOf(production((_, find) => (find('ConfigMap', 'model-deployment-config').data.WEBHOOK_TIMEOUT = '5')))).toEqual([
-      "ConfigMap/model-deployment-config: WEBHOOK_TIMEOUT is no setting of the README's Configuration table",
+      'ConfigMap/model-deployment-config: WEBHOOK_TIMEOUT is no setting of src/config.ts',
     ]);
   });
 

@@ -2,7 +2,7 @@ import { BaseModel } from '../base-model.ts';
 
 /**
  * `usage_records`: what each inference request the engine answered used, one row per `usage_id` (a
- * server-made id; `request_id` is only a label). See README, Usage.
+ * server-made id; `request_id` is only a label). See docs/decisions/2026-11-23-usage-records.md.
  */
 export class UsageRecordRow extends BaseModel {
   static override tableName = 'usage_records';

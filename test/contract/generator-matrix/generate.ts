@@ -1,5 +1,5 @@
 /**
- * The three generators of the matrix, each with the settings the README gives SDK teams, writing
+ * The three generators of the matrix, each with the settings docs/api-for-sdk-teams.md gives SDK teams, writing
  * into `<dir>/out/`. Everything runs in-process and offline.
  */
 import { mkdir, writeFile } from 'node:fs/promises';

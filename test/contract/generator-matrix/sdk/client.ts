@@ -1,7 +1,7 @@
 /**
  * A short typed client an SDK team would write on the openapi-typescript + openapi-fetch output:
  * compiled with the probes (`tsc --strict`), then run by the matrix against Prism and the real
- * server. `streamChat` is the README's typed streaming call.
+ * server. `streamChat` is the typed streaming call of docs/api-for-sdk-teams.md.
  */
 import { createParser } from 'eventsource-parser';
 import createClient, { type Client } from 'openapi-fetch';

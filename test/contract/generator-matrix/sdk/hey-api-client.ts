@@ -21,7 +21,7 @@ export async function heyApiHappyPaths(baseUrl: string, session: Caller, key: Ca
   return { health: health.data.status, total: page.data.total, created: created.data.status, chat: 'object' in chat.data ? chat.data.object : undefined };
 }
 
-/** A `Blob` upload, which the SDK's zod schema checks (`z.instanceof(Blob)`, README: generator settings) before sending the form. */
+/** A `Blob` upload, which the SDK's zod schema checks (`z.instanceof(Blob)`, docs/api-for-sdk-teams.md: generator settings) before sending the form. */
 export async function heyApiTranscribe(baseUrl: string, key: Caller, model: string) {
   const asKey = createClient({ baseUrl, headers: key.headers ?? {}, ...(key.fetch ? { fetch: key.fetch } : {}) });
   const audio = new Blob([new Uint8Array(64)], { type: 'audio/wav' });

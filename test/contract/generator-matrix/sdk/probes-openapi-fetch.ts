@@ -6,7 +6,7 @@ import type { components, paths } from './out/openapi-typescript/api.ts';
 
 const client = createClient<paths>({ baseUrl: 'http://localhost:8080' });
 
-/** Multipart bodies: openapi-fetch sends JSON unless told; the README's serializer. */
+/** Multipart bodies: openapi-fetch sends JSON unless told; the serializer of docs/api-for-sdk-teams.md. */
 const formData = (body: Record<string, unknown>) => {
   const form = new FormData();
   for (const [name, value] of Object.entries(body)) if (value !== undefined) form.append(name, value instanceof Blob ? value : String(value));
@@ -26,7 +26,7 @@ type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
 
 export async function mustNotCompile(): Promise<void> {
   // openapi-fetch infers its init argument generically, so an inline literal escapes TypeScript's
-  // excess-property check: a body is declared with its schema type (README: typed clients).
+  // excess-property check: a body is declared with its schema type (docs/api-for-sdk-teams.md: generator settings).
   // @ts-expect-error an unknown field on a strict body
   const strict: CreateDeploymentRequest = { model_name: 'qwen2.5-instruct', gpu: 'h100' };
   await client.POST('/api/v1/model-deployments', { body: strict });

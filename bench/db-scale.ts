@@ -1,7 +1,7 @@
 /**
- * Data-scale benchmark (`make bench-db`, issue #19): the service's read routes and its usage inserts
- * against a database holding a million deployments and twenty million usage rows, held to the budgets
- * of the issue. Never part of `make test`.
+ * Data-scale benchmark (`make bench-db`): the service's read routes and its usage inserts
+ * against a database holding a million deployments and twenty million usage rows, held to the
+ * data-scale budgets (docs/performance.md). Never part of `make test`.
  *
  * One run:
  *  1. `make build` first (the Makefile target depends on it): the service runs as in production;
@@ -616,7 +616,7 @@ async function main(): Promise<number> {
     const notes = [
       `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
       `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
-      `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets (issue #19): p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
+      `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
       `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size the best of ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s, each from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
       `Machine: ${machine}; load average at the start ${loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
       'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',
@@ -627,7 +627,7 @@ async function main(): Promise<number> {
     out('Inserting usage rows (rows/s):');
     inserts.forEach((rate) => out(`  ${rate.table.padEnd(6)} ${insertLine(rate).trim()}`));
     out();
-    out(`Budgets (issue #19): ${list.filter((budget) => budget.met).length} met, ${missed.length} missed${list.some((budget) => budget.met === undefined) ? `, ${list.filter((budget) => budget.met === undefined).length} without a reference` : ''}`);
+    out(`Budgets: ${list.filter((budget) => budget.met).length} met, ${missed.length} missed${list.some((budget) => budget.met === undefined) ? `, ${list.filter((budget) => budget.met === undefined).length} without a reference` : ''}`);
     out(textBudgets(list.filter((budget) => budget.met !== true)));
     out();
     for (const note of notes) out(`  ${note}`);
@@ -663,7 +663,7 @@ async function main(): Promise<number> {
       markdown({ started_at: json.started_at, machine, commit }, table, list, notes, {
         title: 'Data-scale benchmark: latest run',
         writtenBy: '`make bench-db` (bench/db-scale.ts)',
-        budgetsHeading: 'Budget (issue #19)',
+        budgetsHeading: 'Budget',
       }) + [...insertLines, ...planLines, ''].join('\n'),
     );
     out();

@@ -2,7 +2,7 @@ import type { Budget } from './report.ts';
 
 /**
  * The pure parts of the data-scale benchmark (bench/db-scale.ts): its settings and the shape of the
- * data it seeds, percentiles, the compact form of an EXPLAIN plan, the budgets of issue #19 and the
+ * data it seeds, percentiles, the compact form of an EXPLAIN plan, the data-scale budgets and the
  * table. No I/O here (test/unit/db-bench.test.ts).
  */
 
@@ -293,7 +293,7 @@ export interface RouteTiming {
   note?: string;
 }
 
-/** The limits of issue #19, ms at p99. */
+/** The data-scale budgets, ms at p99. */
 export const LIMITS = { first: 10, deep: 25, 'usage-summary-heavy': 20 } as const;
 
 export interface InsertRate {

@@ -51,7 +51,7 @@ export interface Correction {
 }
 
 /**
- * Reconciliation with the payment processor (issue 33): per customer, meter and day (UTC) of the
+ * Reconciliation with the payment processor: per customer, meter and day (UTC) of the
  * last 35 days that ended over an hour ago, the values of the reports marked counted (minus those
  * the processor refused later, plus corrections sent) against the processor's meter event summary
  * of that day. Each day that differs is recorded (`usage_differences`, one open per customer,

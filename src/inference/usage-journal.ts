@@ -27,7 +27,7 @@ export function unsafeDirectoryReason(dir: string): string | undefined {
 class UnsafeJournalDirectory extends Error {}
 
 /**
- * The usage write-ahead journal (issue #12: "group-commit it before the answer's last bytes, or
+ * The usage write-ahead journal ("group-commit it before the answer's last bytes, or
  * write it ahead"). Each usage record is appended to a file of this process, one JSON line, before
  * the answer's last bytes go out: a write to the page cache of the process's own machine, which a
  * killed process (SIGKILL, an out-of-memory kill) cannot take back, instead of a round trip to
@@ -45,7 +45,7 @@ class UnsafeJournalDirectory extends Error {}
  * for one database and one machine (Kubernetes: the pod's `emptyDir`, which outlives a container
  * restart); segments of another machine are left alone.
  *
- * Nothing in the directory is trusted for being there (issue #32 item 17): it is created with mode
+ * Nothing in the directory is trusted for being there: it is created with mode
  * 0700 and refused (no journal: usage is committed before answers end) when it is a symbolic link,
  * another user's, or writable by the group or others; each line is `<HMAC> <JSON>`, the HMAC-SHA-256
  * of the JSON under a key derived from `APP_SECRET`, and a line read back without a valid one is

@@ -45,7 +45,7 @@ const INTERFACE_ROUTES = [
   'POST /v1/user/register', 'POST /v1/user/signin', 'GET /v1/auth/session', 'PATCH /v1/user/profile', 'POST /v1/user/logout',
   'GET /v1/sso/providers', 'GET /v1/sso/login/{provider}', 'GET /v1/sso/callback/{provider}',
   'POST /v1/auth/password-reset/request', 'POST /v1/auth/password-reset/confirm',
-  // Email ownership (issue 17): not in the interface document, added for email verification.
+  // Email ownership: not in the interface document, added for email verification.
   'POST /v1/user/email-verification/confirm', 'POST /v1/user/email-verification/resend',
   'GET /v1/organization/api-keys', 'POST /v1/organization/api-keys', 'GET /v1/organization/api-keys/deployment-options',
   'PATCH /v1/organization/api-keys/{api_key_id}', 'DELETE /v1/organization/api-keys/{api_key_id}',
@@ -65,9 +65,9 @@ const INTERFACE_ROUTES = [
   'POST /v1/billing/portal/session', 'POST /v1/billing/checkout/setup-session', 'GET /v1/billing/invoices', 'POST /v1/billing/webhook',
 ];
 
-/** Routes added to the interface since (issue 17: sessions, member management; issue 11: the spending limit; issue 13: key limits, the deployment plan, events, webhooks). */
+/** Routes added to the interface since (sessions, member management, the spending limit, key limits, the deployment plan, events, webhooks). */
 const ADDED_ROUTES = [
-  // Issue 14: readiness apart from liveness.
+  // Readiness apart from liveness.
   'GET /readyz',
   'POST /api/v1/model-deployments/plan',
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
@@ -75,13 +75,13 @@ const ADDED_ROUTES = [
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',
   'DELETE /v1/organization/invitations/{invitation_id}',
   'GET /v1/organization/api-key-limits', 'PUT /v1/organization/api-key-limits',
-  // Issue 13: deployment events and organization webhooks.
+  // Deployment events and organization webhooks.
   'GET /api/v1/model-deployments/{deployment_id}/events',
   'GET /v1/organization/webhook-endpoints', 'POST /v1/organization/webhook-endpoints',
   'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'PATCH /v1/organization/webhook-endpoints/{webhook_endpoint_id}',
   'DELETE /v1/organization/webhook-endpoints/{webhook_endpoint_id}', 'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/rotate-secret',
   'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', 'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts',
-  // Issue 33: Stripe's thin events (meter error reports) from an event destination.
+  // Stripe's thin events (meter error reports) from an event destination.
   'POST /v1/billing/event-notifications',
 ];
 

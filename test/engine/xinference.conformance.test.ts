@@ -109,7 +109,7 @@ describe('M1: credentials and scopes', () => {
   });
 });
 
-describe('issue 32 items 22, 23: keys limited to some models, expired and banned keys, a forced password change', () => {
+describe('keys limited to some models, expired and banned keys, a forced password change', () => {
   it('checks a key\'s model access before it looks the model up, so registration can tell which model types the key may call', async () => {
     // The suite's key may call at least LLMs; an unknown uid is "not found", never 403, for a type the key may call.
     const types = await client.checkInferenceKey(engine.apiKey);

@@ -40,7 +40,7 @@ async function invitee(world: FuzzWorld) {
 
 /**
  * What each operation needs beyond the document's example to succeed, for the fuzz's valid cases
- * (issue #38: valid often enough to pass validation and reach the handler's own logic). An
+ * (valid often enough to pass validation and reach the handler's own logic). An
  * operation that is not listed is sent by the super_admin (the API key on inference, nobody where
  * the document asks no credentials) with the example body and the world's ids. Whatever a case
  * uses up is made fresh for it.

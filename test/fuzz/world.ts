@@ -29,7 +29,7 @@ const MODELS = { chat: 'qwen2.5-instruct', embedding: 'bge-m3', rerank: 'bge-rer
 export type ModelKind = keyof typeof MODELS;
 
 /**
- * What the fuzz cases run against (issue #38): an organization with a member of each role, a
+ * What the fuzz cases run against: an organization with a member of each role, a
  * running deployment of every model type on the GPU cluster simulator, a hosted model, an API key
  * for all of them, a subscription with a saved card, a webhook endpoint and an SSO provider; and,
  * for an operation that uses its target up (deletes it, spends a token, answers an invitation), a

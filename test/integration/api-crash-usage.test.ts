@@ -8,7 +8,7 @@ import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * SIGKILL of an API process (issue #12): the usage of every answer the client received in full is
+ * SIGKILL of an API process: the usage of every answer the client received in full is
  * recorded. By default each record is appended to the usage journal before the answer's last bytes
  * go out, and the next process to start on the machine stores what the killed one had not; with
  * `USAGE_JOURNAL_DIR=off`, each is committed to Postgres before them (a group commit with the

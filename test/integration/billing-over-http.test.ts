@@ -11,7 +11,7 @@ import { onEmulator, startStripeTarget, StripeEventRelay, type StripeTarget } fr
 
 /**
  * The platform's billing over HTTP end to end, in `make test` on the Stripe emulator and in `make
- * test-billing` on a Stripe test account (issue #38 item 7): a setup session through the API,
+ * test-billing` on a Stripe test account: a setup session through the API,
  * Checkout completed in a browser with a test card, the signed webhook, the worker, the
  * subscription; then a replayed event and an older one delivered last. On a test account, Stripe.js
  * mounts Stripe's embedded Checkout (STRIPE_TEST_PUBLISHABLE_KEY). In both, the events reach the

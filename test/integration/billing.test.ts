@@ -136,7 +136,7 @@ describe('payment setup', () => {
     expect(elsewhere.response.status).toBe(422);
   });
 
-  it.each(['http://localhost:31080.evil.example/', 'http://a:b/'])('refuses a return_url that is no URL, %s, with 422 VALIDATION_FAILED, not 500 (issue 32 item 11)', async (returnUrl) => {
+  it.each(['http://localhost:31080.evil.example/', 'http://a:b/'])('refuses a return_url that is no URL, %s, with 422 VALIDATION_FAILED, not 500', async (returnUrl) => {
     const owner = await registeredUser(app);
     const { response, error } = await owner.api.POST('/v1/billing/portal/session', { body: { return_url: returnUrl } });
     expect(response.status).toBe(422);
@@ -272,7 +272,7 @@ describe('invoices and webhooks', () => {
     expect(accountAfter).toEqual(accountBefore);
   });
 
-  it('writes an invoice or a subscription only to its own customer’s account: a signed event naming another customer moves nothing (issue 33 item 5)', async () => {
+  it('writes an invoice or a subscription only to its own customer’s account: a signed event naming another customer moves nothing', async () => {
     const customerId = (await account(owner.api))?.processor_customer_id ?? '';
     const other = await activatedOwner();
     await webhooksSettled();
@@ -298,7 +298,7 @@ describe('invoices and webhooks', () => {
     const count = await eventCount();
     const wrongSecret = stripe.webhooks.generateTestHeaderString({ payload, secret: 'whsec_not_the_secret' });
     const stale = signed(payload, Math.floor(Date.now() / 1000) - 600);
-    // Dated ahead of the clock, by a day and by just over the tolerance (issue 32 item 11).
+    // Dated ahead of the clock, by a day and by just over the tolerance.
     const future = signed(payload, Math.floor(Date.now() / 1000) + 86_400);
     const soon = signed(payload, Math.floor(Date.now() / 1000) + 310);
     const tampered = signed(payload.replace('in_x', 'in_y'));
@@ -311,7 +311,7 @@ describe('invoices and webhooks', () => {
   });
 });
 
-describe('meter errors (issue 33 item 3)', () => {
+describe('meter errors', () => {
   it('records a meter event Stripe accepted and later refused (an unknown customer): the report keeps the error and the organization an open anomaly', async () => {
     const owner = await activatedOwner();
     await webhooksSettled();
@@ -385,7 +385,7 @@ describe('roles', () => {
   });
 });
 
-describe('processor ids (issue 32 item 11)', () => {
+describe('processor ids', () => {
   it('shows the processor’s customer and subscription ids to admins only: viewers and members read null', async () => {
     const owner = await activatedOwner();
     const organizationId = (await owner.api.GET('/v1/organization')).data?.id ?? 0;

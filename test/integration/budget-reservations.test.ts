@@ -10,9 +10,8 @@ import { waitUntil } from '../helpers/net.ts';
 import { operatorCli } from '../helpers/operator-cli.ts';
 
 /**
- * Budgets that hold under concurrency, and usage that is metered whenever the engine worked
- * (issue 32 items 14–16; shared/reviews/security-dataplane-24d823e.md N3, N4, N6). Each request
- * reserves the most it can cost before it is forwarded (its prompt's estimate plus `max_tokens`, at
+ * Budgets that hold under concurrency, and usage that is metered whenever the engine worked. Each
+ * request reserves the most it can cost before it is forwarded (its prompt's estimate plus `max_tokens`, at
  * most the model's context length) and settles when it ends; a client that leaves before the answer
  * is metered by the prompt the engine read, and a stream it leaves by the text it was delivered,
  * both counted with a tokenizer. The dedicated deployment's engine is a stub in front of the
@@ -72,7 +71,7 @@ async function usageOf(keyId: number): Promise<Array<Record<string, unknown>>> {
 
 const tokensOf = (rows: Array<Record<string, unknown>>) => rows.reduce((sum, row) => sum + Number(row.total_tokens), 0);
 
-describe('budgets reserve each request’s most before it is forwarded (item 14)', () => {
+describe('budgets reserve each request’s most before it is forwarded', () => {
   it('admits one of 20 concurrent calls with max_tokens 2,000,000,000 under a 100-token monthly budget', async () => {
     stub.behave(CHAT, answersAfter(300));
     const { key, id } = await apiKey(owner, [deploymentId], { limits: { monthly_token_budget: 100 } });
@@ -142,7 +141,7 @@ describe('budgets reserve each request’s most before it is forwarded (item 14)
   });
 });
 
-describe('a client that leaves before the engine’s answer is metered (item 15)', () => {
+describe('a client that leaves before the engine’s answer is metered', () => {
   it('records the hosted prompt the engine read, by a tokenizer estimate, and counts it against the key’s budget', async () => {
     // The simulator answers a JSON chat once all its tokens are generated: 100 × 50 ms.
     app.simulator?.setTokenLatencyMs(50);
@@ -167,7 +166,7 @@ describe('a client that leaves before the engine’s answer is metered (item 15)
   });
 });
 
-describe('a stream the client leaves is metered by the text delivered (item 16)', () => {
+describe('a stream the client leaves is metered by the text delivered', () => {
   it('counts chunks that carry many tokens by their text, not one token per chunk', async () => {
     const words = Array.from({ length: 50 }, (_, i) => ` word${i % 10}`).join('');
     stub.behave(CHAT, (req, res) => {

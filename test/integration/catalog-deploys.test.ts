@@ -8,7 +8,7 @@ import { untilStatus } from '../factories/deployments.ts';
 import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts';
 
 /**
- * Every catalog model deploys under `make run` (issue #31): the simulators as `make run` starts
+ * Every catalog model deploys under `make run`: the simulators as `make run` starts
  * them (the dedicated cluster's three workers, the hosted models on a simulator of their own), and
  * as an operator may register one cluster for both uses (one simulator, registered twice); the four
  * hosted models launched either way. Each enabled catalog entry is created with its catalog

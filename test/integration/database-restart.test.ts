@@ -12,7 +12,7 @@ import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts
 import { freePort, waitUntil } from '../helpers/net.ts';
 
 /**
- * Postgres restarted under a steady loop of requests (issue #12): `/healthz` answers 503 while it is
+ * Postgres restarted under a steady loop of requests: `/healthz` answers 503 while it is
  * down, the service recovers by itself (knex's pool and pg-boss reconnect), and no usage record or
  * job is lost or doubled. The service runs on a Postgres cluster of this test's own, stopped and
  * started again on the same data directory and port.

@@ -18,7 +18,7 @@ import { waitUntil } from '../helpers/net.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * The deployment event log and its stream (issue #13): every status change and provisioning step
+ * The deployment event log and its stream: every status change and provisioning step
  * of a deployment is appended in the transaction of the change, and
  * `GET /api/v1/model-deployments/{id}/events` streams it as server-sent events: the history, then
  * live, resumable with `Last-Event-ID`, whichever process made the change.

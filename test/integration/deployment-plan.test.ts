@@ -121,7 +121,7 @@ describe('planning a deployment against what provisioning then does', () => {
     await untilStatus(owner, running.id, 'terminated', 20_000);
   });
 
-  it('prices the chosen instance type and its alternatives as their GPU seconds are billed, and shows availability, not the GPUs another organization takes (issue 32 item 11)', async () => {
+  it('prices the chosen instance type and its alternatives as their GPU seconds are billed, and shows availability, not the GPUs another organization takes', async () => {
     const owner = await payingOwner();
     const body = { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 };
     const before = await plan(owner.api, body);

@@ -128,7 +128,7 @@ describe('resending the verification email', () => {
     expect(await statusOf(resend(last, { 'x-forwarded-for': '203.0.113.78' }))).toBe(200);
   });
 
-  it('limits confirm attempts to 30 per 15 minutes per client address with 429 RATE_LIMITED, even with a valid token (issue 32 item 11)', async () => {
+  it('limits confirm attempts to 30 per 15 minutes per client address with 429 RATE_LIMITED, even with a valid token', async () => {
     const from = { 'x-forwarded-for': '203.0.113.90' };
     const guess = () => new Browser(app.url).api.POST('/v1/user/email-verification/confirm', { body: { token: 'a'.repeat(32) }, headers: from });
     for (let i = 0; i < 30; i++) expect(await statusOf(guess())).toBe(400);
@@ -144,7 +144,7 @@ describe('resending the verification email', () => {
   });
 });
 
-describe('invitation takeover through an unverified registration (security review, finding 1)', () => {
+describe('invitation takeover through an unverified registration', () => {
   it('keeps an account that registered the invitee address out: it lists nothing and cannot accept or decline by id', async () => {
     const owner = await registeredUser(app, { organization: 'Org A' });
     const newhire = uniqueEmail('newhire');

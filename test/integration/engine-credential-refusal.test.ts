@@ -11,8 +11,7 @@ import { operatorCliIn } from '../helpers/operator-cli.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * Issue #32 items 21 and 22 (../shared/reviews/xinference-fidelity-24d823e.md, N1, N2): every
- * refused bearer counts toward Xinference's ban of the platform's address, so once one process saw
+ * Every refused bearer counts toward Xinference's ban of the platform's address, so once one process saw
  * the engine refuse a cluster's API key, the other processes stop sending it when the mark's
  * notification reaches them, not when their 2 s routing cache expires. A key limited to some
  * models is refused for one model only: that fails the request, not the cluster, and registration
@@ -43,7 +42,7 @@ afterAll(async () => {
   await app?.close();
 });
 
-describe('an inference API key the engine refused (N1)', () => {
+describe('an inference API key the engine refused', () => {
   it('is not sent again by another process once the mark is announced, though its routing cache still shows the cluster active', async () => {
     const auth = app.simulator?.auth;
     const engineKey = app.simulator?.credentials?.apiKey;
@@ -75,7 +74,7 @@ describe('an inference API key the engine refused (N1)', () => {
   });
 });
 
-describe('an inference API key limited to some models (N2)', () => {
+describe('an inference API key limited to some models', () => {
   const llmOnly: ModelPermission[] = [{ permission_type: 'model_type', permission_value: 'LLM' }];
 
   it('fails the request for a model the key may not call, with 502, and leaves the cluster serving the others', async () => {
@@ -125,7 +124,7 @@ describe('an inference API key limited to some models (N2)', () => {
   });
 });
 
-describe('what else a Xinference key or account can be refused for (item 23)', () => {
+describe('what else a Xinference key or account can be refused for', () => {
   it('stops calling a cluster whose key expired, and one whose admin must change its password, as a refused credential', async () => {
     const simulator = app.simulator;
     const auth = simulator?.auth;

@@ -9,7 +9,7 @@ import { liveBytes } from '../helpers/memory.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * The engine's faults, survived (issue #12): an engine that resets the connection before answering,
+ * The engine's faults, survived: an engine that resets the connection before answering,
  * resets it in the middle of a stream, stalls before its first byte, or refuses connections. Each
  * answers the documented error (502 `upstream_error`, 504 `upstream_timeout`, or for a stream already
  * started an error event and the end), within the configured timeouts, and 1,000 such requests leave

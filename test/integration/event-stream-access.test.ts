@@ -12,9 +12,9 @@ import { statusOf } from '../helpers/http.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * Deployment event streams live no longer than the session and membership they were opened with
- * (issue 32 item 5), are capped per user and per process, and share one read of each event per
- * process (item 18). The service is an API process; every change is made on another database
+ * Deployment event streams live no longer than the session and membership they were opened with,
+ * are capped per user and per process, and share one read of each event per
+ * process. The service is an API process; every change is made on another database
  * connection, so it reaches the streams only through Postgres notifications, as from any process.
  */
 const EVENTS_PATH = '/api/v1/model-deployments/{deployment_id}/events';

@@ -6,7 +6,7 @@ import { FAST_PROVISIONING, startTestApp, type TestApp } from '../helpers/app.ts
 import { operatorCli } from '../helpers/operator-cli.ts';
 
 /**
- * One GPU ledger per physical cluster (issue #31): the test app's simulator (4 x A10G, 4 x L40S,
+ * One GPU ledger per physical cluster: the test app's simulator (4 x A10G, 4 x L40S,
  * 8 x H100) is registered twice, as the dedicated cluster `local-simulator` and as the hosted
  * cluster `local-hosted`, as an operator may register one real cluster for both uses. Hosted
  * launches and dedicated deployments book from the same record of GPUs.

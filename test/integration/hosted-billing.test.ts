@@ -8,8 +8,7 @@ import { operatorCli } from '../helpers/operator-cli.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * Hosted models under BILLING_ENFORCEMENT (security review 24d823e, finding 4; issue 32 item 4): a
- * hosted call needs what creating a deployment needs (payment set up, the spending limit not
+ * Hosted models under BILLING_ENFORCEMENT: a hosted call needs what creating a deployment needs (payment set up, the spending limit not
  * reached) and, by session, a verified email. The processor's state of an account (default card,
  * subscription) is written as the webhook job stores it, as deployment-guards.test.ts does.
  */

@@ -6,8 +6,7 @@ import { waitUntil } from '../helpers/net.ts';
 import { operatorCli } from '../helpers/operator-cli.ts';
 
 /**
- * Issue #32 item 23 (../shared/reviews/xinference-fidelity-24d823e.md, N5): a hosted model is
- * checked by the reconciler after `hosted launch`, as a running deployment is. One the engine lost
+ * A hosted model is checked by the reconciler after `hosted launch`, as a running deployment is. One the engine lost
  * stops routing at once (not the engine's 404 as 502 for every caller), its GPUs are given back,
  * the operator is alerted, and `hosted launch` brings it back.
  */

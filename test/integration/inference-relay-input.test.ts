@@ -10,8 +10,7 @@ import { EngineStub } from '../helpers/engine-stub.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * What the relay accepts and forwards (issue #32, items 12, 19 and 20; the data-plane review of
- * 24d823e, N1, N8, N9 and N11), each attack reproduced over HTTP with an engine stub in front of
+ * What the relay accepts and forwards, each attack reproduced over HTTP with an engine stub in front of
  * the cluster simulator that records what reached the engine.
  */
 
@@ -48,7 +47,7 @@ afterAll(async () => {
   await stub?.stop();
 });
 
-describe('the transcription limit counts the whole body (item 19, N8)', () => {
+describe('the transcription limit counts the whole body', () => {
   const form = (preamble: string, epilogue: string) =>
     Buffer.concat([
       Buffer.from(preamble),
@@ -115,7 +114,7 @@ function resetPeakRss(): void {
   writeFileSync('/proc/self/clear_refs', '5');
 }
 
-describe('inference bodies hold only what the contract names, at a bounded parsing cost (item 12, N1)', () => {
+describe('inference bodies hold only what the contract names, at a bounded parsing cost', () => {
   const hello = [{ role: 'user', content: 'hello' }];
   const engineCalls = () => stub.recorded.length;
 
@@ -186,7 +185,7 @@ describe('inference bodies hold only what the contract names, at a bounded parsi
   });
 });
 
-describe('engine internals stay out of answers, client headers out of engine requests (item 20, N9, N11)', () => {
+describe('engine internals stay out of answers, client headers out of engine requests', () => {
   const CHAT = 'POST /v1/chat/completions';
   const hello = [{ role: 'user', content: 'hello' }];
 

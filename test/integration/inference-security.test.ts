@@ -123,7 +123,7 @@ afterAll(async () => {
   await stub.stop();
 });
 
-describe('transcription uploads are parsed, checked and rebuilt (finding 1, 5)', () => {
+describe('transcription uploads are parsed, checked and rebuilt', () => {
   const engineCalls = () => stub.requestsTo(TRANSCRIPTIONS).length;
 
   it('refuses a second model part with 400 and never calls the engine', async () => {
@@ -234,7 +234,7 @@ describe('transcription uploads are parsed, checked and rebuilt (finding 1, 5)',
   });
 });
 
-describe('engine errors never reach clients word for word (finding 2)', () => {
+describe('engine errors never reach clients word for word', () => {
   const uids = "['dep-28debacec0894fdb87505ccb79a1325f', 'dep-bc766eb8bb1a44a9a73995cac9a29cbc']";
   const traceback =
     'Traceback (most recent call last):\n  File "/opt/inference/xinference/api/restful_api.py", line 1412, in create_chat_completion\n' +
@@ -333,7 +333,7 @@ function sendAfterRefusal(path: string, most: number) {
   });
 }
 
-describe('authentication comes before the body (finding 3)', () => {
+describe('authentication comes before the body', () => {
   it('refuses an unauthenticated 9 MB body with 401 before the body is sent, and closes the connection', async () => {
     const answer = await partialPost('/v1/chat/completions', { 'content-type': 'application/json' }, 9 * 1000 * 1000);
     expect(answer.status).toBe(401);
@@ -373,7 +373,7 @@ describe('authentication comes before the body (finding 3)', () => {
   });
 });
 
-describe('usage is keyed on a server-made id and metered in each route’s unit (finding 6)', () => {
+describe('usage is keyed on a server-made id and metered in each route’s unit', () => {
   it('writes five rows for five calls with one client X-Request-Id, and keeps it as a label', async () => {
     for (let i = 0; i < 5; i++) {
       const { response } = await chatAs(chatOnlyKey, { model: chat.id, messages: [hello], max_tokens: 4 }, { 'x-request-id': 'same-id-0001' });
@@ -445,7 +445,7 @@ describe('usage is keyed on a server-made id and metered in each route’s unit 
   });
 });
 
-describe('request validation holds whatever the Content-Type (finding 7)', () => {
+describe('request validation holds whatever the Content-Type', () => {
   it.each(['/v1/user/signin', '/v1/user/register'])('answers a multipart body on %s with 422 in the Problem shape', async (path) => {
     // A content type the operation does not take, which the typed client cannot send.
     const response = await contractFetch(app.url)(`${app.url}${path}`, { method: 'POST', headers: { 'content-type': 'multipart/form-data; boundary=x' }, body: '--x--\r\n' });
@@ -463,7 +463,7 @@ describe('request validation holds whatever the Content-Type (finding 7)', () =>
   });
 });
 
-describe('deep nesting and NUL characters are refused, not a 500 (finding 8)', () => {
+describe('deep nesting and NUL characters are refused, not a 500', () => {
   const nested = (levels: number) => `${'['.repeat(levels)}${']'.repeat(levels)}`;
 
   it('answers 422 on a management route', async () => {
@@ -497,7 +497,7 @@ describe('deep nesting and NUL characters are refused, not a 500 (finding 8)', (
   });
 });
 
-describe('a stalled engine is cut off (finding 9)', () => {
+describe('a stalled engine is cut off', () => {
   const firstChunk = 'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}\n\n';
 
   it('ends a stream that stalls after its first event with an error event, and closes the engine’s connection', async () => {
@@ -534,7 +534,7 @@ describe('a stalled engine is cut off (finding 9)', () => {
   });
 });
 
-describe('only documented media types are relayed (finding 12)', () => {
+describe('only documented media types are relayed', () => {
   it.each([
     [200, 'text/html; charset=utf-8'],
     [302, 'text/html'],
@@ -551,7 +551,7 @@ describe('only documented media types are relayed (finding 12)', () => {
   });
 });
 
-describe('forged keys (finding 4)', () => {
+describe('forged keys', () => {
   it('never caches an unknown key, and answers 429 to an address after 20 of them', async () => {
     const address = '203.0.113.9';
     const models = (key: string, from: string) => keyClient(app.url, key).GET('/v1/models', { headers: { 'x-forwarded-for': from } });
@@ -569,7 +569,7 @@ describe('forged keys (finding 4)', () => {
     expect((await models(acmeKey, '198.51.100.7')).response.status).toBe(200);
   });
 
-  it('throttles only failing keys: a valid key from an address that sent 25 bad ones still answers 200 (issue 32 item 13)', async () => {
+  it('throttles only failing keys: a valid key from an address that sent 25 bad ones still answers 200', async () => {
     const address = '203.0.113.10';
     const models = (key: string) => keyClient(app.url, key).GET('/v1/models', { headers: { 'x-forwarded-for': address } });
     const statuses: number[] = [];

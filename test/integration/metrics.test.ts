@@ -12,7 +12,7 @@ import { inferenceClient } from '../helpers/inference-client.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * Prometheus metrics (issue #14, part 4): `/metrics` on a listener of its own (METRICS_PORT, here
+ * Prometheus metrics: `/metrics` on a listener of its own (METRICS_PORT, here
  * `0`), scraped over real HTTP and read in the text format, after real management requests, an
  * inference call relayed to the cluster simulator, an email sent to the SMTP listener and webhook
  * deliveries to a receiver on loopback. The public API port never answers it.

@@ -6,7 +6,7 @@ import { startTestApp, type TestApp } from '../helpers/app.ts';
 import { createTestDatabase } from '../helpers/database.ts';
 
 /**
- * `MIGRATE_ON_START` (issue #14): on by default, so `make run` and a single process migrate as
+ * `MIGRATE_ON_START`: on by default, so `make run` and a single process migrate as
  * before; off in the Kubernetes manifests, where a Job migrates once before a rollout and replicas
  * never race for knex's migration lock.
  */

@@ -10,7 +10,7 @@ import { freePort, waitUntil } from '../helpers/net.ts';
 import { missingOutcomes, readmeBlocks, runWalkthrough } from '../helpers/readme.ts';
 
 /**
- * README.md's walkthroughs, run literally (issue #31): the quick start and the walkthroughs that
+ * README.md's walkthroughs, run literally: the quick start and the walkthroughs that
  * build on it (key limits, billing set-up), their marked blocks in order in one bash, against a
  * service started as `make run` starts it (`node dev/main.ts` with NODE_ENV=development: the cluster
  * simulators, the Stripe emulator and MailDev as local stand-ins), every port taken from the

@@ -9,7 +9,7 @@ import { seenWithin, waitUntil } from '../helpers/net.ts';
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * The scale-out path (issue #14): two ROLE=api and two ROLE=worker processes (`node src/main.ts`)
+ * The scale-out path: two ROLE=api and two ROLE=worker processes (`node src/main.ts`)
  * on one Postgres, everything on 127.0.0.1. The in-process app only provides the database, the SMTP
  * listener and the registered GPU cluster simulator; no request goes to it and it runs no job.
  */

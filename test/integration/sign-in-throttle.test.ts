@@ -118,7 +118,7 @@ describe('sign-in throttling without a trusted proxy', () => {
   });
 });
 
-describe('per-address limits on IPv6 (issue 32 item 3)', () => {
+describe('per-address limits on IPv6', () => {
   let app: TestApp;
   beforeAll(async () => {
     app = await startTestApp({ TRUST_PROXY: 'loopback' });
@@ -158,7 +158,7 @@ describe('per-address limits on IPv6 (issue 32 item 3)', () => {
   });
 });
 
-describe('sign-in failures per account from all addresses together (issue 32 item 3)', () => {
+describe('sign-in failures per account from all addresses together', () => {
   let app: TestApp;
   beforeAll(async () => {
     app = await startTestApp({ TRUST_PROXY: 'loopback' });

@@ -441,7 +441,7 @@ describe('linking an identity to an existing account (email ownership)', () => {
     expect(await statusOf(elsewhere.api.GET('/v1/auth/session'))).toBe(401);
   });
 
-  it('clears the password nobody proved, and takes back what the account made, when linking proves its address (review 24d823e, finding 9)', async () => {
+  it('clears the password nobody proved, and takes back what the account made, when linking proves its address', async () => {
     const { browser, email, user } = await registeredRedirectBrowser();
     const elsewhere = await signedIn(app, email);
     // A key made before unverified accounts were refused keys.

@@ -10,8 +10,8 @@ import { createTestDatabase } from '../helpers/database.ts';
 import { freePort } from '../helpers/net.ts';
 
 /**
- * A start-up failure ends in one clear line on stderr and a non-zero exit, never a stack trace
- * (issue #12): `node dev/main.ts` as `make run` starts it (or the production entry, `src/main.ts`,
+ * A start-up failure ends in one clear line on stderr and a non-zero exit, never a stack trace:
+ * `node dev/main.ts` as `make run` starts it (or the production entry, `src/main.ts`,
  * where said), with one thing wrong each time.
  */
 async function start(env: Record<string, string>, entry = 'dev/main.ts'): Promise<{ code: number | null; stderr: string }> {

@@ -9,8 +9,7 @@ import { operatorCli } from '../helpers/operator-cli.ts';
 import { waitUntil } from '../helpers/net.ts';
 
 /**
- * What an account that never proved its email may do (security review 24d823e, findings 1 and 6;
- * issue #32 items 1 and 6): nothing that outlives it, no hosted model, and what it made before
+ * What an account that never proved its email may do: nothing that outlives it, no hosted model, and what it made before
  * this rule does not survive the owner of the address taking it back.
  */
 let app: TestApp;
@@ -96,7 +95,7 @@ describe('an account whose email is not verified', () => {
   });
 });
 
-describe('invitation emails (security review 24d823e, finding 6)', () => {
+describe('invitation emails', () => {
   it(`sends at most INVITATIONS_PER_DAY (${INVITATIONS_PER_DAY}) an organization a day, resends included, then 429 with Retry-After`, async () => {
     const owner = await registeredUser(app);
     const { data: first } = await owner.api.POST('/v1/organization/invitations', { body: { email: uniqueEmail('one'), role: 'member' } });

@@ -14,7 +14,7 @@ import { FAST_PROVISIONING, startTestApp, TEST_APP_SECRET, type TestApp } from '
 import { startServiceProcess, type ServiceProcess } from '../helpers/service-process.ts';
 
 /**
- * Planted usage-journal segments (issue #32 item 17): whoever can write in the journal directory
+ * Planted usage-journal segments: whoever can write in the journal directory
  * could bill any organization by leaving a well-formed segment named after a dead process there.
  * Each line now carries an HMAC under a key derived from APP_SECRET, and a directory that is another
  * user's or that others can write is not used. The API processes are separate `node src/main.ts`

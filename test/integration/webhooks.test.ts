@@ -15,7 +15,7 @@ import { waitUntil } from '../helpers/net.ts';
 import { ageWebhookDelivery } from '../helpers/time-travel.ts';
 
 /**
- * Organization webhooks (issue #13): endpoints managed by admins, every deployment event of the
+ * Organization webhooks: endpoints managed by admins, every deployment event of the
  * organization POSTed to them signed per the Standard Webhooks specification, retried with backoff
  * by pg-boss, each attempt recorded, endpoints that keep failing disabled with an email, and
  * targets checked against SSRF. The receiver is a real HTTP server on loopback that verifies every

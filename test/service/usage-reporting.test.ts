@@ -202,7 +202,7 @@ describe('reporting usage to the processor’s meters', () => {
     expect((await usageSummary(services.db, organizationOf(owner))).open_anomalies).toBe(0);
   });
 
-  it('holds the usage of an organization whose customer has no live subscription, shows it as an anomaly, and reports it once subscribed (issue 33 item 4)', async () => {
+  it('holds the usage of an organization whose customer has no live subscription, shows it as an anomaly, and reports it once subscribed', async () => {
     const { owner, customerId } = await meteredOrganization([240], 'customer');
     if (!customerId) throw new Error('no customer');
     const reporter = services.container.usageReporter as UsageReporter;
@@ -244,7 +244,7 @@ describe('reporting usage to the processor’s meters', () => {
   });
 });
 
-describe('one rounding rule (issue 33 item 6)', () => {
+describe('one rounding rule', () => {
   it('estimates what the invoice charges to the cent: one line per meter rounded once, not each service rounded and added up', async () => {
     const { owner, customerId } = await meteredOrganization([]);
     if (!customerId) throw new Error('no customer');
@@ -285,7 +285,7 @@ describe('one rounding rule (issue 33 item 6)', () => {
   });
 });
 
-describe('period boundaries (issue 33 item 7)', () => {
+describe('period boundaries', () => {
   it.runIf(onEmulator)('puts every second on the invoice of its period: usage across the bound is cut there, and reported within the hour before the closed period’s invoice is finalized', async () => {
     // A subscription on a test clock whose first period ended an hour ago (B), a deployment that ran
     // from 10 minutes before B to 5 minutes after it.
@@ -401,7 +401,7 @@ describe('period boundaries (issue 33 item 7)', () => {
   });
 });
 
-describe('reconciliation with the processor (issue 33)', () => {
+describe('reconciliation with the processor', () => {
   it('finds a planted difference each way, corrects what the processor misses with a meter event, and leaves a surplus on an invoice not finalized to the operator', async () => {
     const reconciler = new UsageReconciler(services.db, processor);
     const lost = await meteredOrganization([300]);
@@ -445,7 +445,7 @@ describe('reconciliation with the processor (issue 33)', () => {
   });
 });
 
-describe('reports unique beyond one database (issue 33)', () => {
+describe('reports unique beyond one database', () => {
   it('sends every identifier and idempotency key under the installation’s random id: two installations on one Stripe account never collide', async () => {
     const other = await startServices({ BILLING_ENFORCEMENT: 'false', ...stripe });
     try {

@@ -92,7 +92,7 @@ describe('configuration', () => {
     expect(loadConfig({ ...development, PORT: '', DATABASE_URL: '' })).toMatchObject({ port: 8080, databaseUrl: undefined });
   });
 
-  it('gives a running model as long to recover as to start (issue 32 item 23: an engine recovery reloads the model), and refuses less in production', () => {
+  it('gives a running model as long to recover as to start (an engine recovery reloads the model), and refuses less in production', () => {
     expect(loadConfig(production).provisioning).toMatchObject({ startTimeoutSeconds: 1800, recoveryGraceSeconds: 1800 });
     expect(loadConfig({ ...production, DEPLOYMENT_START_TIMEOUT_SECONDS: '3600' }).provisioning.recoveryGraceSeconds).toBe(3600);
     expect(loadConfig({ ...production, DEPLOYMENT_RECOVERY_GRACE_SECONDS: '2400' }).provisioning.recoveryGraceSeconds).toBe(2400);

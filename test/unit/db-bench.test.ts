@@ -18,7 +18,7 @@ import {
 
 /** The pure helpers of the data-scale benchmark (bench/db-scale.ts, `make bench-db`). */
 describe('data-scale benchmark settings', () => {
-  it('has the shape of issue #19 by default', () => {
+  it('has the data-scale shape by default', () => {
     const { shape, run } = readSettings({});
     expect(shape).toMatchObject({ users: 10_000, deployments: 1_000_000, heavyDeployments: 200_000, usageRows: 20_000_000, heavyUsageShare: 0.5, usageDays: 30, deepOffset: 100_000 });
     expect(run).toMatchObject({ calls: 200, insertBatches: [1, 50, 500], insertRounds: 3, keep: false, reuse: undefined });

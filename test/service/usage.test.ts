@@ -131,7 +131,8 @@ async function processJournaling(dir: string, rows: NewUsageRecord[], stay = fal
   const script = `
     import { UsageJournal } from ${JSON.stringify(path.resolve('src/inference/usage-journal.ts'))};
     const journal = new UsageJournal(process.env.JOURNAL_DIR, { error() {}, warn() {} }, Buffer.from(process.env.JOURNAL_KEY, 'base64'));
-    for (const row of JSON.parse(process.env.ROWS)) journal.append(JSON.stringify(row));
+    // Told once the lines are in the file (the journal writes a turn's appends together, after the turn).
+    await Promise.all(JSON.parse(process.env.ROWS).map((row) => journal.append(JSON.stringify(row))));
     process.stdout.write('appended\\n');
     if (process.env.STAY) setInterval(() => undefined, 60_000);`;
   const child = spawn(process.execPath, ['--input-type=module', '-e', script], {

@@ -1,4 +1,5 @@
-import express, { type ErrorRequestHandler, type Express, type RequestHandler } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import express, { type ErrorRequestHandler, type Express, type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { PaymentProcessorError } from './billing/payment-processor.ts';
@@ -6,9 +7,9 @@ import { isTransactionConflict } from './db/transactions.ts';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
 import { sendError } from './http/problem.ts';
-import { answerWithPipeline } from './http/pipeline.ts';
 import { installRequestLog, setRoute } from './http/request-log.ts';
-import { authenticateBeforeBody, bytesInWords, jsonBodies } from './http/request-body.ts';
+import { bytesInWords, jsonBodies } from './http/request-body.ts';
+import { createInferenceGateway } from './inference/gateway.ts';
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
@@ -38,8 +39,20 @@ export interface AppOptions {
 /** Where docsAssets() serves (its router matches paths case-insensitively, as Express does). */
 const DOCS_ASSET_PATH = /^\/(docs|redoc)\/assets(\/|$)/i;
 
-/** Builds the Express application. No side effects: no listening, no connections opened. */
-export async function createApp(options: AppOptions): Promise<Express> {
+/**
+ * The HTTP service: one listener that sends each request to its plane. The inference operations go
+ * to the gateway (inference/gateway.ts: API keys, the body read after authentication, a relay per
+ * request); every other request to the management API, an Express app on openapi-backend as
+ * published (sessions, CSRF, Problem errors). `app` makes the requests and responses of both
+ * (server.ts: their prototypes).
+ */
+export interface HttpService {
+  app: Express;
+  listener: (req: IncomingMessage, res: ServerResponse) => void;
+}
+
+/** Builds the service. No side effects: no listening, no connections opened. */
+export async function createApp(options: AppOptions): Promise<HttpService> {
   const binding = await bindOpenApi({
     document: options.document,
     handlers: options.handlers,
@@ -52,31 +65,49 @@ export async function createApp(options: AppOptions): Promise<Express> {
   app.set('query parser', 'simple');
   app.set('trust proxy', options.trustProxy);
 
+  // What every request of both planes goes through first: its id and access line, the hardening headers.
+  const startRequest = installRequestLog(app, options.logger, options.metrics);
+  const setSecurityHeaders = securityHeaders({ hsts: options.hsts ?? false });
+  const checkOrigin = originCheck(options.allowedOrigins);
+  const gateway = await createInferenceGateway({
+    document: options.document,
+    handlers: options.handlers,
+    security: options.security,
+    validateResponses: options.validateResponses,
+    before: [startRequest, setSecurityHeaders, checkOrigin],
+    fail: (error, req, res) => sendError(req, res, toAppError(error, req)),
+  });
+
   const assets = docsAssets();
-  answerWithPipeline(
+  const step =
+    (run: (req: Request, res: Response) => void): RequestHandler =>
+    (req, res, next) => {
+      run(req, res);
+      next();
+    };
+  app.use(step(startRequest));
+  app.use(step(setSecurityHeaders));
+  // The documentation's static files.
+  app.use((req, res, next) => {
+    if (!DOCS_ASSET_PATH.test(req.path)) return next();
+    setRoute(res, 'GET (docs assets)');
+    assets(req, res, next);
+  });
+  if (options.localPages) app.use(options.localPages);
+  // Each request is matched to its operation once, before anything reads its body: the Origin
+  // check, body parsing and error answers follow that operation's rules.
+  app.use(binding.route);
+  app.use(step((req) => checkOrigin(req)));
+  app.use(jsonBodies());
+  app.use(binding.dispatch);
+  app.use(errorHandler);
+
+  return {
     app,
-    [
-      installRequestLog(app, options.logger, options.metrics),
-      securityHeaders({ hsts: options.hsts ?? false }),
-      // The documentation's static files: any other request passes by without entering their router.
-      (req, res, next) => {
-        if (!DOCS_ASSET_PATH.test(req.path)) return next();
-        setRoute(res, 'GET (docs assets)');
-        assets(req, res, next);
-      },
-      ...(options.localPages ? [options.localPages] : []),
-      // Each request is matched to its operation once, before anything reads its body: the Origin
-      // check, early authentication, body parsing and error answers follow that operation's rules.
-      binding.route,
-      originCheck(options.allowedOrigins),
-      // Callers of API-key routes (inference) are authenticated before their body is read.
-      authenticateBeforeBody(options.security),
-      ...jsonBodies(),
-      binding.dispatch,
-    ],
-    errorHandler,
-  );
-  return app;
+    listener: (req, res) => {
+      if (!gateway.serve(req as Request, res as Response)) app(req, res);
+    },
+  };
 }
 
 /** Maps every failure to the documented error shape; a 500 never carries a stack or SQL. */

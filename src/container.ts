@@ -31,6 +31,7 @@ import { InferenceRouter } from './inference/routing.ts';
 import { UsageRecorder } from './inference/usage.ts';
 import { USAGE_JOURNAL_KEY_PURPOSE, UsageJournal } from './inference/usage-journal.ts';
 import { KeyLimiter } from './inference/key-limiter.ts';
+import { createInferenceService } from './inference/inference.service.ts';
 import { GpuMeter, meterGpuSecondsJob } from './metering/gpu-metering.ts';
 import { paymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
@@ -86,6 +87,7 @@ export function createContainer(deps: ContainerDeps) {
   const journal = deps.usageJournalDir === undefined ? undefined : new UsageJournal(deps.usageJournalDir, deps.log, keyring.key(USAGE_JOURNAL_KEY_PURPOSE));
   const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, { metrics, journal });
   const keyLimiter = new KeyLimiter(db, deps.log);
+  const inference = createInferenceService({ router, usage, keyLimiter, config, metrics });
   const gpuMeter = new GpuMeter(db);
   const processor = paymentProcessor(config);
   const billing = new BillingService({
@@ -131,6 +133,7 @@ export function createContainer(deps: ContainerDeps) {
     router,
     usage,
     keyLimiter,
+    inference,
     gpuMeter,
     processor,
     billing,

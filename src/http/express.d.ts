@@ -1,5 +1,4 @@
 import type { Logger } from 'pino';
-import type { Operation } from 'openapi-backend';
 import type { Principal, SessionPrincipal } from '../principal.ts';
 import type { ErrorFormat, OperationRules } from './operations.ts';
 
@@ -12,13 +11,11 @@ declare global {
       log: Logger;
       /** The operation the request matched, with its rules (set by the binding's route middleware, before the body is read). */
       operation?: OperationRules;
-      /** That operation as openapi-backend describes it (the route middleware's match, reused by its dispatch). */
-      matchedOperation?: Operation;
       /** The shape of this request's errors: its operation's, or on a 405 its path's; `problem` otherwise. */
       errorFormat?: ErrorFormat;
       /** The unparsed JSON body, kept for the signature check of an `x-csrf-exempt` operation (webhooks). */
       rawBody?: Buffer;
-      /** The caller of an API-key route, authenticated before the body was read (request-body.ts). */
+      /** The caller of an inference operation, authenticated by the gateway before the body was read. */
       principal?: Principal;
       /**
        * This request's one validation of its session cookie, shared by the security handlers that

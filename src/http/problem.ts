@@ -77,6 +77,8 @@ export function sendError(req: Request, res: Response, error: AppError): void {
     res.destroy(error);
     return;
   }
+  // The client is gone (it left in the middle of its body): nobody reads an answer, and its access line says 499.
+  if (req.socket.destroyed) return;
   if (!req.complete) settleUnreadBody(req, res, error);
   // Inference routes answer in the hosted-inference shape OpenAI-compatible clients parse (`x-error-format`).
   if (req.errorFormat === 'inference') {

@@ -1,10 +1,6 @@
 import type { IncomingMessage } from 'node:http';
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import type { Context } from 'openapi-backend';
-import type { Principal } from '../principal.ts';
+import express, { type Request, type RequestHandler, type Response } from 'express';
 import { AppError, type ValidationIssue } from '../errors.ts';
-import { authorize } from './authorization.ts';
-import type { SecurityHandlers } from './openapi.ts';
 
 /** How deep a JSON body may nest (objects and arrays); deeper answers 422 `VALIDATION_FAILED`. */
 export const MAX_JSON_DEPTH = 64;
@@ -28,47 +24,46 @@ export const MAX_JSON_STRINGS = 200_000;
 export const MAX_JSON_ARRAY_ITEMS = 65_536;
 
 /**
- * Authenticates a request to an operation that accepts API keys (the inference proxy) before a
- * byte of its body is read, with the same security handlers the OpenAPI binding runs (the binding
- * then reuses the result), and checks the caller's role. A request without a valid key or session
- * is answered 401 (403 for a role too low) with its body unread, so no one can make the service
- * parse a large body without credentials. The operation is the one the binding's route middleware
- * matched (`req.operation`).
+ * Parses the JSON body of an operation that documents one with `express.json`, up to its
+ * `x-body-limit` (413 `PAYLOAD_TOO_LARGE` beyond), unless it holds more objects, arrays or members
+ * than parsing may cost (`jsonCostIssue`); then refuses a body nested deeper than 64 levels or with
+ * a NUL character in a string or a name, and a documented query parameter with one (422
+ * `VALIDATION_FAILED`). A body no operation reads (no route, a route without a request body) is not
+ * read. The raw bytes are kept only for an `x-csrf-exempt` operation, which is verified by a
+ * signature over them. The management API's; the inference gateway reads its own (`readJsonBody`).
  */
-export function authenticateBeforeBody(security: SecurityHandlers): RequestHandler {
-  return async function authenticateBeforeBodyMiddleware(req: Request, res: Response, next: NextFunction) {
-    const operation = req.operation;
-    if (!operation?.acceptsApiKey) return next();
-    const context = {
-      operation: { operationId: operation.operationId, security: operation.security },
-      request: { method: req.method, path: req.path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
-    } as unknown as Context;
-    try {
-      // A session caller of a state-changing route also shows its CSRF token (the CsrfToken scheme).
-      const sessionScheme = operation.security.some((requirement) => 'CsrfToken' in requirement) ? security.CsrfToken : security.SessionCookie;
-      const principal = (req.headers.authorization ? await security.ApiKeyBearer(context, req, res) : await sessionScheme(context, req, res)) as
-        | Principal
-        | undefined;
-      if (!principal) throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
-      authorize(operation, principal);
-      req.principal = principal;
-      next();
-    } catch (error) {
-      next(error);
-    }
-  };
+export function jsonBodies(): RequestHandler[] {
+  const parserFor = jsonParsers();
+  return [
+    (req, res, next) => {
+      const operation = req.operation;
+      if (!operation?.jsonBody || operation.bodyLimit === undefined) return next();
+      parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, (error?: unknown) => next(parseFailure(error)));
+    },
+    (req, _res, next) => next(unsafeRequest(req)),
+  ];
 }
 
 /**
- * Parses the JSON body of an operation that documents one, up to its `x-body-limit` (413
- * `PAYLOAD_TOO_LARGE` beyond), unless it holds more objects, arrays or members than parsing may
- * cost (`jsonCostIssue`); then refuses, for every route, a body nested deeper than 64 levels
- * or with a NUL character in a string or a name, and a documented query parameter with one (422
- * `VALIDATION_FAILED`; 400 `invalid_parameter` on inference routes). A body no operation reads (no route, a route without a request body) is
- * not read; a multipart body is read by its handler as it streams. The raw bytes are kept only for
- * an `x-csrf-exempt` operation, which is verified by a signature over them.
+ * Reads and checks the JSON body of an inference operation: a body sent as most clients send JSON
+ * by `readPlainJson`, any other (compressed, chunked, another charset) by `express.json`; then the
+ * checks of `jsonBodies`. Refuses with the error to answer.
  */
-export function jsonBodies(): RequestHandler[] {
+export function readJsonBody(req: Request, res: Response, limit: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = (error?: unknown) => {
+      const refusal = parseFailure(error) ?? unsafeRequest(req);
+      if (refusal) reject(refusal);
+      else resolve();
+    };
+    const length = plainJsonLength(req, limit);
+    if (length !== undefined) readPlainJson(req, length, done);
+    else inferenceParsers(limit, false)(req, res, done);
+  });
+}
+
+/** `express.json` parsers, one per limit and raw-body need, each checking the cost of the bytes before they are parsed. */
+function jsonParsers(): (limit: number, keepRaw: boolean) => RequestHandler {
   // body-parser calls `verify` with the (decompressed) bytes before it parses them.
   const verify = (keepRaw: boolean) => (req: IncomingMessage, _res: unknown, buffer: Buffer) => {
     const issue = jsonCostIssue(buffer);
@@ -76,29 +71,26 @@ export function jsonBodies(): RequestHandler[] {
     if (keepRaw) (req as Request).rawBody = buffer;
   };
   const parsers = new Map<string, RequestHandler>();
-  const parserFor = (limit: number, keepRaw: boolean): RequestHandler => {
+  return (limit, keepRaw) => {
     const key = `${limit}/${keepRaw}`;
     const parser = parsers.get(key) ?? express.json({ limit, verify: verify(keepRaw) });
     parsers.set(key, parser);
     return parser;
   };
-  return [
-    (req, res, next) => {
-      const operation = req.operation;
-      if (!operation?.jsonBody || operation.bodyLimit === undefined) return next();
-      const length = operation.csrfExempt ? undefined : plainJsonLength(req, operation.bodyLimit);
-      if (length !== undefined) return readPlainJson(req, length, next);
-      parserFor(operation.bodyLimit, operation.csrfExempt)(req, res, (error?: unknown) => {
-        const costIssue = (error as { costIssue?: ValidationIssue } | undefined)?.costIssue;
-        next(costIssue ? tooCostly(costIssue) : error);
-      });
-    },
-    (req, _res, next) => {
-      const issue = nulInQuery(req) ?? (req.body === undefined ? undefined : unsafeJson(req.body));
-      if (!issue) return next();
-      next(new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } }));
-    },
-  ];
+}
+
+const inferenceParsers = jsonParsers();
+
+/** The cost refusal of a body, as its error (body-parser's own errors go on to the error handler). */
+function parseFailure(error: unknown): unknown {
+  const costIssue = (error as { costIssue?: ValidationIssue } | undefined)?.costIssue;
+  return costIssue ? tooCostly(costIssue) : error;
+}
+
+/** A NUL character in a documented query parameter, or a body nested too deep or holding one: its 422. */
+function unsafeRequest(req: Request): AppError | undefined {
+  const issue = nulInQuery(req) ?? (req.body === undefined ? undefined : unsafeJson(req.body));
+  return issue && new AppError('VALIDATION_FAILED', 'The request is invalid; see `errors`.', { errors: [issue], inference: { code: 'invalid_parameter' } });
 }
 
 /**
@@ -124,7 +116,7 @@ const PLAIN_JSON_TYPE = /^application\/json\s*(;\s*charset\s*=\s*"?utf-8"?\s*)?$
  * body that is not JSON fails with body-parser's `entity.parse.failed` (400), a request its client
  * abandoned with `request.aborted`. The HTTP parser delivers exactly `length` bytes.
  */
-function readPlainJson(req: Request, length: number, next: NextFunction): void {
+function readPlainJson(req: Request, length: number, next: (error?: Error) => void): void {
   const chunks: Buffer[] = [];
   const done = (error?: Error) => {
     req.off('data', onData);
@@ -277,7 +269,7 @@ function locate(root: unknown, problem: 'nul' | 'depth'): ValidationIssue {
 }
 
 /** The cookies of a `Cookie` header (the first value of each name wins, as browsers send the most specific first). */
-function parseCookies(header: string | undefined): Record<string, string> {
+export function parseCookies(header: string | undefined): Record<string, string> {
   const cookies: Record<string, string> = {};
   for (const pair of (header ?? '').split(';')) {
     const at = pair.indexOf('=');

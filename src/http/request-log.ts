@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
-import type { Express, NextFunction, Request, RequestHandler, Response } from 'express';
+import type { Express, Request, Response } from 'express';
 import type { Logger } from 'pino';
 import { CLIENT_CLOSED, type Metrics } from '../metrics/metrics.ts';
 
@@ -17,9 +17,9 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
  * (`logFailedAnswer`), so there is no listener.
  * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
  * `close` listener (one function for every request: nothing is allocated for it per request).
- * Returns the middleware that starts each request's record (the first of the pipeline).
+ * Returns the step that starts each request's record (the first of both planes).
  */
-export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): RequestHandler {
+export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): (req: Request, res: Response) => void {
   Object.defineProperty(app.request, 'log', {
     configurable: true,
     get(this: Request): Logger {
@@ -33,14 +33,13 @@ export function installRequestLog(app: Express, logger: Logger, metrics?: Metric
   });
   const everyAnswer = logger.isLevelEnabled('info');
   const measured = metrics ? measureAnswer(metrics) : undefined;
-  return function requestLogMiddleware(req: Request, res: Response, next: NextFunction) {
+  return function startRequest(req: Request, res: Response) {
     const inbound = req.get('x-request-id');
     req.id = inbound && INBOUND_ID.test(inbound) ? inbound : `req_${randomUUID().replaceAll('-', '')}`;
     res.setHeader('X-Request-Id', req.id);
     res.locals.startedAt = performance.now();
     if (everyAnswer) res.once('close', () => accessLine(req, res, res.headersSent ? res.statusCode : CLIENT_CLOSED));
     if (measured) res.on('close', measured);
-    next();
   };
 }
 

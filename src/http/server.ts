@@ -1,14 +1,14 @@
 import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
+import { createServer, IncomingMessage, ServerResponse, type Server } from 'node:http';
 import type { Express } from 'express';
-import { messageClassesOf } from './pipeline.ts';
+import type { HttpService } from '../app.ts';
 
 /**
  * Listens on host:port and resolves with the server once it accepts connections. Its requests and
- * responses are made with the app's prototypes (pipeline.ts).
+ * responses are made with the app's prototypes, which both planes use (`messageClassesOf`).
  */
-export async function listen(app: Express, port: number, host: string): Promise<Server> {
-  const server = createServer(messageClassesOf(app), app);
+export async function listen(service: HttpService, port: number, host: string): Promise<Server> {
+  const server = createServer(messageClassesOf(service.app), service.listener);
   server.listen(port, host);
   await once(server, 'listening');
   server.keepAliveTimeout = 65_000;
@@ -29,4 +29,25 @@ export async function closeServer(server: Server, timeoutMs: number): Promise<vo
   } finally {
     clearTimeout(force);
   }
+}
+
+const messageClasses = new WeakMap<Express, { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse }>();
+
+/**
+ * The classes of the requests and responses of `app`'s server (`http.createServer`'s
+ * `IncomingMessage` and `ServerResponse` options): node:http's own, with Express's methods and
+ * settings (`app.request`, `app.response`) on their prototype chain. Express gives each request and
+ * response those prototypes after the fact (`Object.setPrototypeOf`, twice per request: 1 % of the
+ * proxy's CPU at 64 connections, and objects whose prototype changed are slower to use after).
+ */
+export function messageClassesOf(app: Express): { IncomingMessage: typeof IncomingMessage; ServerResponse: typeof ServerResponse } {
+  const known = messageClasses.get(app);
+  if (known) return known;
+  class AppRequest extends IncomingMessage {}
+  class AppResponse<R extends IncomingMessage = IncomingMessage> extends ServerResponse<R> {}
+  Object.setPrototypeOf(AppRequest.prototype, app.request);
+  Object.setPrototypeOf(AppResponse.prototype, app.response);
+  const classes = { IncomingMessage: AppRequest, ServerResponse: AppResponse };
+  messageClasses.set(app, classes);
+  return classes;
 }

@@ -1,0 +1,122 @@
+import type { ErrorObject } from 'ajv';
+import type { Request, Response } from 'express';
+import type { Context, Document, Operation } from 'openapi-backend';
+import { AppError } from '../errors.ts';
+import { authorize } from '../http/authorization.ts';
+import { openApiBackend, type SecurityHandlers } from '../http/openapi.ts';
+import { invalidRequest, isMissingBody, RequestContext, sendReply, type LooseHandler } from '../http/operation-call.ts';
+import { OperationRouter, readOperationRules, type OperationRules } from '../http/operations.ts';
+import { parseCookies, readJsonBody } from '../http/request-body.ts';
+import { setRoute } from '../http/request-log.ts';
+import type { Handlers, OperationId } from '../http/types.ts';
+import type { Principal } from '../principal.ts';
+
+/**
+ * The data plane: the inference operations of the document (those that accept an API key), served
+ * in one path read top to bottom, apart from the management API's Express binding. The same
+ * document drives both: each operation's rules (operations.ts: role, body limit, error format) and
+ * its validators, compiled once. What the management API has and this plane needs too (request
+ * ids and access lines, hardening headers, the Origin check, error answers) is handed in as the
+ * steps `before` and the `fail` answer, so both planes answer alike.
+ */
+export interface InferenceGateway {
+  /**
+   * Answers the request when it is an inference operation's (its method and path), its failures by
+   * `fail` in the inference error shape; false, having done nothing, for any other request.
+   */
+  serve(req: Request, res: Response): boolean;
+}
+
+export interface GatewayOptions {
+  document: Document;
+  /** The handlers of the inference operations (inference.handlers.ts). */
+  handlers: Handlers;
+  /** The same security handlers as the management API's: an API key, or a session and its CSRF token. */
+  security: SecurityHandlers;
+  /** Steps every request of both planes runs first, in order (request id, headers, Origin): each may throw. */
+  before: ReadonlyArray<(req: Request, res: Response) => void>;
+  /** Answers a failure, as the management API's error handler does. */
+  fail: (error: unknown, req: Request, res: Response) => void;
+  /** Validate each reply against the document (a mismatch becomes a 500). */
+  validateResponses: boolean;
+}
+
+export async function createInferenceGateway(options: GatewayOptions): Promise<InferenceGateway> {
+  const rules = [...readOperationRules(options.document).values()].filter((rule) => rule.acceptsApiKey);
+  const api = openApiBackend(options.document);
+  await api.init();
+  const byId = new Map(api.router.getOperations().map((operation) => [operation.operationId ?? '', operation]));
+  const routes = new OperationRouter(
+    rules.map((rule) => {
+      const operation = byId.get(rule.operationId) as Operation;
+      return { path: operation.path, method: operation.method, rule, operation, handler: options.handlers[rule.operationId] as unknown as LooseHandler };
+    }),
+  );
+  type Route = NonNullable<ReturnType<typeof routes.match>['operation']>;
+
+  /** The steps of an inference request, in order. */
+  async function serve(route: Route, req: Request, res: Response): Promise<void> {
+    const { rule, operation, handler } = route;
+    // 1. Authenticated before a byte of the body is read: no one makes the service parse a body
+    //    without credentials. A session caller of a state-changing route shows its CSRF token.
+    const principal = await authenticate(rule, req, res);
+    req.principal = principal;
+    authorize(rule, principal);
+    // 2. The body: JSON read and checked here; a multipart upload is read by its handler as it streams.
+    if (rule.jsonBody && rule.bodyLimit !== undefined) await readJsonBody(req, res, rule.bodyLimit);
+    // 3. Validated against the document, with the validators compiled once for the operation.
+    const body = validate(rule, operation.operationId as OperationId, req);
+    // 4. The handler admits, routes, relays and meters (inference.service.ts); a relayed answer is
+    //    written by it, a listing is sent here.
+    const reply = await handler(new RequestContext(rule, req, res, { body, params: {}, query: req.query, cookies: {}, auth: principal }));
+    sendReply(api, operation, reply, req, res, options.validateResponses);
+  }
+
+  async function authenticate(rule: OperationRules, req: Request, res: Response): Promise<Principal> {
+    const context = {
+      operation: { operationId: rule.operationId, security: rule.security },
+      request: { method: req.method, path: req.path, headers: req.headers, cookies: parseCookies(req.headers.cookie), params: {}, query: {} },
+    } as unknown as Context;
+    const sessionScheme = rule.security.some((requirement) => 'CsrfToken' in requirement) ? options.security.CsrfToken : options.security.SessionCookie;
+    const principal = (req.headers.authorization ? await options.security.ApiKeyBearer(context, req, res) : await sessionScheme(context, req, res)) as Principal | undefined;
+    if (!principal) throw new AppError('UNAUTHENTICATED', 'Sign in, or send an API key, to use this route.', { inference: { code: 'missing_credentials' } });
+    return principal;
+  }
+
+  /** The request checked by the operation's validators (with their coercion and defaults): its body. */
+  function validate(rule: OperationRules, operationId: OperationId, req: Request): unknown {
+    const input: Record<string, unknown> = { path: {}, query: req.query, header: req.headers, cookie: {} };
+    if (typeof req.body === 'object' || req.is('application/json')) input.requestBody = req.body;
+    const errors: ErrorObject[] = [];
+    for (const check of api.validator.getRequestValidatorsForOperation(operationId)) {
+      if (!check(input)) errors.push(...(check.errors ?? []));
+    }
+    // A multipart body is checked part by part by its handler (transcription-form.ts), never held for the validator.
+    const issues = errors.filter((error) => rule.jsonBody || !isMissingBody(error));
+    if (issues.length) throw invalidRequest(issues, rule);
+    return input.requestBody;
+  }
+
+  return {
+    serve(req, res) {
+      const route = routes.match(req.method, req.path).operation;
+      if (!route) return false;
+      // What Express does for a request it routes (its `init`): the pair linked, the locals made.
+      req.res = res;
+      res.req = req;
+      res.locals = Object.create(null) as Response['locals'];
+      req.operation = route.rule;
+      req.errorFormat = route.rule.errorFormat;
+      try {
+        for (const step of options.before) step(req, res);
+        setRoute(res, route.rule.route);
+        if (route.rule.deprecationHeaders) res.set(route.rule.deprecationHeaders);
+      } catch (error) {
+        options.fail(error, req, res);
+        return true;
+      }
+      serve(route, req, res).catch((error: unknown) => options.fail(error, req, res));
+      return true;
+    },
+  };
+}

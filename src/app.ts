@@ -1,11 +1,11 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import express, { type ErrorRequestHandler, type Express, type Request, type RequestHandler, type Response } from 'express';
+import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from 'pino';
 import type { Document } from 'openapi-backend';
 import { PaymentProcessorError } from './billing/payment-processor.ts';
 import { isTransactionConflict } from './db/transactions.ts';
 import { AppError, isAppError } from './errors.ts';
 import { bindOpenApi, type SecurityHandlers } from './http/openapi.ts';
+import type { HttpService } from './http/server.ts';
 import { sendError } from './http/problem.ts';
 import { installRequestLog, setRoute } from './http/request-log.ts';
 import { bytesInWords, jsonBodies } from './http/request-body.ts';
@@ -40,18 +40,11 @@ export interface AppOptions {
 const DOCS_ASSET_PATH = /^\/(docs|redoc)\/assets(\/|$)/i;
 
 /**
- * The HTTP service: one listener that sends each request to its plane. The inference operations go
- * to the gateway (inference/gateway.ts: API keys, the body read after authentication, a relay per
- * request); every other request to the management API, an Express app on openapi-backend as
- * published (sessions, CSRF, Problem errors). `app` makes the requests and responses of both
- * (server.ts: their prototypes).
+ * Builds the service: one listener that sends each request to its plane. The inference operations
+ * go to the gateway (inference/gateway.ts: API keys, the body read after authentication, a relay
+ * per request); every other request to the management API, an Express app on openapi-backend as
+ * published (sessions, CSRF, Problem errors). No side effects: no listening, no connections opened.
  */
-export interface HttpService {
-  app: Express;
-  listener: (req: IncomingMessage, res: ServerResponse) => void;
-}
-
-/** Builds the service. No side effects: no listening, no connections opened. */
 export async function createApp(options: AppOptions): Promise<HttpService> {
   const binding = await bindOpenApi({
     document: options.document,

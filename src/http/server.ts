@@ -1,7 +1,12 @@
 import { once } from 'node:events';
 import { createServer, IncomingMessage, ServerResponse, type Server } from 'node:http';
 import type { Express } from 'express';
-import type { HttpService } from '../app.ts';
+
+/** What the server answers with: its listener, and the Express app whose prototypes its requests and responses get. */
+export interface HttpService {
+  app: Express;
+  listener: (req: IncomingMessage, res: ServerResponse) => void;
+}
 
 /**
  * Listens on host:port and resolves with the server once it accepts connections. Its requests and

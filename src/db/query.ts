@@ -76,3 +76,11 @@ export async function deleteInBatches(deleteBatch: (limit: number) => Promise<nu
 export function inTransaction<T>(db: Knex | Knex.Transaction, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
   return (db as Knex.Transaction).isTransaction ? work(db as Knex.Transaction) : db.transaction(work);
 }
+
+/** Runs `work` in a read-only transaction that sees one snapshot of the database (repeatable read). */
+export function readOnlySnapshot<T>(db: Knex, work: (trx: Knex.Transaction) => Promise<T>): Promise<T> {
+  return db.transaction(async (trx) => {
+    await trx.raw('set transaction isolation level repeatable read, read only');
+    return work(trx);
+  });
+}

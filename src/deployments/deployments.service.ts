@@ -26,6 +26,7 @@ import { capacityOf, planPlacement, requiredGpuMemoryGb } from './instance-selec
 import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { ListCursors } from './list-cursor.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
+import { readOnlySnapshot } from '../db/query.ts';
 
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
 
@@ -120,8 +121,7 @@ export class DeploymentsService {
     const { model, launch } = await this.#resolve(principal, input);
     const requiredGb = requiredGpuMemoryGb(launch.modelSizeInBillions, launch.quantization);
 
-    return this.#db.transaction(async (trx) => {
-      await trx.raw('set transaction isolation level repeatable read, read only');
+    return readOnlySnapshot(this.#db, async (trx) => {
       const guards = deploymentGuardVerdicts(await loadGuardInputs(trx, organization.id), await countActiveDeployments(trx, organization.id), this.#billing);
       const rows = await readPlacementCandidates(trx);
       const candidates = rows.map(toCandidate);

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { markReused } from '../http/reused-body.ts';
+import { listVersionOf } from './organizations.repository.ts';
 
 /** The whole-list routes whose large answers are kept (each read once per change of the organization). */
 export type OrganizationList = 'invitations' | 'api-keys' | 'deployment-options';
@@ -73,9 +74,8 @@ export class OrganizationListCache {
     return body;
   }
 
-  async #versionOf(organizationId: number): Promise<string> {
-    const row = await this.#db('organization_list_versions').where({ organization_id: organizationId }).first('version');
-    return String(row?.version ?? 0);
+  #versionOf(organizationId: number): Promise<string> {
+    return listVersionOf(this.#db, organizationId);
   }
 
   #remember(key: string): void {

@@ -121,3 +121,9 @@ export async function adminsOf(db: Db, organizationId: number): Promise<Array<{ 
     .select('u.email', 'u.name')
     .castTo<Array<{ email: string; name: string }>>();
 }
+
+/** The version of the organization's lists (raised by a trigger at the commit of every change to them; 0 before any). */
+export async function listVersionOf(db: Db, organizationId: number): Promise<string> {
+  const row = (await db('organization_list_versions').where({ organization_id: organizationId }).first('version')) as { version: string | number } | undefined;
+  return String(row?.version ?? 0);
+}

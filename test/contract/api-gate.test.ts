@@ -29,7 +29,7 @@ describe('the breaking-change gate', () => {
 
   it('fails when a response field is deleted from spec/, naming the field and the operations it breaks', async () => {
     const withoutField = (_file: string, text: string) => text.replace(/^\s*selection_reason: .*\n/gm, '');
-    const broken = await generateChangedSpec(path.join(dir, 'project'), ['deployments/models.tsp', 'deployments/operations.tsp'], withoutField);
+    const broken = await generateChangedSpec(path.join(dir, 'project'), ['deployments/models.tsp', 'deployments/operations.tsp', 'deployments/examples.tsp'], withoutField);
     const document = JSON.parse(await readFile(broken, 'utf8')) as { components: { schemas: { Deployment: { properties: object } } } };
     expect(document.components.schemas.Deployment.properties).not.toHaveProperty('selection_reason');
 

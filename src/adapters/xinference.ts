@@ -30,16 +30,11 @@ export interface LaunchSpec {
 }
 
 /**
- * Where a model is on the engine:
- * - `loading`: launching, or loaded by the worker but not yet answering (Xinference reports the
- *   instance READY before the engine finished loading; the model serves only once every replica is
- *   READY and `GET /v1/models/{uid}` answers 200);
- * - `ready`: every replica READY and the model answers;
- * - `recovering`: the engine is recreating a model that died (auto-recovery: TERMINATING, then
- *   ERROR, then READY again);
- * - `error`: a replica failed, with the engine's message; `capacity` when the message says the
- *   GPU memory or the slots ran out;
- * - `missing`: the engine does not know the model.
+ * Where a model is on the engine: `loading` (launching, or READY but not answering yet), `ready`
+ * (every replica READY and `GET /v1/models/{uid}` answers 200), `recovering` (the engine recreates a
+ * model that died), `error` (a replica failed; `capacity` when GPU memory or slots ran out) or
+ * `missing` (unknown to the engine). Xinference reports READY before the model is loaded, hence the
+ * second check (docs/engine.md, Readiness and Recovery).
  */
 export type ModelState =
   | { state: 'loading'; progress: number }
@@ -99,16 +94,12 @@ const DEFAULT_TOKEN_LIFETIME_MS = 30 * 60_000;
 const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU memory utilization|No available slot|No available worker/i;
 
 /**
- * The serving engine of a GPU cluster: a Xinference 3.x supervisor's REST API over `got`.
- *
- * Management calls go as the cluster's admin user: `POST /token` logs in, the access token is
- * refreshed (`POST /v1/auth/refresh`) before it expires, and the client logs in again when a
- * refresh fails. A credential the engine refuses is never retried in a loop: every invalid bearer
- * counts toward Xinference's per-address ban (10 in 5 minutes bans the platform's address for an
- * hour), so after one fresh login is refused too, the client stops and reports it.
- *
- * Launches are asynchronous (`wait_ready=false`) with an explicit model uid, so a retried launch
- * is recognised; readiness is polled. Works against a real supervisor and the local simulator alike.
+ * The serving engine of a GPU cluster: a Xinference 3.x supervisor's REST API over `got`, against a
+ * real supervisor or the simulator. Management calls go as the admin user, the token refreshed
+ * before it expires. A refused credential is never retried in a loop: each invalid bearer counts
+ * toward Xinference's ban of the platform's address (10 in 5 minutes: an hour), so after one fresh
+ * login is refused too, the client stops and reports it (docs/engine.md, Credentials). Launches are
+ * asynchronous under an explicit model uid, so a retried launch is recognised; readiness is polled.
  */
 export class XinferenceClient {
   readonly #http: Got;

@@ -58,15 +58,11 @@ interface CacheEntry {
 }
 
 /**
- * API keys of an organization: created once with their secret shown once, scoped to deployments,
- * disabled, re-enabled, revoked for good. Authentication is one indexed lookup by the key's hash,
- * cached in this process. A change is announced in its transaction (`api_key_changed`, see
- * src/db/change-listener.ts), so every process drops the key on commit; a cached state is trusted
- * for 1 second at most whatever happens to notifications. Authentication writes
- * `last_used_at` at most once a minute. The cache holds known keys only, at most 10 000, least
- * recently used first out; an unknown key costs a lookup every time, and a client address that sends
- * more than 20 of them in a minute gets 429 on its key authentications until the minute is over
- * (counted in this process's memory, no database write).
+ * API keys of an organization: created with their secret shown once, scoped to deployments,
+ * disabled, re-enabled, revoked. Authentication is one lookup by the key's hash, cached per process
+ * for known keys only. A change is announced in its transaction (`api_key_changed`), so every
+ * process drops the key on commit; a cached state is trusted 1 second at most. Unknown keys are
+ * throttled per client address in memory. Sizes and limits: docs/decisions/2026-11-21-api-keys.md.
  */
 export class ApiKeysService {
   readonly #db: Knex;

@@ -51,23 +51,12 @@ export interface Correction {
 }
 
 /**
- * Reconciliation with the payment processor: per customer, meter and day (UTC) of the
- * last 35 days that ended over an hour ago, the values of the reports marked counted (minus those
- * the processor refused later, plus corrections sent) against the processor's meter event summary
- * of that day. Each day that differs is recorded (`usage_differences`, one open per customer,
- * meter and day, its figures updated on each run) and alerted; an open one whose figures agree
- * again is resolved `matched`. Each customer's invoices are backfilled from the processor's list on
- * the way. A daily job runs it; `billing reconcile` runs it at once.
- *
- * The correction rule (`correct`), in millionths of a dollar rounded to cents once:
- * - the processor counted less, in a period whose invoice is not finalized yet (the account's
- *   current period, or the one before within an hour of its end): the missing amount as one meter
- *   event stamped inside that day, which Stripe invoices with the rest of the period;
- * - it counted less in a period already invoiced (or over 35 days ago): an invoice item of the
- *   missing amount on the subscription's next invoice;
- * - it counted more: a credit note of the surplus on the invoice of that day's period (to the
- *   customer's balance once paid), once that invoice is finalized;
- * - under half a cent: resolved, nothing sent.
+ * Reconciliation with the payment processor: per customer, meter and day (UTC) of the last 35 days,
+ * what we reported as counted against the processor's meter summary of that day. A day that
+ * differs is recorded (`usage_differences`, one open per customer, meter and day) and alerted; one
+ * that agrees again is resolved `matched`. Invoices are backfilled on the way. A daily job runs it,
+ * `billing reconcile` at once. `correct` applies the correction rule (a meter event, an invoice
+ * item or a credit note, depending on the invoice's state): docs/billing.md, Reconciliation.
  */
 export class UsageReconciler {
   readonly #db: Knex;

@@ -45,31 +45,12 @@ export type ReportTotals = Record<MeterName, number>;
 
 /**
  * Reports closed GPU intervals and hosted-token usage records to the processor's meters as amounts.
- *
- * Claiming: per organization and meter, one statement takes the unclaimed rows of one billing
- * period (the oldest's), inserts a `usage_reports` row with their exact amount, stamped with their
- * latest usage, and marks them with it: a report never spans a period's bound, so Stripe invoices
- * all of it in the period it happened in. The report's value is
- * `floor(cumulative amount × 10⁶) − floor(previous cumulative amount × 10⁶)` millionths of a dollar,
- * so rounding never loses or adds a cent over any number of reports. An organization has at most
- * one unsent report per meter (claims of an organization and meter are serialized by an advisory
- * lock); its usage waits behind it.
- *
- * Sending: each unsent report is one meter event under its own identifier (the installation's id
- * and a random one, so no other installation or restored database repeats it). Stripe refuses an
- * identifier it holds (within at least 24 hours) rather than count it again: a retried, concurrent
- * or crashed run that re-sends a report the processor had takes that refusal as "counted". A report
- * first sent more than 23 hours ago is sent again only once the meter's summary shows the processor
- * does not have it (`#send`). A report is marked sent (with its rows) only after the processor
- * accepted it or said it had it.
- *
- * A refused report opens a `report_failed` anomaly for the organization and meter (the usage
- * summary's `open_anomalies`) and fails the job, which pg-boss retries with backoff; the other
- * organizations' reports go on, and the next accepted report of that organization and meter
- * resolves it. Organizations with no processor customer yet (payment never set up) are skipped:
- * their usage waits, unclaimed, until they have one. An organization with a customer but no live
- * subscription has its usage held too, with a `no_subscription` anomaly: Stripe would accept the
- * events and never invoice them.
+ * Per organization and meter, one statement claims unclaimed rows of one billing period into a
+ * report (so none spans two invoices), under an advisory lock: at most one unsent report per
+ * organization and meter. Each report is one meter event under its own identifier; Stripe refuses
+ * an identifier it holds, and that refusal counts as sent, so a retried or concurrent run never
+ * counts twice. A report is marked sent only once the processor has it. Rounding, the 23-hour
+ * resend rule, anomalies, held usage: docs/billing.md, Reporting to the processor.
  */
 export class UsageReporter {
   readonly #db: Knex;

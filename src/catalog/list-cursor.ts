@@ -4,17 +4,11 @@ import type { CatalogFilter, CatalogPosition } from './catalog.repository.ts';
 
 /**
  * The opaque cursor of `GET /api/v1/deployable-models` (`after` in, `next_cursor` out): the position
- * after a page's last model in the list's order (its search rank with `q`, its `sort_order`,
- * `display_name` and id), bound by an HMAC to the list it came from: the caller (user and
- * organization) and the query (`enabled_only`, `model_type`, `provider`, `q`), so a cursor sent
- * with other filters is refused rather than starting a page somewhere in another list.
- *
- * Layout: base64url of the position as JSON (`[rank or null, sort_order, display_name, id]`), a dot,
- * and the first 22 characters (132 bits) of the base64url HMAC-SHA-256 under the key
- * `catalog-list-cursor` derived from APP_SECRET, over the version, the caller, the query and the
- * payload. A cursor that is malformed, altered, or issued for another caller or query is refused
- * with 422 `VALIDATION_FAILED` at `query/after`. It does not expire; the model it points after need
- * not be listed any more.
+ * after a page's last model in the list's order (search rank with `q`, `sort_order`, `display_name`,
+ * id), bound by an HMAC to the caller and the query (`enabled_only`, `model_type`, `provider`, `q`),
+ * so a cursor sent with other filters is refused (422 at `query/after`) rather than starting a page
+ * in another list. It does not expire. Layout and reasons:
+ * docs/decisions/2026-11-28-catalog-paging-and-llms-by-default.md.
  */
 const VERSION = 1;
 const TAG_CHARS = 22;

@@ -1,13 +1,9 @@
 /**
  * Step of the normalizer (normalize-openapi.ts): every error response of every operation says which
- * codes it carries (`x-error-codes`) and has one example per code, built by the server's own
- * mappers (`toProblem`, `toInferenceError`), so a mock answers `Prefer: code=409` with a body a
- * client can assert on: its `status` is the response's, its `code` one the operation documents.
- *
- * The codes of a response are the ones its description names in backticks (the error model's doc
- * in spec/), kept when the code's own status is the response's (`default`: any status the operation
- * does not list). A response that names none stops `make generate`. Each example's `detail` (or
- * `message`) is the code's doc comment in spec/common/errors.tsp.
+ * codes it carries (`x-error-codes`, the ones its description names) and has one example per code,
+ * built by the server's own mappers, so a mock answers `Prefer: code=409` with a body a client can
+ * assert on. A response that names no code stops `make generate`. The rules:
+ * docs/api-for-sdk-teams.md, Mockable errors.
  */
 import { readFileSync } from 'node:fs';
 import { AppError, type ErrorCode, type InferenceErrorCode } from '../errors.ts';

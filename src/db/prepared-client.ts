@@ -14,19 +14,12 @@ const MAX_STATEMENTS_PER_CONNECTION = 250;
 const MAX_NAMED_TEXTS = 5_000;
 
 /**
- * knex's Postgres client, with every read sent as a named statement, prepared once per connection:
- * Postgres then parses and plans it once per connection (after five runs it keeps a generic plan
- * when that is estimated to cost no more than planning each time). Planning was most of a read's
- * time on the service's routes: a session's lookup (four tables) took 0.47 ms built and planned each
- * time against 0.07 ms prepared, a lookup by primary key 0.20 against 0.07 (node and Postgres on
- * this 2-core machine, 2,200 calls each, interleaved).
- *
- * A statement's name is a hash of its text, so texts that differ (an `in` list of another length)
- * are statements of their own, up to MAX_STATEMENTS_PER_CONNECTION on each connection. When a
- * migration changes the columns a prepared `select *` returns, Postgres refuses to run it ("cached
- * plan must not change result type"): the read runs again unnamed, and the connection, which keeps
- * the stale statement, is closed when it goes back to the pool. Behind a pooler in transaction mode,
- * named statements need one that keeps them (PgBouncer 1.21 or later, `max_prepared_statements`).
+ * knex's Postgres client, with every read sent as a named statement (its name a hash of its text),
+ * so Postgres parses and plans it once per connection: planning was most of a cheap read's time.
+ * When a migration changes the columns a prepared `select *` returns, Postgres refuses it ("cached
+ * plan must not change result type"): the read runs again unnamed and the connection is closed when
+ * it goes back to the pool. Measurements and the pooler it needs:
+ * docs/decisions/2026-11-26-every-read-is-a-prepared-statement.md.
  */
 export class PreparingPostgresClient extends PostgresClient {
   override async _query(connection: Connection, query: KnexQuery): Promise<KnexQuery> {

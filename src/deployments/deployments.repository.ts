@@ -38,17 +38,6 @@ export interface ListPosition {
 /** A deployment's creation time as `ListPosition.createdAt` spells it. */
 const POSITION_AT = `to_char(d.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
 
-/**
- * A page of the scope's deployments, newest first (created_at desc, id desc); how many the scope
- * has; and the position after the page's last row when more rows follow (else null).
- *
- * The page is a deferred join: the ids of the page come from an index-only scan of
- * `deployments_by_owner` (after `after`, when given, as an index condition; else skipping `offset`
- * index entries, not rows), then only the page's rows are read by primary key, in the same order
- * (a nested loop keeps it, so nothing is sorted). One row more than `limit` says whether another
- * page follows. `total` is the owner's counter in `deployment_counts` (kept by triggers, migration
- * 20261125100000_deployment_counts), not a count of the rows.
- */
 /** The columns of a deployment the API shows besides its times. */
 const SHOWN_COLUMNS = [
   'id',
@@ -73,6 +62,13 @@ const SHOWN_COLUMNS = [
 export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number]> & { created_at: string; updated_at: string; terminated_at: string | null };
 const LISTED_TIMES = ['created_at', 'updated_at', 'terminated_at'] as const satisfies ReadonlyArray<keyof ListedDeployment>;
 
+/**
+ * A page of the scope's deployments, newest first (created_at desc, id desc), the scope's total, and
+ * the position after the page's last row when more follow (else null). A deferred join: the page's
+ * ids from an index-only scan of `deployments_by_owner`, then only those rows by primary key, in
+ * order; one row more than `limit` says whether another page follows. `total` is the owner's counter
+ * in `deployment_counts`, not a count (docs/scaling.md, Indexes that keep reads cheap).
+ */
 export async function listDeploymentsOf(
   db: Db,
   scope: Scope,

@@ -4,19 +4,11 @@ import type { ListPosition, Scope } from './deployments.repository.ts';
 
 /**
  * The opaque cursor of `GET /api/v1/model-deployments` (`after` in, `next_cursor` out): the position
- * after a page's last deployment (its creation time to the microsecond and its id), bound by an HMAC
- * to the list it came from (the user and organization of the caller who got it).
- *
- * Layout: base64url of 25 bytes (a version byte, the creation time as microseconds since the Unix
- * epoch in a signed 64-bit big-endian integer, the id's 16 bytes), a dot, and the first 22
- * characters (132 bits) of the base64url HMAC-SHA-256 under the key `deployment-list-cursor`
- * derived from APP_SECRET, over the version, the user, the organization and the payload.
- *
- * A cursor that is malformed, altered, or issued for another user's or organization's list (or
- * under another APP_SECRET) is refused with 422 `VALIDATION_FAILED` at `query/after`. The query is
- * scoped to the caller whatever the cursor says, so a cursor carries a position only: it can
- * neither show nor reach another tenant's rows. A cursor does not expire; the deployment it points
- * after need not exist any more.
+ * after a page's last deployment (creation time to the microsecond, then id), bound by an HMAC to
+ * the caller's user and organization. A malformed, altered or foreign cursor is refused with 422 at
+ * `query/after`. The query is scoped to the caller whatever the cursor says, so a cursor carries a
+ * position only. Layout and reasons:
+ * docs/decisions/2026-11-25-paging-deployments-offset-and-keyset-cursor.md.
  */
 const VERSION = 1;
 const PAYLOAD_BYTES = 25;

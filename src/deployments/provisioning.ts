@@ -74,18 +74,14 @@ export function engineModelUid(deploymentId: string): string {
 }
 
 /**
- * Provisioning in the background, one idempotent step per job, each keyed by the deployment id:
- * place (choose the instance and allocate its GPUs), launch on the engine, wait until ready,
- * terminate. Every step re-reads the deployment under a row lock and acts only from the state it
- * expects, so a retried, duplicated or resumed step does nothing twice. A periodic reconciler
- * resumes steps a dead worker left behind and notices engines that lost a running model.
- *
- * Each step's transaction takes the deployment's row lock first, then what it books or releases;
- * one Postgres breaks on a deadlock or a serialization failure runs again (`retryingTransaction`).
- *
- * GPUs are freed in our database only once the engine confirms the model is gone: a launch in
- * progress is waited out, then deleted (see `XinferenceClient.stop`). A failed deployment whose
- * model could not be confirmed gone keeps its allocation until the cleanup step confirms it.
+ * Provisioning in the background, one idempotent job per step (place, launch, wait until ready,
+ * terminate) keyed by the deployment id. Each step re-reads the deployment under its row lock and
+ * acts only from the state it expects, so a retried or duplicated step does nothing twice; a
+ * reconciler resumes steps a dead worker left and notices engines that lost a running model.
+ * Lock order: the deployment's row first, then what the step books or releases; a deadlock or
+ * serialization failure runs again (`retryingTransaction`; see
+ * docs/decisions/2026-11-28-one-lock-order-and-retried-transactions.md). GPUs are freed only once
+ * the engine confirms the model gone (docs/engine.md, Termination).
  */
 export class Provisioner {
   readonly #db: Knex;

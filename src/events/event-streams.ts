@@ -36,25 +36,13 @@ export interface StreamLimits {
 const CAP_RETRY_AFTER_SECONDS = 30;
 
 /**
- * The open deployment event streams of this process (server-sent events). A stream is opened with
- * the id it resumes after; it sends the history from there, then whatever each notification says
- * is new: one LISTEN connection per process (the change listener) calls `notify` with the
- * deployment's id when any process commits an event. The streams of one deployment share one feed,
- * which reads the log once after the oldest id any of them has, and hands each stream the events
- * after its own last one: one read per event per process, however many streams follow it. A
- * notification that arrives while a read is under way makes the feed read once more, so none is
- * lost; after the listener reconnects (notifications may have been missed) every feed re-reads.
- * Events of one deployment commit in id order (events.repository.ts), so reading "after the last
- * id" never skips one. A `: keep-alive` comment goes out every heartbeat; at shutdown every stream
- * is ended (clients reconnect elsewhere and resume). Once a read finds nothing more and the
- * deployment is in a final status (its last event's, or at open the deployment's own when nothing
- * follows `lastEventId`), the stream sends `end` and closes.
- *
- * A stream lives no longer than the access it was opened with: when the user's sessions or
- * memberships change (`accessChanged`, announced by Postgres triggers to every process), each of
- * their streams asks its owner whether it is still allowed, and ends when not (sign-out, a revoked
- * session, removal from the organization, leaving). At most `limits.perProcess` streams are open
- * in the process and `limits.perUser` per user; one more answers 429 `RATE_LIMITED`.
+ * The open deployment event streams of this process (server-sent events): each sends the history
+ * after the id it resumes from, then what each notification (`notify`, from the change listener)
+ * says is new. The streams of one deployment share one feed: one read per event per process. A
+ * notification during a read makes the feed read again, and a reconnected listener makes every feed
+ * re-read, so nothing is lost; events of one deployment commit in id order, so "after the last id"
+ * never skips one. A stream ends at a final status, when its user's access ends, or at shutdown;
+ * streams are capped per process and per user (docs/events-and-webhooks.md, The stream).
  */
 export class DeploymentEventStreams {
   readonly #db: Knex;

@@ -29,16 +29,11 @@ interface HostedPlacement {
 }
 
 /**
- * Launches the catalog's hosted models (all enabled ones, or those named) on every active hosted
- * cluster through the engine, each in its default launch combination (the catalog's smallest
- * `pytorch` size), and waits until each serves or `timeoutMs` passes; every launch is recorded in
- * `hosted_model_endpoints` with its state (`launching` while it loads).
- *
- * Each hosted cluster's workers are synced first; a launch books its GPUs in the GPU ledger
- * (src/clusters/gpu-ledger.ts) on the cheapest worker with room, as a deployment's would, and is
- * pinned to that worker. So a cluster registered both as dedicated and as hosted never offers a
- * dedicated deployment the GPUs of a hosted model. A launch that fails gives its GPUs back; one
- * launched before keeps its worker.
+ * Launches the catalog's hosted models (all enabled, or those named) on every active hosted cluster
+ * in their default launch combination, and waits until each serves or `timeoutMs` passes; each
+ * launch is recorded in `hosted_model_endpoints`. A launch books its GPUs in the GPU ledger on the
+ * cheapest worker with room and is pinned there, so a cluster registered both as dedicated and as
+ * hosted never offers a deployment a hosted model's GPUs (docs/engine.md, Hosted models).
  */
 export async function launchHostedModels(
   deps: { db: Knex; clusters: ClustersService },

@@ -90,15 +90,12 @@ export function sendError(req: Request, res: Response, error: AppError): void {
 }
 
 /**
- * A body left unread by an answer given before it (no credentials, a model nothing serves, a bad
- * upload part, a limit): its client may still be sending it. Closing the connection at once resets
- * it under the client's write (EPIPE), and a client that writes before it reads (the openai SDK's
- * fetch, one call in a few) never sees the answer. So the rest of the body is drained as it comes,
- * never parsed, and the connection stays open for the next request: up to the operation's body limit
- * for an authenticated caller (what the route would have read anyway), else
- * `UNREAD_BODY_DRAIN_BYTES`. A body over the limit (413), or declared longer than that, is not
- * drained: the connection closes after the answer. One that grows beyond it while drained is cut off
- * then.
+ * A body left unread by an answer given before it (no credentials, a model nothing serves, a limit):
+ * its client may still be sending it, and closing at once would reset the connection under its
+ * write, so a client that writes before it reads would never see the answer. The rest is drained
+ * unparsed instead, up to the route's body limit for an authenticated caller, else
+ * `UNREAD_BODY_DRAIN_BYTES`; a 413, or a body declared longer, closes the connection after the
+ * answer (docs/decisions/2026-11-21-inference-proxy.md).
  */
 function settleUnreadBody(req: Request, res: Response, error: AppError): void {
   const limit = req.principal ? (req.operation?.bodyLimit ?? UNREAD_BODY_DRAIN_BYTES) : Math.min(req.operation?.bodyLimit ?? UNREAD_BODY_DRAIN_BYTES, UNREAD_BODY_DRAIN_BYTES);

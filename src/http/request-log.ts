@@ -8,16 +8,12 @@ export const INBOUND_ID = /^[A-Za-z0-9._:-]{8,128}$/;
 
 /**
  * Request ids and access lines, with nothing done per request that the log level would not write
- * (docs/decisions/2026-11-23-request-ids-and-access-lines.md). Every request gets an id (a well-formed inbound
- * `X-Request-Id` is kept), echoed on the response. `req.log` is a child logger bound to that id,
- * made the first time something logs with it. One line per answer names the route template, never
- * the raw URL, so tokens carried in paths or queries never reach the logs: at `info` and below for
- * every request (a 5xx at level error; 499 when the client left before its answer began), from a
- * close listener; at `warn` and `error` only the 5xx answers, written by the code that sends them
- * (`logFailedAnswer`), so there is no listener.
- * With `metrics`, each answer's operationId, status and duration go to the HTTP histogram from a
- * `close` listener (one function for every request: nothing is allocated for it per request).
- * Returns the step that starts each request's record (the first of both planes).
+ * (docs/decisions/2026-11-23-request-ids-and-access-lines.md). Every request gets an id (a
+ * well-formed inbound `X-Request-Id` is kept), echoed on the response; `req.log` is made the first
+ * time something logs. An access line names the route template, never the URL (tokens travel in
+ * some): at `info` and below from a close listener, at `warn` and `error` only for 5xx answers, by
+ * `logFailedAnswer`. With `metrics`, one shared `close` listener feeds the HTTP histogram. Returns
+ * the step that starts each request's record (the first of both planes).
  */
 export function installRequestLog(app: Express, logger: Logger, metrics?: Metrics): (req: Request, res: Response) => void {
   Object.defineProperty(app.request, 'log', {

@@ -75,23 +75,13 @@ export interface Admission {
 }
 
 /**
- * Per-key limits of the inference proxy (requests and tokens per minute, a monthly token and spend
- * budget; see `ApiKeyLimits` in the spec), with no database write per request and correct across
- * processes sharing one Postgres: each process takes shares of every limit from a count in
- * Postgres (`take_from_api_key_bucket`, under the row's lock), a twentieth of a per-minute limit or a
- * thousandth of a monthly budget at a time (more when one request reserves more), and admits
- * requests from its share in memory; the requests that find the share short together wait for one
- * take. Each request reserves the most it can cost before it is forwarded (`Cost`: one request, its
- * prompt's estimate plus its `max_tokens`, their price); what it used replaces the reservation when
- * it ends (`settle`), and what goes beyond the share is owed and paid to the count at once. What N
- * processes admit together:
- * - requests: never more than the limit's bucket would admit to one process, plus at most N shares
- *   (an unused share of a per-minute limit is dropped after 3 s, the time the count takes to forget it);
- * - tokens and spend: a request is admitted in full while its reservation fits; when it does not,
- *   still while something is left, and the count then owes its whole reservation, so the requests
- *   after it are refused. A budget is overshot by at most one request's reservation per process
- *   (plus what a prompt uses beyond its estimate).
- * A key with no limit (its own, or its organization's default) costs nothing here.
+ * Per-key limits of the inference proxy (requests and tokens per minute, monthly token and spend
+ * budgets), correct across processes on one Postgres with no database write per request: each
+ * process takes shares of a limit from a count in Postgres (`take_from_api_key_bucket`, under the
+ * row's lock) and admits requests from its share in memory. Each request reserves the most it can
+ * cost before it is forwarded; `settle` replaces that with what it used. With N processes, requests
+ * stay within the bucket plus N shares, and a budget is overshot by at most one reservation per
+ * process. A key with no limit costs nothing here. Shares, reservations, bounds: docs/limits.md.
  */
 export class KeyLimiter {
   readonly #db: Knex;

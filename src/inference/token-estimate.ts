@@ -1,15 +1,9 @@
 /**
- * Token counts where the engine reported none: a request whose client left before the engine's
- * answer (the engine still read the whole prompt), a stream cut short before its usage chunk, an
- * engine that reports no usage. Counted with OpenAI's `cl100k_base` byte-pair encoding
- * (`gpt-tokenizer`): Llama 3's vocabulary starts with its 100k tokens and Qwen's is built the same
- * way, so it lands close to what the engines count, far closer than bytes / 4 on code, non-Latin
- * text or chunks that carry several tokens.
- *
- * The encoding (about 40 MB) loads on the first estimate, not at start: a process that never meters
- * an estimate never holds it. A long text is sampled (SAMPLE_CHARS in four evenly spaced slices)
- * and scaled to its length, so that an estimate costs at most a few milliseconds of the event loop
- * whatever the prompt (a 10 MiB prompt in full would take seconds).
+ * Token counts where the engine reported none: a client that left before the answer (the engine
+ * still read the prompt), a stream cut short before its usage chunk, an engine that reports none.
+ * Counted with OpenAI's `cl100k_base` (`gpt-tokenizer`), close to what Llama 3 and Qwen count. The
+ * encoding (about 40 MB) loads on the first estimate; a long text is sampled and scaled, so an
+ * estimate costs milliseconds whatever the prompt. Why: docs/decisions/2026-11-23-usage-records.md.
  */
 
 /** Characters counted exactly; a longer text is sampled. */

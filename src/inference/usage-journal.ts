@@ -27,29 +27,13 @@ export function unsafeDirectoryReason(dir: string): string | undefined {
 class UnsafeJournalDirectory extends Error {}
 
 /**
- * The usage write-ahead journal ("group-commit it before the answer's last bytes, or
- * write it ahead"). Each usage record is appended to a file of this process, one JSON line, before
- * the answer's last bytes go out: a write to the page cache of the process's own machine, which a
- * killed process (SIGKILL, an out-of-memory kill) cannot take back, instead of a round trip to
- * Postgres that the answer waits for (0.8 ms when the database's backend was idle, as at one
- * connection: docs/performance.md, Benchmark). The records then go to Postgres in the recorder's batches.
- *
- * The open file (a segment) is sealed when the recorder takes a batch, so every record of a sealed
- * segment is in that batch or an earlier one still unwritten; once a batch is stored, the sealed
- * segments are deleted. Segments left by a process that is gone (killed, or the machine restarted
- * while it ran) are read back by `orphans` and stored by the recorder: each record is stored once
- * per usage id, so one also written before the kill is not doubled. A segment is named after its
- * machine, process id and a token of the process, so a process tells its own segments, those of a
- * live neighbour (left alone) and those of a dead one (the process id is gone, or it is this
- * process's id in an earlier life, as PID 1 in a restarted container) apart. The directory is meant
- * for one database and one machine (Kubernetes: the pod's `emptyDir`, which outlives a container
- * restart); segments of another machine are left alone.
- *
- * Nothing in the directory is trusted for being there: it is created with mode
- * 0700 and refused (no journal: usage is committed before answers end) when it is a symbolic link,
- * another user's, or writable by the group or others; each line is `<HMAC> <JSON>`, the HMAC-SHA-256
- * of the JSON under a key derived from `APP_SECRET`, and a line read back without a valid one is
- * skipped with an alert, its segment kept aside as `….jsonl.refused` for an operator to look at.
+ * The usage write-ahead journal: each record is appended, one signed JSON line, to a file of this
+ * process before the answer's last bytes go out, which a killed process cannot take back, instead of
+ * a Postgres round trip the answer would wait for. The open segment is sealed when the recorder takes
+ * a batch, so a sealed segment's records are in that batch or an earlier unwritten one; segments are
+ * deleted once stored. Segments of dead processes on this machine are read back by `orphans`. The
+ * directory and lines are checked before they are trusted. Why and how:
+ * docs/decisions/2026-11-26-usage-journal.md.
  */
 export class UsageJournal {
   readonly #dir: string;

@@ -50,17 +50,12 @@ const ORPHAN_SCAN_EVERY = 60;
 
 /**
  * Usage of inference requests, kept in memory and written in batches (every second, or at 500
- * records), so no request waits on a database write. Each record is stored once per `usageId`, an
- * id the service makes (the client's `X-Request-Id` is only a label). A batch the database refused
- * (it is restarting, unreachable) is retried at the next flush, up to MAX_UNWRITTEN records.
- *
- * With a journal (usage-journal.ts, the default), every record is appended to it as it is made, so
- * a process killed at any moment loses none: what it had not stored yet is stored by the next
- * process to start on the same machine (or by a live neighbour within a minute). Without one
- * (`USAGE_JOURNAL_DIR=off`), or while it cannot be written, an answer delivered in full is
- * committed before its last bytes go out (`commit`: a group commit with the answers ending then),
- * and what `record` buffered (answers cut short) when the process dies is lost, up to a second of
- * them; a graceful stop flushes it.
+ * records), so no request waits on a database write. Each record is stored once per `usageId`; a
+ * refused batch is retried at the next flush, up to MAX_UNWRITTEN records. With a journal (the
+ * default) every record is appended to it as it is made, so a killed process loses none. Without
+ * one, or while it cannot be written, an answer delivered in full is committed before its last bytes
+ * go out (`commit`), and up to a second of cut-short answers is lost if the process dies. See
+ * docs/decisions/2026-11-26-usage-journal.md.
  */
 export class UsageRecorder {
   readonly #writer: UsageWriter;

@@ -12,15 +12,12 @@ export interface Accrual {
 }
 
 /**
- * The `gpu_instance_seconds` meter. A deployment accrues GPU seconds from the second it entered
- * `running` (`running_since`) to the second it left it (`running_until`), or to now while it runs.
- * Each accrual closes one interval `[accrued_until or running_since, end)` under the deployment's
- * row lock and moves `accrued_until` to its end in the same transaction: the bounds come from the
- * data, never from when the tick ran, so a missed tick is caught up by the next one in one interval,
- * and a repeated, concurrent or crashed tick counts no second twice (the table also refuses two
- * intervals starting at the same second or overlapping). An accrual across a bound of the
- * organization's billing period closes one interval on each side of it, so no interval (and no
- * usage report, src/billing/usage-reporting.ts) spans two invoices.
+ * The `gpu_instance_seconds` meter: a deployment accrues from `running_since` to `running_until`, or
+ * to now while it runs. Each accrual closes one interval from `accrued_until` under the deployment's
+ * row lock and moves `accrued_until` in the same transaction: the bounds come from the data, never
+ * from when the tick ran, so a missed tick is caught up and no second is counted twice. An accrual
+ * across a billing period's bound closes one interval on each side (docs/billing.md, Metering and
+ * prices).
  */
 export class GpuMeter {
   readonly #db: Knex;

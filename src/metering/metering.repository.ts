@@ -136,17 +136,12 @@ export type UsageTotalRow = Pick<
 const HOUR_MS = 3_600_000;
 
 /**
- * The organization's usage in `period`, per priced service, in exact decimal arithmetic (numeric):
- * GPU seconds of closed intervals and of the seconds not closed yet up to `now` (each clipped to
- * the period), and tokens of hosted models (usage records without a deployment, for a model with a
- * `hosted_model` price). The estimated amount is rounded to the cent; the exact amount is not rounded
- * (an invoice rounds once per meter line: src/metering/usage-summary.ts).
- *
- * Whole hours of the period are read from `usage_rollups` and the deltas not folded into it yet
- * (appended by triggers as usage is inserted, src/metering/usage-rollups.ts), and only the partial hours at its edges from the raw rows (at most an hour at each end, through
- * `usage_records_hosted` and `gpu_usage_intervals_span`): the cost of a call does not grow with the
- * organization's usage. A prepared statement: planning it (partitions, a dozen relations) took
- * longer than running it.
+ * The organization's usage in `period`, per priced service, in exact numeric: GPU seconds (closed
+ * intervals, and running seconds up to `now`, clipped to the period) and hosted-model tokens. The
+ * estimated amount is rounded to the cent, the exact one not (an invoice rounds once per meter line).
+ * Whole hours come from the rollups and their unfolded deltas, only the edge hours from raw rows, so
+ * a call's cost does not grow with usage; prepared, since planning it took longer than running it
+ * (docs/billing.md, Usage at scale; docs/performance.md, Data at scale).
  */
 export async function usageTotals(db: Db, organizationId: number, period: Period, now: Date): Promise<UsageTotalRow[]> {
   return preparedRows<UsageTotalRow>(db, 'usage-totals', usageTotalsQuery(db, organizationId, period, now));

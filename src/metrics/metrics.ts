@@ -45,15 +45,11 @@ export interface RelayMetrics {
 }
 
 /**
- * The service's Prometheus metrics (docs/operating.md: Metrics), one registry per container so that several
- * services in one process (tests) never share a series. Made only when METRICS_PORT is set; code
- * that records takes it as optional and records nothing without it.
- *
- * On the request path, histograms are RequestHistogram's, whose series are bound once per label
- * set (kept in a map) to plain counts, and counts that go up and down (active streams) are plain
- * numbers read at scrape time, so a request costs one map lookup and one bucket search per measure. What lives in Postgres (queue depth,
- * deployments by status) is read at scrape time, not on a timer, and served from a snapshot of at
- * most 5 s to the scrapes that follow.
+ * The service's Prometheus metrics, one registry per container so that several services in one
+ * process (tests) never share a series. Made only when METRICS_PORT is set; code that records takes
+ * it as optional. On the request path a measure is one map lookup and one bucket search (series
+ * bound once per label set); what lives in Postgres is read at scrape time and kept 5 s. Costs and
+ * the metrics: docs/operating.md, Metrics.
  */
 export class Metrics implements JobMetrics {
   readonly registry = new Registry();

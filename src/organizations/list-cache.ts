@@ -29,17 +29,10 @@ const MAX_LARGE = 1_000;
 /**
  * The large whole-list answers of organizations, kept per process and reused while the
  * organization's list version (`organization_list_versions`, raised at the commit of every change
- * to what those lists show) is unchanged and no item's status has lapsed since. A reuse costs one
- * primary-key read of the version; a read of the heavy organization's 2,001 invitations cost 15 ms.
- *
- * The version is read before the list, so a list read after a change committed is never kept under
- * an older version than the change's, and a change that commits between the two reads only makes
- * the next call read the list again. Read-your-writes holds across processes: the version lives in
- * the database. Lists below `minItems` are not kept, and cost no extra read: an organization's list
- * is versioned from its second large read on.
- *
- * A kept body is shared by every answer that reuses it, never changed, and serialized once
- * (`markReused`).
+ * those lists show) is unchanged and no item's status has lapsed. A reuse costs one primary-key
+ * read. The version is read before the list, so a list is never kept under an older version than
+ * a change it shows. A kept body is shared, never changed, and serialized once (`markReused`).
+ * Measurements and rules: docs/performance.md, Data at scale.
  */
 export class OrganizationListCache {
   readonly #db: Knex;

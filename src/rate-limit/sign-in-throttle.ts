@@ -22,16 +22,10 @@ export interface SignInAttempt {
 /**
  * Brute-force protection of password sign-in (rate-limiter-flexible's login-protection pattern on
  * its Postgres store). Every attempt is counted atomically BEFORE the password is checked, so
- * parallel guesses cannot all pass a check before any is counted:
- * - per client address: 100 attempts in 15 minutes, whatever the account;
- * - per account and client address: 5 attempts that end in no success, then the pair is held for
- *   1 minute, and each further hold of that pair within 24 hours lasts twice as long (up to 1 hour);
- *   a success clears both counters;
- * - per account from all addresses together (against guessing from many addresses, such as the
- *   2^64 of one IPv6 /64, which counts as one address anyway): 20 attempts in a row that end in no
- *   success, then one attempt per minute for the account, whoever makes it, until one succeeds.
- *   This slows guessing to 1,440 a day and never locks the owner out: the right password passes at
- *   the next free minute, which `Retry-After` names.
+ * parallel guesses cannot all pass a check before any is counted. Three counters: per client
+ * address, per account and address (growing holds), and per account from all addresses (one attempt
+ * a minute after 20 failures in a row: slow for a guesser, never a lockout for the owner). Limits
+ * and reasons: docs/decisions/2026-11-23-sign-in-throttling.md.
  */
 export class SignInThrottle {
   readonly #limiter: RateLimiter;

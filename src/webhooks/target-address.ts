@@ -42,13 +42,9 @@ const GLOBAL_UNICAST = ipaddr.IPv6.parse('2000::');
 /**
  * Why `address` may not be a webhook target (`a loopback address`…), or undefined when it is a
  * public unicast address. The reason is for the log: the API answers only that the target is not
- * allowed, so the check tells nobody what an internal name resolves to.
- * Only ipaddr.js's `unicast` range passes, and for IPv6 only within 2000::/3 (every
- * special-purpose range of IPv4 and IPv6 is refused: loopback, link-local, private, unique-local,
- * CGNAT, multicast, reserved, documentation, benchmarking, translation and tunnelling prefixes).
- * An IPv6 address that embeds an IPv4 address (mapped, translated, compatible, NAT64, 6to4, Teredo)
- * is judged as the IPv4 address it carries, and its own prefix is refused as well unless it is the
- * plain IPv4-mapped form of a public address.
+ * allowed, so the check tells nobody what an internal name resolves to. Only ipaddr.js's `unicast`
+ * range passes, IPv6 only within 2000::/3, and an IPv6 address that embeds an IPv4 one is judged as
+ * that IPv4 address (docs/events-and-webhooks.md, SSRF).
  */
 export function refusedAddress(address: string): string | undefined {
   if (!isIP(address)) return 'not an IP address';

@@ -27,15 +27,12 @@ import {
 export const DELIVER_WEBHOOK_QUEUE = 'deliver-webhook';
 
 /**
- * One delivery attempt per job run: the delivery's body (the same at every attempt) signed with
- * the endpoint's secret (and the previous one while it still signs) at the attempt's time, POSTed
- * with a timeout, without following redirects, to an address checked when connecting. Each
- * attempt is recorded. A failed attempt fails the job, which pg-boss retries with exponential
- * backoff (WEBHOOK_RETRY_*); a delivery whose last attempt failed counts toward disabling its
- * endpoint, and the endpoint is disabled, its organization's admins emailed, once
- * `disableAfterFailures` deliveries in a row failed so. A successful attempt resets the count.
- * Test deliveries go even to a disabled endpoint and never count. The job is keyed by the
- * delivery id (the `webhook-id`), and a delivery no longer pending is not sent again.
+ * One delivery attempt per job run: the delivery's body (the same at every attempt), signed at the
+ * attempt's time with the endpoint's secret (and the previous one while it still signs), POSTed
+ * without following redirects to an address checked when connecting, and recorded. A failed attempt
+ * fails the job for pg-boss to retry; deliveries failed for good in a row disable the endpoint. The
+ * job is keyed by the delivery id, and a delivery no longer pending is not sent again. Retries,
+ * disabling, test deliveries: docs/events-and-webhooks.md, Deliveries and Disabling.
  */
 export class WebhookDeliverer {
   readonly #db: Knex;

@@ -32,10 +32,11 @@ function signedEvent(world: FuzzWorld, example: unknown, secret: 'STRIPE_WEBHOOK
   return { caller: 'nobody', raw, headers: { 'stripe-signature': world.signed(raw, secret) } };
 }
 
-/** Someone new, invited to the organization, answering from their own session. */
-async function invitee(world: FuzzWorld) {
+/** Someone new, invited to the organization, answering from their own session, by the invitation's token or id. */
+async function inviteeAnswers(world: FuzzWorld, by: 'token' | 'id'): Promise<ValidRequest> {
   const user = await world.newUser();
-  return { browser: user.browser, invitation: await world.invitation(user) };
+  const invitation = await world.invitation(user);
+  return { caller: user.browser, path: by === 'token' ? { token: invitation.token } : { invitation_id: invitation.id } };
 }
 
 /**
@@ -90,22 +91,10 @@ export const VALID_REQUESTS: Record<string, (world: FuzzWorld, variant: number, 
   previewInvitation: async (world) => ({ caller: 'nobody', path: { token: (await world.invitation()).token } }),
   registerWithInvitation: async (world) => ({ caller: 'nobody', fields: { token: (await world.invitation()).token } }),
   startInvitationSso: async (world) => ({ caller: 'nobody', path: { provider: SSO_PROVIDER }, fields: { token: (await world.invitation()).token } }),
-  acceptInvitationByToken: async (world) => {
-    const { browser, invitation } = await invitee(world);
-    return { caller: browser, path: { token: invitation.token } };
-  },
-  rejectInvitationByToken: async (world) => {
-    const { browser, invitation } = await invitee(world);
-    return { caller: browser, path: { token: invitation.token } };
-  },
-  acceptInvitation: async (world) => {
-    const { browser, invitation } = await invitee(world);
-    return { caller: browser, path: { invitation_id: invitation.id } };
-  },
-  rejectInvitation: async (world) => {
-    const { browser, invitation } = await invitee(world);
-    return { caller: browser, path: { invitation_id: invitation.id } };
-  },
+  acceptInvitationByToken: (world) => inviteeAnswers(world, 'token'),
+  rejectInvitationByToken: (world) => inviteeAnswers(world, 'token'),
+  acceptInvitation: (world) => inviteeAnswers(world, 'id'),
+  rejectInvitation: (world) => inviteeAnswers(world, 'id'),
   createInvitation: async () => ({ fields: { email: uniqueEmail('invited') } }),
   revokeInvitation: async (world) => ({ path: { invitation_id: (await world.invitation()).id } }),
   resendInvitation: async (world) => ({ path: { invitation_id: (await world.invitation()).id } }),

@@ -62,8 +62,9 @@ export async function createApp(options: AppOptions): Promise<HttpService> {
   const startRequest = installRequestLog(app, options.logger, options.metrics);
   const setSecurityHeaders = securityHeaders({ hsts: options.hsts ?? false });
   const checkOrigin = originCheck(options.allowedOrigins);
-  const gateway = await createInferenceGateway({
-    document: options.document,
+  const gateway = createInferenceGateway({
+    api: binding.api,
+    rules: binding.rules,
     handlers: options.handlers,
     security: options.security,
     validateResponses: options.validateResponses,

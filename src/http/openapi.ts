@@ -40,21 +40,18 @@ export interface OpenApiBinding {
   route: RequestHandler;
   /** Security handlers, request validation, the role, the handler, response validation, 404 and 405. */
   dispatch: RequestHandler;
+  /** openapi-backend over the document, initialized: the gateway uses its validators too. */
+  api: OpenAPIBackend;
+  /** The rules of every operation, read once from the document. */
+  rules: ReadonlyMap<string, OperationRules>;
 }
 
 /**
- * Binds the OpenAPI document, as it is, to the handlers: routing, security, request validation
- * (with query coercion and formats), roles, 404/405, and response validation. The document's
- * route rules (`x-required-role`, `x-error-format`, `x-body-limit`, `x-csrf-exempt`) are read here,
- * once; an operation without a handler or without its rules stops the start.
+ * openapi-backend over the document: request validation with query coercion, defaults and formats.
+ * Validators are compiled on first use: compiling the request and response validators of every
+ * operation up front costs over 100 MB, most of it for routes a process never serves.
  */
-/**
- * openapi-backend over the document, as both planes configure it: request validation with query
- * coercion, defaults and formats. Validators are compiled on first use: compiling the request and
- * response validators of every operation up front costs over 100 MB, most of it for routes a
- * process never serves.
- */
-export function openApiBackend(document: Document): OpenAPIBackend {
+function openApiBackend(document: Document): OpenAPIBackend {
   return new OpenAPIBackend({
     definition: forJsonSchemaValidators(document),
     strict: true,
@@ -150,6 +147,8 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   const router = new OperationRouter(api.router.getOperations());
 
   return {
+    api,
+    rules,
     route: function routeMiddleware(req: Request, res: Response, next: NextFunction) {
       const { operation, atPath } = router.match(req.method, req.path);
       if (operation) {

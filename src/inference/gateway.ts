@@ -1,11 +1,11 @@
 import type { ErrorObject } from 'ajv';
 import type { Request, Response } from 'express';
-import type { Context, Document, Operation } from 'openapi-backend';
+import type { Context, OpenAPIBackend, Operation } from 'openapi-backend';
 import { AppError } from '../errors.ts';
 import { authorize } from '../http/authorization.ts';
-import { openApiBackend, type SecurityHandlers } from '../http/openapi.ts';
+import type { SecurityHandlers } from '../http/openapi.ts';
 import { invalidRequest, isMissingBody, RequestContext, sendReply, type LooseHandler } from '../http/operation-call.ts';
-import { OperationRouter, readOperationRules, type OperationRules } from '../http/operations.ts';
+import { OperationRouter, type OperationRules } from '../http/operations.ts';
 import { parseCookies, readJsonBody } from '../http/request-body.ts';
 import { setRoute } from '../http/request-log.ts';
 import type { Handlers, OperationId } from '../http/types.ts';
@@ -28,7 +28,10 @@ export interface InferenceGateway {
 }
 
 export interface GatewayOptions {
-  document: Document;
+  /** openapi-backend over the document, initialized (the management API's binding's): its operations and validators. */
+  api: OpenAPIBackend;
+  /** Every operation's rules, read once from the document. */
+  rules: ReadonlyMap<string, OperationRules>;
   /** The handlers of the inference operations (inference.handlers.ts). */
   handlers: Handlers;
   /** The same security handlers as the management API's: an API key, or a session and its CSRF token. */
@@ -41,10 +44,9 @@ export interface GatewayOptions {
   validateResponses: boolean;
 }
 
-export async function createInferenceGateway(options: GatewayOptions): Promise<InferenceGateway> {
-  const rules = [...readOperationRules(options.document).values()].filter((rule) => rule.acceptsApiKey);
-  const api = openApiBackend(options.document);
-  await api.init();
+export function createInferenceGateway(options: GatewayOptions): InferenceGateway {
+  const { api } = options;
+  const rules = [...options.rules.values()].filter((rule) => rule.acceptsApiKey);
   const byId = new Map(api.router.getOperations().map((operation) => [operation.operationId ?? '', operation]));
   const routes = new OperationRouter(
     rules.map((rule) => {

@@ -150,8 +150,18 @@ export class StripeEventRelay {
     await this.#loop;
   }
 
+  /** Whether every event the processor has listed so far has been forwarded. */
+  async caughtUp(): Promise<boolean> {
+    const events = await this.#listed();
+    return events.every((event) => this.forwarded.includes(event.id));
+  }
+
+  async #listed(): Promise<Stripe.Event[]> {
+    return (await this.#stripe.events.list({ created: { gte: this.#since }, limit: 100 })).data;
+  }
+
   async #forwardNew(): Promise<void> {
-    const events = await this.#stripe.events.list({ created: { gte: this.#since }, limit: 100 });
+    const events = { data: await this.#listed() };
     for (const event of events.data.toReversed()) {
       if (this.forwarded.includes(event.id)) continue;
       const payload = JSON.stringify(event);

@@ -60,6 +60,14 @@ async function eventsOfCustomer(customerId: string, type: string): Promise<Strip
 const processed = (eventId: string) =>
   waitUntil(async () => Boolean((await app.db('billing_webhook_events').where({ id: eventId }).first())?.processed_at), `event ${eventId} processed`, SETTLING_MS);
 
+/** Waits until every event sent so far reached the webhook route and the worker processed it, so nothing changes the account behind a comparison. */
+const settled = () =>
+  waitUntil(
+    async () => (await relay.caughtUp()) && (await app.db('billing_webhook_events').whereNull('processed_at').first()) === undefined,
+    'every event forwarded and processed',
+    SETTLING_MS,
+  );
+
 describe.skipIf(Boolean(missing))(`billing over HTTP, Checkout in a browser, on ${onEmulator ? 'the Stripe emulator' : 'a Stripe test account'}${missing}`, () => {
   it('goes from a setup session to Checkout in a browser, the signed webhook, the worker and an active subscription', async () => {
     owner = await registeredUser(app);
@@ -87,6 +95,7 @@ describe.skipIf(Boolean(missing))(`billing over HTTP, Checkout in a browser, on 
     const customerId = (await account())?.processor_customer_id ?? '';
     const [completed] = await eventsOfCustomer(customerId, 'checkout.session.completed');
     if (!completed) throw new Error('no checkout.session.completed event of the customer');
+    await settled();
     const before = await account();
     const rows = () => app.db('billing_webhook_events').where({ id: completed.id });
     expect(await rows()).toHaveLength(1);

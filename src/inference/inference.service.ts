@@ -179,8 +179,9 @@ export function createInferenceService(deps: {
 
   /**
    * A JSON route: refuse what the engine would not honour, rewrite `model` to the engine's uid (and
-   * the body as the route needs), stream the answer back (rewritten where the contract promises
-   * what the engine does not give), meter what was delivered.
+   * the body as the route needs), stream the answer back with the name the caller asked for in
+   * place of the uid (and rewritten where the contract promises what the engine does not give),
+   * meter what was delivered.
    */
   const json =
     (
@@ -199,7 +200,8 @@ export function createInferenceService(deps: {
       const principal = callerOf(context);
       const body = { ...(context.body as unknown as Record<string, unknown>) };
       options.refuse?.(body);
-      const target = await router.resolve(principal, body.model);
+      const asked = body.model;
+      const target = await router.resolve(principal, asked);
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
@@ -214,7 +216,17 @@ export function createInferenceService(deps: {
         admission,
         target,
         path,
-        { req: context.req, res: context.res, target, path, body: payload, contentType: 'application/json', accepts: options.accepts, rewrite },
+        {
+          req: context.req,
+          res: context.res,
+          target,
+          path,
+          body: payload,
+          contentType: 'application/json',
+          accepts: options.accepts,
+          rewrite,
+          model: { engineUid: target.engineModelUid, asked: asked as string },
+        },
         (answer) => options.meter({ answer }, request),
       );
       return STREAMED;

@@ -7,6 +7,7 @@ import type { Metrics } from '../metrics/metrics.ts';
 import { AnswerWatch } from './answer-watch.ts';
 import { EngineConnections } from './engine-connection.ts';
 import { ENGINE_ERROR_READ, engineError, refusesCredential, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
+import { ModelNameSwap } from './model-name.ts';
 import type { Target } from './routing.ts';
 
 /** The last event of a chat stream. */
@@ -90,6 +91,8 @@ export class Relay {
     accepts: readonly MediaType[];
     /** Made when the engine's 200 answer arrives (the request, a form included, is then complete). */
     rewrite?: () => AnswerRewrite | undefined;
+    /** The engine's model uid and the name the caller asked for, which answers carry instead (model-name.ts). */
+    model?: { engineUid: string; asked: string };
     /**
      * Called once the engine's answer is complete, before its last bytes go to the client (the
      * usage's journal, or its group commit): the client never holds a whole answer whose usage is
@@ -166,6 +169,7 @@ export class Relay {
       }
       const streaming = media === 'text/event-stream';
       const rewrite = input.rewrite?.();
+      const swap = input.model && new ModelNameSwap(input.model.engineUid, input.model.asked);
       res.statusCode = 200;
       res.setHeader('Content-Type', CONTENT_TYPE[rewrite?.mediaType ?? media]);
       if (streaming) {
@@ -173,15 +177,15 @@ export class Relay {
         res.setHeader('Cache-Control', 'no-cache');
         res.setHeader('X-Accel-Buffering', 'no');
         res.flushHeaders();
-      } else if (!rewrite && response.headers['content-length'] !== undefined) {
-        // A JSON or text answer relayed as it is keeps its length: headers and body go out in one
-        // write, without chunked framing.
+      } else if (!rewrite && !swap && response.headers['content-length'] !== undefined) {
+        // A JSON or text answer relayed byte for byte keeps its length: headers and body go out in
+        // one write, without chunked framing.
         res.setHeader('Content-Length', response.headers['content-length']);
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
       let firstChunk = measures !== undefined;
-      const { ended, held } = await pump(response, res, answer, rewrite, streaming, input.beforeEnd !== undefined, {
+      const { ended, held } = await pump(response, res, answer, swap, rewrite, streaming, input.beforeEnd !== undefined, {
         onChunk: () => {
           if (firstChunk) {
             firstChunk = false;
@@ -191,8 +195,12 @@ export class Relay {
         },
         onPause: () => clearTimeout(timer),
       });
-      let rest: string | undefined = '';
-      if (ended === 'completed' && rewrite) rest = rewritten(() => rewrite.end(), req);
+      let rest: Buffer | string | undefined = '';
+      if (ended === 'completed') {
+        const tail = swap?.end();
+        if (rewrite) rest = rewritten(() => (tail?.length ? rewrite.push(tail) : '') + rewrite.end(), req);
+        else if (tail) rest = tail;
+      }
       if (ended === 'completed' && rest !== undefined) {
         clearTimeout(timer);
         if (input.beforeEnd) await input.beforeEnd(answer);
@@ -283,6 +291,7 @@ function pump(
   upstream: Readable,
   res: Response,
   answer: AnswerWatch,
+  swap: ModelNameSwap | undefined,
   rewrite: AnswerRewrite | undefined,
   streaming: boolean,
   holdEnd: boolean,
@@ -311,10 +320,12 @@ function pump(
     const onData = (chunk: Buffer) => {
       clock.onChunk();
       answer.observe(chunk);
-      let out: Buffer | string = chunk;
+      const relayed = swap ? swap.push(chunk) : chunk;
+      if (relayed.length === 0) return;
+      let out: Buffer | string = relayed;
       if (rewrite) {
         try {
-          out = rewrite.push(chunk);
+          out = rewrite.push(relayed);
         } catch {
           upstream.destroy();
           settle('unusable');

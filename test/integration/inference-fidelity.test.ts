@@ -226,6 +226,38 @@ describe('embeddings as base64 (M13)', () => {
   });
 });
 
+describe('the model name asked for (#35)', () => {
+  it('answers chat, every chunk of a stream and embeddings with the name the caller sent, never the engine’s uid', async () => {
+    for (const model of [chat.id, 'qwen2.5-instruct']) {
+      const answer = await client().chat.completions.create({ model, messages: hello, max_tokens: 3 });
+      expect(lastSent(CHAT).model).toBe(chat.engine_model_uid);
+      expect(answer.model).toBe(model);
+      const chunks = [];
+      for await (const chunk of await client().chat.completions.create({ model, messages: hello, max_tokens: 3, stream: true })) chunks.push(chunk);
+      expect(chunks.length).toBeGreaterThan(2);
+      expect(new Set(chunks.map((chunk) => chunk.model))).toEqual(new Set([model]));
+    }
+    for (const encoding_format of ['float', 'base64'] as const) {
+      const { data: body, response } = await api().POST('/v1/embeddings', { body: { model: 'bge-m3', input: 'one', encoding_format } });
+      expect(response.status).toBe(200);
+      expect(body?.model).toBe('bge-m3');
+    }
+  });
+
+  it('keeps the uid where the model wrote it in its text: only the engine’s own `model` token is renamed', async () => {
+    const uid = chat.engine_model_uid ?? '';
+    const content = `I am "${uid}" and ${uid}`;
+    stub.behave(CHAT, answers(200, { id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: uid, choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage: { prompt_tokens: 2, completion_tokens: 9, total_tokens: 11 } }));
+    try {
+      const answer = await client().chat.completions.create({ model: chat.id, messages: hello });
+      expect(answer.model).toBe(chat.id);
+      expect(answer.choices[0]?.message.content).toBe(content);
+    } finally {
+      stub.behave(CHAT, undefined);
+    }
+  });
+});
+
 describe('engine refusals (M10)', () => {
   it('passes an engine 429 through with Retry-After, the engine’s when it sent one', async () => {
     const limit = { detail: `Rate limit reached for the model. Request limit 4 for the model: ${chat.engine_model_uid}` };

@@ -90,29 +90,43 @@ export async function startClientWorld(kinds: readonly ModelKind[]): Promise<Cli
   };
 }
 
-/** The last exchange on `path` (`/v1/chat/completions`): what the client sent and the answer it got, as JSON. */
-export async function lastExchange(world: Pick<ClientWorld, 'exchanges'>, path: string): Promise<{ sent: Record<string, unknown>; received: Record<string, unknown> }> {
-  const exchange = world.exchanges.findLast((e) => e.path === path);
-  if (!exchange?.sent) throw new Error(`no JSON exchange on ${path}`);
-  return { sent: exchange.sent, received: JSON.parse(await exchange.received) as Record<string, unknown> };
+/** The exchanges on `path` (`/v1/chat/completions`) so far, oldest first. */
+export function exchangesOn(world: Pick<ClientWorld, 'exchanges'>, path: string): Exchange[] {
+  return world.exchanges.filter((exchange) => exchange.path === path);
 }
 
-/** The `data:` events of the last streamed answer on `path`, parsed (`[DONE]` left out). */
-export async function lastStream(world: Pick<ClientWorld, 'exchanges'>, path: string): Promise<{ sent: Record<string, unknown>; events: ChatChunk[] }> {
-  const exchange = world.exchanges.findLast((e) => e.path === path);
+/** The last exchange on `path`, which sent JSON. */
+export function lastExchange(world: Pick<ClientWorld, 'exchanges'>, path: string): Exchange & { sent: Record<string, unknown> } {
+  const exchange = exchangesOn(world, path).at(-1);
   if (!exchange?.sent) throw new Error(`no JSON exchange on ${path}`);
+  return { ...exchange, sent: exchange.sent };
+}
+
+/** The JSON answer of an exchange, as relayed. */
+export async function answerOf<T = Record<string, unknown>>(exchange: Exchange | undefined): Promise<T> {
+  if (!exchange) throw new Error('no such exchange');
+  return JSON.parse(await exchange.received) as T;
+}
+
+/** The `data:` events of a streamed answer, as relayed and parsed (`[DONE]` left out). */
+export async function eventsOf(exchange: Exchange | undefined): Promise<ChatChunk[]> {
+  if (!exchange) throw new Error('no such exchange');
   const events: ChatChunk[] = [];
   const parser = createParser({ onEvent: (event) => void (event.data !== '[DONE]' && events.push(JSON.parse(event.data) as ChatChunk)) });
   parser.feed(await exchange.received);
-  return { sent: exchange.sent, events };
+  return events;
 }
 
-type ChatChunk = components['schemas']['ChatCompletionChunk'];
-type ChatCompletion = components['schemas']['ChatCompletion'];
+export type ChatChunk = components['schemas']['ChatCompletionChunk'];
+export type ChatCompletion = components['schemas']['ChatCompletion'];
+export type EmbeddingList = components['schemas']['EmbeddingList'];
+
+/** The inference routes the suites look at the exchanges of. */
+export const ROUTES = { chat: '/v1/chat/completions', embeddings: '/v1/embeddings' } as const;
 
 /** The tool calls of a chat answer as relayed: name and arguments, parsed from the JSON text. */
-export function relayedToolCalls(answer: Record<string, unknown>): Array<{ id: string; name: string; arguments: unknown }> {
-  const message = (answer as unknown as ChatCompletion).choices[0]?.message;
+export function relayedToolCalls(answer: ChatCompletion): Array<{ id: string; name: string; arguments: unknown }> {
+  const message = answer.choices[0]?.message;
   return (message?.tool_calls ?? []).map((call) => ({ id: call.id, name: call.function.name, arguments: JSON.parse(call.function.arguments) }));
 }
 

@@ -2,17 +2,21 @@ import OpenAI, { APIError, AuthenticationError, NotFoundError, RateLimitError, t
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  answerOf,
   cityFacts,
+  eventsOf,
   lastExchange,
-  lastStream,
   meteredUsage,
   MODELS,
   relayedToolCalls,
+  ROUTES,
   startClientWorld,
   streamedToolCalls,
   WEATHER_TOOL,
   weatherArguments,
+  type ChatCompletion,
   type ClientWorld,
+  type EmbeddingList,
 } from '../helpers/client-contract.ts';
 import { inferenceClient } from '../helpers/inference-client.ts';
 
@@ -68,7 +72,7 @@ describe('chat', () => {
   it('makes a tool round trip: the model calls the tool, the caller answers with a tool message, the model answers text', async () => {
     const messages: OpenAI.ChatCompletionMessageParam[] = ask('What is the weather in Paris?');
     const first = await sdk().chat.completions.parse({ model: MODELS.chat, messages, tools: [weatherTool] });
-    const relayed = relayedToolCalls((await lastExchange(world, '/v1/chat/completions')).received);
+    const relayed = relayedToolCalls(await answerOf<ChatCompletion>(lastExchange(world, ROUTES.chat)));
     expect(first.choices[0]?.finish_reason).toBe('tool_calls');
     const message = first.choices[0]?.message;
     const [call] = message?.tool_calls ?? [];
@@ -80,7 +84,7 @@ describe('chat', () => {
 
     messages.push(message as OpenAI.ChatCompletionMessageParam, { role: 'tool', tool_call_id: call.id, content: JSON.stringify({ temperature: 21, unit: 'celsius' }) });
     const second = await sdk().chat.completions.create({ model: MODELS.chat, messages, tools: [weatherTool] });
-    const sent = (await lastExchange(world, '/v1/chat/completions')).sent;
+    const { sent } = lastExchange(world, ROUTES.chat);
     expect(sent.messages).toEqual([expect.objectContaining({ role: 'user' }), expect.objectContaining({ role: 'assistant', tool_calls: [expect.objectContaining({ id: call.id })] }), expect.objectContaining({ role: 'tool', tool_call_id: call.id })]);
     expect(second.choices[0]?.finish_reason).toBe('stop');
     expect(second.choices[0]?.message.tool_calls ?? []).toEqual([]);
@@ -91,7 +95,7 @@ describe('chat', () => {
   it('streams a tool call as deltas the SDK joins into the call the gateway relayed', async () => {
     const stream = sdk().chat.completions.stream({ model: MODELS.chat, messages: ask('What is the weather in Oslo?'), tools: [weatherTool], stream_options: { include_usage: true } });
     const final = await stream.finalChatCompletion();
-    const { events } = await lastStream(world, '/v1/chat/completions');
+    const events = await eventsOf(lastExchange(world, ROUTES.chat));
     const [call] = final.choices[0]?.message.tool_calls ?? [];
     if (call?.type !== 'function') throw new Error(`no function tool call in ${JSON.stringify(final.choices[0]?.message)}`);
     expect(final.choices[0]?.finish_reason).toBe('tool_calls');
@@ -102,11 +106,11 @@ describe('chat', () => {
 
   it('answers structured output that the SDK parses with the zod schema of response_format json_schema', async () => {
     const answer = await sdk().chat.completions.parse({ model: MODELS.chat, messages: ask('Facts about Lisbon'), response_format: zodResponseFormat(cityFacts, 'city_facts') });
-    const { sent, received } = await lastExchange(world, '/v1/chat/completions');
-    expect(sent.response_format).toMatchObject({ type: 'json_schema', json_schema: { name: 'city_facts', strict: true } });
+    const exchange = lastExchange(world, ROUTES.chat);
+    expect(exchange.sent.response_format).toMatchObject({ type: 'json_schema', json_schema: { name: 'city_facts', strict: true } });
     const message = answer.choices[0]?.message;
     expect(answer.choices[0]?.finish_reason).toBe('stop');
-    expect(message?.parsed).toEqual(JSON.parse(relayedContent(received)));
+    expect(message?.parsed).toEqual(JSON.parse((await answerOf<ChatCompletion>(exchange)).choices[0]?.message.content ?? ''));
     expect(cityFacts.safeParse(message?.parsed).success).toBe(true);
     expect(answer.model).toBe(MODELS.chat);
   });
@@ -124,13 +128,13 @@ describe('embeddings', () => {
     const { key, id } = await world.newKey();
     const input = ['first text', 'second text'];
     const floats = await sdk(key).embeddings.create({ model: MODELS.embedding, input, encoding_format: 'float' });
-    const relayed = (await lastExchange(world, '/v1/embeddings')).received as { data: Array<{ embedding: number[] }> };
+    const relayed = await answerOf<EmbeddingList>(lastExchange(world, ROUTES.embeddings));
     expect(floats.data.map((item) => item.embedding)).toEqual(relayed.data.map((item) => item.embedding));
 
     const byDefault = await sdk(key).embeddings.create({ model: MODELS.embedding, input });
-    const { sent, received } = await lastExchange(world, '/v1/embeddings');
-    expect(sent.encoding_format).toBe('base64');
-    expect(typeof (received as { data: Array<{ embedding: unknown }> }).data[0]?.embedding).toBe('string');
+    const exchange = lastExchange(world, ROUTES.embeddings);
+    expect(exchange.sent.encoding_format).toBe('base64');
+    expect(typeof (await answerOf<EmbeddingList>(exchange)).data[0]?.embedding).toBe('string');
     expect(byDefault.data.map((item) => Array.from(item.embedding))).toEqual(floats.data.map((item) => item.embedding.map((value) => Math.fround(value))));
     const metered = await meteredUsage(world, id);
     expect([floats.usage, byDefault.usage]).toEqual(metered.map((row) => ({ prompt_tokens: row.prompt_tokens, total_tokens: row.total_tokens })));
@@ -162,7 +166,7 @@ describe('audio transcriptions', () => {
     expect(await transcribe('srt')).toBe('1\n00:00:00,000 --> 00:00:01,000\nSimulated transcription of 32000\n\n2\n00:00:01,000 --> 00:00:02,000\nbytes of audio.\n\n');
     expect(await transcribe('vtt')).toBe('WEBVTT\n\n00:00:00.000 --> 00:00:01.000\nSimulated transcription of 32000\n\n00:00:01.000 --> 00:00:02.000\nbytes of audio.\n\n');
     const verbose = await transcribe('verbose_json');
-    expect(verbose).toEqual(JSON.parse(await (world.exchanges.at(-1)?.received ?? '')));
+    expect(verbose).toEqual(await answerOf(world.exchanges.at(-1)));
     expect(verbose).toMatchObject({ text, duration: 2, segments: [{ start: 0, end: 1 }, { start: 1, end: 2 }] });
   });
 });
@@ -231,11 +235,6 @@ describe('errors and retries', () => {
     expect(engineChats() - reachedEngine).toBe(0);
   });
 });
-
-/** The message content of a relayed (non-streamed) chat answer. */
-function relayedContent(answer: Record<string, unknown>): string {
-  return ((answer as unknown as OpenAI.ChatCompletion).choices[0]?.message.content ?? '') as string;
-}
 
 /** Base64 of a JPEG (its first bytes are the SOI marker and a segment's). */
 function isJpeg(base64: string | undefined): boolean {

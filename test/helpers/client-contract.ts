@@ -144,10 +144,16 @@ export function streamedToolCalls(events: readonly ChatChunk[]): Array<{ id: str
   return calls.map((call) => ({ id: call.id, name: call.name, arguments: JSON.parse(call.text) }));
 }
 
-/** The usage records the gateway wrote for the key's calls, oldest first (written in batches: flushed first). */
-export async function meteredUsage(world: Pick<ClientWorld, 'app'>, keyId: number): Promise<Array<{ route: string; model: string; prompt_tokens: number; completion_tokens: number; total_tokens: number }>> {
+export interface MeteredTokens {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** The tokens of each usage record the gateway wrote for the key's calls, oldest first (written in batches: flushed first). */
+export async function meteredUsage(world: Pick<ClientWorld, 'app'>, keyId: number): Promise<MeteredTokens[]> {
   await world.app.container.usage.flush();
-  return world.app.db('usage_records').where({ api_key_id: keyId }).orderBy('id').select('route', 'model', 'prompt_tokens', 'completion_tokens', 'total_tokens');
+  return world.app.db('usage_records').where({ api_key_id: keyId }).orderBy('id').select('prompt_tokens', 'completion_tokens', 'total_tokens');
 }
 
 /** The arguments of the function tool the suites offer the model (`get_weather`): both required, nothing else. */

@@ -17,6 +17,7 @@ import {
   type ChatCompletion,
   type ClientWorld,
   type EmbeddingList,
+  type MeteredTokens,
 } from '../helpers/client-contract.ts';
 
 /**
@@ -31,7 +32,7 @@ let key: string;
 
 /** No retries: a failed answer fails the test instead of being asked again. */
 const chatModel = (apiKey = key) => new ChatOpenAI({ model: MODELS.chat, apiKey, maxRetries: 0, configuration: { baseURL: world.baseURL, fetch: world.fetch } });
-const usageOf = (row: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | undefined) => ({
+const usageOf = (row: MeteredTokens | undefined) => ({
   input_tokens: row?.prompt_tokens,
   output_tokens: row?.completion_tokens,
   total_tokens: row?.total_tokens,

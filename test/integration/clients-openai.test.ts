@@ -1,4 +1,5 @@
-import OpenAI, { APIError, AuthenticationError, NotFoundError, RateLimitError, toFile } from 'openai';
+import type OpenAI from 'openai';
+import { AuthenticationError, NotFoundError, RateLimitError, toFile, type APIError } from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -50,7 +51,7 @@ describe('chat', () => {
     expect(answer.choices[0]?.finish_reason).toBe('stop');
     expect(answer.choices[0]?.message.content).toEqual(expect.stringMatching(/\w/));
     const [metered] = await meteredUsage(world, id);
-    expect(answer.usage).toEqual({ prompt_tokens: metered?.prompt_tokens, completion_tokens: metered?.completion_tokens, total_tokens: metered?.total_tokens });
+    expect(answer.usage).toMatchObject(metered ?? {});
     expect(answer.model).toBe(MODELS.chat);
   });
 
@@ -65,7 +66,7 @@ describe('chat', () => {
     expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('stop');
     expect(chunks.map((chunk) => chunk.choices[0]?.delta.content ?? '').join('')).toMatch(/\w+( \w+)+/);
     const [metered] = await meteredUsage(world, id);
-    expect(last?.usage).toEqual({ prompt_tokens: metered?.prompt_tokens, completion_tokens: metered?.completion_tokens, total_tokens: metered?.total_tokens });
+    expect(last?.usage).toMatchObject(metered ?? {});
     expect(new Set(chunks.map((chunk) => chunk.model))).toEqual(new Set([MODELS.chat]));
   });
 
@@ -101,7 +102,7 @@ describe('chat', () => {
     expect(final.choices[0]?.finish_reason).toBe('tool_calls');
     expect(streamedToolCalls(events)).toEqual([{ id: call.id, name: WEATHER_TOOL.name, arguments: call.function.parsed_arguments }]);
     expect(weatherArguments.safeParse(call.function.parsed_arguments).success).toBe(true);
-    expect(final.usage?.completion_tokens).toBeGreaterThan(0);
+    expect(final.usage).toEqual(events.at(-1)?.usage);
   });
 
   it('answers structured output that the SDK parses with the zod schema of response_format json_schema', async () => {
@@ -137,7 +138,7 @@ describe('embeddings', () => {
     expect(typeof (await answerOf<EmbeddingList>(exchange)).data[0]?.embedding).toBe('string');
     expect(byDefault.data.map((item) => Array.from(item.embedding))).toEqual(floats.data.map((item) => item.embedding.map((value) => Math.fround(value))));
     const metered = await meteredUsage(world, id);
-    expect([floats.usage, byDefault.usage]).toEqual(metered.map((row) => ({ prompt_tokens: row.prompt_tokens, total_tokens: row.total_tokens })));
+    expect([floats.usage, byDefault.usage]).toEqual(metered.map(({ prompt_tokens, total_tokens }) => ({ prompt_tokens, total_tokens })));
     expect([floats.model, byDefault.model]).toEqual([MODELS.embedding, MODELS.embedding]);
   });
 });

@@ -18,6 +18,7 @@ import {
   type ChatCompletion,
   type ClientWorld,
   type EmbeddingList,
+  type MeteredTokens,
 } from '../helpers/client-contract.ts';
 
 /**
@@ -35,7 +36,7 @@ let openai: OpenAIProvider;
 const provider = (apiKey: string) => createOpenAI({ baseURL: world.baseURL, apiKey, fetch: world.fetch });
 /** No retries: a failed answer fails the test instead of being asked again. */
 const once = { maxRetries: 0 } as const;
-const usageOf = (row: { prompt_tokens: number; completion_tokens: number; total_tokens: number } | undefined) => ({
+const usageOf = (row: MeteredTokens | undefined) => ({
   inputTokens: row?.prompt_tokens,
   outputTokens: row?.completion_tokens,
   totalTokens: row?.total_tokens,

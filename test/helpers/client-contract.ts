@@ -19,9 +19,16 @@ import { contractFetch, type Fetch } from './contract.ts';
 /**
  * The catalog models the suites call. The chat model's Xinference specification has the `tools`
  * ability (dev/simulator/xinference-models.json, `qwen2.5-instruct`: chat, tools), so the engine
- * answers tool calls and structured output for it.
+ * answers tool calls and structured output for it; `chatWithoutTools`'s has chat only.
  */
-export const MODELS = { chat: 'qwen2.5-instruct', embedding: 'bge-m3', rerank: 'bge-reranker-v2-m3', image: 'FLUX.1-schnell', audio: 'whisper-large-v3' } as const;
+export const MODELS = {
+  chat: 'qwen2.5-instruct',
+  chatWithoutTools: 'phi-3-mini-128k-instruct',
+  embedding: 'bge-m3',
+  rerank: 'bge-reranker-v2-m3',
+  image: 'FLUX.1-schnell',
+  audio: 'whisper-large-v3',
+} as const;
 export type ModelKind = keyof typeof MODELS;
 
 type KeyLimits = components['schemas']['CreateApiKeyRequest']['limits'];

@@ -1,5 +1,5 @@
 import type OpenAI from 'openai';
-import { AuthenticationError, NotFoundError, RateLimitError, toFile, type APIError } from 'openai';
+import { AuthenticationError, BadRequestError, NotFoundError, RateLimitError, toFile, type APIError } from 'openai';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -39,7 +39,7 @@ const weatherTool = zodFunction({ ...WEATHER_TOOL, parameters: weatherArguments 
 const engineChats = () => world.app.simulator?.requests['POST /v1/chat/completions'] ?? 0;
 
 beforeAll(async () => {
-  world = await startClientWorld(['chat', 'embedding', 'rerank', 'image', 'audio']);
+  world = await startClientWorld(['chat', 'chatWithoutTools', 'embedding', 'rerank', 'image', 'audio']);
   key = (await world.newKey()).key;
 }, 120_000);
 afterAll(() => world?.close());
@@ -114,6 +114,14 @@ describe('chat', () => {
     expect(message?.parsed).toEqual(JSON.parse((await answerOf<ChatCompletion>(exchange)).choices[0]?.message.content ?? ''));
     expect(cityFacts.safeParse(message?.parsed).success).toBe(true);
     expect(answer.model).toBe(MODELS.chat);
+  });
+
+  it('raises BadRequestError, and does not retry, for tools offered to a model whose family cannot call tools', async () => {
+    const from = world.exchanges.length;
+    const call = sdk(key, 2).chat.completions.create({ model: MODELS.chatWithoutTools, messages: ask('What is the weather in Paris?'), tools: [weatherTool] });
+    await expect(call).rejects.toBeInstanceOf(BadRequestError);
+    await expect(call).rejects.toMatchObject({ status: 400, code: 'engine_rejected_request' });
+    expect(world.exchanges.length - from).toBe(1);
   });
 
   it('answers a JSON object for response_format json_object', async () => {

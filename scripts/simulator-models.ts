@@ -4,8 +4,9 @@
  *
  *   node scripts/simulator-models.ts ../shared/xinference [output directory]
  *
- * Kept per family: its abilities, and per launch spec the format, the size and the quantizations
- * offered on the Hugging Face hub (the hub Xinference downloads from by default). Run it when the
+ * Kept per family: its abilities, its tool parser (what makes a family with the `tools` ability
+ * call tools, `xinference/model/llm/__init__.py`), and per launch spec the format, the size and the
+ * quantizations offered on the Hugging Face hub (the hub Xinference downloads from by default). Run it when the
  * specifications move to a new Xinference version, and say which in the file's `source`.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -18,6 +19,7 @@ interface LlmFamily {
   model_name: string;
   model_ability: string[];
   architectures?: string[];
+  tool_parser?: string;
   model_specs: Array<{ model_format: string; model_size_in_billions: number | string; model_src: Record<string, Source> }>;
 }
 interface OtherModel {
@@ -40,6 +42,7 @@ const llm = Object.fromEntries(
     {
       abilities: family.model_ability,
       architectures: family.architectures ?? [],
+      ...(family.tool_parser ? { toolParser: family.tool_parser } : {}),
       specs: family.model_specs.flatMap((spec) => {
         const hub = spec.model_src.huggingface;
         return hub ? [[spec.model_format, String(spec.model_size_in_billions), hub.quantizations ?? []]] : [];
@@ -65,7 +68,7 @@ const byEngine = (file: string) => {
 
 const registry = {
   source: `xorbitsai/inference at ${commit}: xinference/model/{llm/llm_family.json,embedding,rerank,audio,image/model_spec.json}`,
-  license: 'Apache License 2.0; derived data (families, formats, sizes, Hugging Face quantizations, abilities, architectures). See xinference-models.LICENSE.',
+  license: 'Apache License 2.0; derived data (families, formats, sizes, Hugging Face quantizations, abilities, architectures, tool parsers). See xinference-models.LICENSE.',
   LLM: llm,
   embedding: withSpecs('embedding-model_spec.json'),
   rerank: withSpecs('rerank-model_spec.json'),

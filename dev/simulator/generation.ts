@@ -1,22 +1,25 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import busboy, { type Busboy } from 'busboy';
 import type { Model, SimulatedCluster } from './cluster.ts';
 import { solidJpeg } from './jpeg.ts';
-import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valueError } from './http.ts';
+import { hashSeed, prng } from './seeded.ts';
+import { countWords, textGeneration, type GenerationSettings, type ModelAccessCheck } from './text-generation.ts';
+import { pydanticError, readJsonObject, sendJson, SimulatorError } from './http.ts';
 
 /**
  * The OpenAI-compatible inference routes of the simulator (`xinference/api/restful_api.py`,
- * `create_chat_completion`, `create_embedding`, `rerank`, `create_images`,
- * `create_transcriptions`): the request and answer shapes, SSE framing and usage of Xinference.
- * Outputs are derived deterministically from the request (a hash-seeded word list, hash-seeded
- * unit vectors, a one-colour JPEG).
+ * `create_embedding`, `rerank`, `create_images`, `create_transcriptions`, and the text routes of
+ * `text-generation.ts`, `create_chat_completion` and `create_completion`): the request and answer
+ * shapes, SSE framing and usage of Xinference. Outputs are derived deterministically from the
+ * request (a hash-seeded word list, hash-seeded unit vectors, a one-colour JPEG).
  *
  * Where Xinference does not answer as the hosted API does, the simulator answers as Xinference:
- * - chat: any `logit_bias` but null is 501 "Not implemented", and `n` is dropped: one choice
- *   (`api/restful_api.py`, `create_chat_completion`);
+ * - chat and completions: any `logit_bias` but null is 501 "Not implemented", and `n` is dropped:
+ *   one choice (`api/restful_api.py`, `create_chat_completion`, `create_completion`); tools and
+ *   structured output as `text-generation.ts` says;
  * - embeddings: `encoding_format` is dropped: vectors are float lists (`restful_api.py`,
  *   `create_embedding`);
  * - images: `url` (the default) is a path on the worker's disk to a JPEG, `b64_json` a base64
@@ -26,195 +29,15 @@ import { isRecord, pydanticError, readJsonObject, sendJson, SimulatorError, valu
  *   JSON (`restful_api.py`, `create_transcriptions`).
  */
 
-export interface GenerationSettings {
-  /** Delay between generated tokens (streamed, and in total for non-streaming answers). */
-  tokenLatencyMs: number;
-  /** Length in tokens (= words) of a generated answer unless `max_tokens` cuts it short. */
-  completionTokens: number;
-  /** Dimension of the simulated embedding vectors. */
-  embeddingDimensions: number;
-}
-
-interface Generation {
-  model: Model;
-  res: ServerResponse;
-  done: boolean;
-  timer: NodeJS.Timeout | undefined;
-  fail(message: string): void;
-  stop(): void;
-}
-
-const SSE_HEADERS = {
-  'content-type': 'text/event-stream; charset=utf-8',
-  'cache-control': 'no-store',
-  connection: 'keep-alive',
-  'x-accel-buffering': 'no',
-};
-/** sse-starlette (Xinference's SSE writer) ends lines with CRLF. */
-const SSE_END = '\r\n\r\n';
-const DONE_EVENT = `data: [DONE]${SSE_END}`;
-
-const WORDS = [
-  'the', 'model', 'answers', 'with', 'simulated', 'words', 'drawn', 'from', 'a', 'seeded', 'list',
-  'cluster', 'token', 'stream', 'quietly', 'returns', 'every', 'request', 'same', 'text', 'again',
-  'gpu', 'memory', 'holds', 'weights', 'while', 'layers', 'compute', 'bright', 'answers', 'for',
-  'you', 'and', 'them', 'under', 'clear', 'skies', 'river', 'stone', 'light', 'signal', 'north',
-  'garden', 'paper', 'window', 'orbit', 'harbor', 'meadow', 'silver', 'copper', 'lantern', 'echo',
-  'forest', 'summit', 'ember', 'tide', 'cedar', 'prism', 'falcon', 'canyon', 'willow', 'ridge', 'delta', 'nova',
-];
+export type { GenerationSettings, ModelAccessCheck } from './text-generation.ts';
 
 export type InferenceRoutes = ReturnType<typeof inferenceRoutes>;
 
-/** The auth's model check of an inference route (`SimulatedAuth.checkModelAccess`); none without auth. */
-export type ModelAccessCheck = (req: IncomingMessage, modelUid: string, modelType: string) => void;
-
 export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationSettings, checkModelAccess: ModelAccessCheck = () => undefined) {
-  const activeGenerations = new Set<Generation>();
-  const counters = { abortedRequests: 0, generatedTokens: 0 };
+  const textRoutes = textGeneration(cluster, settings, checkModelAccess);
 
   function requireAbility(model: Model, type: string, what: string): void {
     if (model.type !== type) throw new SimulatorError(500, `Model ${model.name} is not for ${what}.`);
-  }
-
-  function track(model: Model, res: ServerResponse, onStop: () => void, onFail: (message: string) => void): Generation {
-    const generation: Generation = {
-      model,
-      res,
-      done: false,
-      timer: undefined,
-      stop() {
-        if (generation.done) return;
-        generation.done = true;
-        if (generation.timer) clearTimeout(generation.timer);
-        generation.timer = undefined;
-        activeGenerations.delete(generation);
-        model.generations.delete(generation);
-        onStop();
-      },
-      fail(message: string) {
-        if (generation.done) return;
-        generation.stop();
-        onFail(message);
-      },
-    };
-    activeGenerations.add(generation);
-    model.generations.add(generation);
-    res.once('close', () => {
-      if (!generation.done) {
-        counters.abortedRequests++;
-        generation.stop();
-      }
-    });
-    return generation;
-  }
-
-  async function chatCompletions(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await readJsonObject(req, res);
-    if (!body) return;
-    if (typeof body.model !== 'string') return pydanticError(res, 'CreateChatCompletion', 'model');
-    // restful_api.py, create_chat_completion: checked before the messages and the model.
-    if (body.logit_bias !== undefined && body.logit_bias !== null) throw new SimulatorError(501, 'Not implemented');
-    const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
-    if (messages.length === 0) throw valueError('Invalid input. Please specify the prompt.');
-    checkModelAccess(req, body.model, 'LLM');
-    const model = cluster.serving(body.model);
-    requireAbility(model, 'LLM', 'chat');
-    // core/model.py, chat: a family with only `generate` (codestral-v0.1) has no chat on vLLM.
-    if (!model.abilities.includes('chat')) throw new SimulatorError(500, `Model ${model.name} is not for chat.`);
-
-    let promptTokens = 0;
-    let lastUser = '';
-    for (const message of messages) {
-      const text = messageText(message);
-      promptTokens += countWords(text);
-      if (isRecord(message) && message.role === 'user') lastUser = text;
-    }
-    const maxTokensRaw = typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : body.max_tokens;
-    const maxTokens = typeof maxTokensRaw === 'number' && maxTokensRaw >= 0 ? Math.floor(maxTokensRaw) : undefined;
-    // vLLM's ignore_eos generates exactly max_tokens.
-    let count = body.ignore_eos === true && maxTokens !== undefined ? maxTokens : settings.completionTokens;
-    let finishReason = 'stop';
-    if (maxTokens !== undefined && maxTokens < count) {
-      count = maxTokens;
-      finishReason = 'length';
-    }
-    const words = answerWords(`${lastUser}\u0000${typeof body.seed === 'number' ? body.seed : ''}`, count);
-    const id = `chatcmpl-${randomUUID()}`;
-    const created = Math.floor(Date.now() / 1000);
-    const usage = { prompt_tokens: promptTokens, completion_tokens: count, total_tokens: promptTokens + count };
-    const latency = settings.tokenLatencyMs;
-
-    if (body.stream !== true) {
-      const answer = () =>
-        sendJson(res, 200, {
-          id,
-          object: 'chat.completion',
-          created,
-          model: model.uid,
-          choices: [{ index: 0, message: { role: 'assistant', content: words.join(' ') }, finish_reason: finishReason }],
-          usage,
-        });
-      if (latency === 0 || count === 0) {
-        counters.generatedTokens += count;
-        return answer();
-      }
-      const generation = track(
-        model,
-        res,
-        () => undefined,
-        (message) => sendJson(res, 500, { detail: message }),
-      );
-      generation.timer = setTimeout(() => {
-        counters.generatedTokens += count;
-        generation.stop();
-        answer();
-      }, latency * count);
-      return;
-    }
-
-    const includeUsage = isRecord(body.stream_options) && body.stream_options.include_usage === true;
-    const head = `data: {"id":${JSON.stringify(id)},"model":${JSON.stringify(model.uid)},"object":"chat.completion.chunk","created":${created},"choices":`;
-    res.writeHead(200, SSE_HEADERS);
-    let index = 0;
-    const onDrain = () => schedule();
-    const generation = track(
-      model,
-      res,
-      () => res.off('drain', onDrain),
-      (message) => res.end(`data: ${JSON.stringify({ error: message })}${SSE_END}`),
-    );
-    const finish = () => {
-      let tail = `${head}[{"index":0,"delta":{"content":""},"finish_reason":${JSON.stringify(finishReason)}}]}${SSE_END}`;
-      if (includeUsage) tail += `${head}[],"usage":${JSON.stringify(usage)}}${SSE_END}`;
-      generation.stop();
-      res.end(tail + DONE_EVENT);
-    };
-    const step = () => {
-      generation.timer = undefined;
-      if (generation.done) return;
-      while (index < count) {
-        const word = index === 0 ? words[0] : ` ${words[index]}`;
-        index++;
-        counters.generatedTokens++;
-        const writable = res.write(`${head}[{"index":0,"delta":{"content":${JSON.stringify(word)}},"finish_reason":null}]}${SSE_END}`);
-        if (!writable) {
-          res.once('drain', onDrain);
-          return;
-        }
-        if (latency > 0 && index < count) {
-          generation.timer = setTimeout(step, latency);
-          return;
-        }
-      }
-      finish();
-    };
-    function schedule() {
-      if (generation.done) return;
-      if (latency > 0) generation.timer = setTimeout(step, latency);
-      else step();
-    }
-    res.write(`${head}[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}${SSE_END}`);
-    schedule();
   }
 
   async function embeddings(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -348,64 +171,11 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     sendJson(res, 200, { task: 'transcribe', language: form.fields.get('language') ?? 'english', duration: segments.at(-1)?.end ?? 0, text, segments });
   }
 
-  return {
-    chatCompletions,
-    embeddings,
-    rerank,
-    images,
-    transcriptions,
-    counters,
-    active: () => activeGenerations.size,
-    stopAll() {
-      for (const generation of [...activeGenerations]) generation.stop();
-    },
-  };
-}
-
-function messageText(message: unknown): string {
-  if (!isRecord(message)) return '';
-  const content = message.content;
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
-    return content
-      .map((part) => (isRecord(part) && typeof part.text === 'string' ? part.text : ''))
-      .filter(Boolean)
-      .join(' ');
-  }
-  return '';
+  return { ...textRoutes, embeddings, rerank, images, transcriptions };
 }
 
 function words(text: string): string[] {
   return text.toLowerCase().split(/[^\p{L}\p{N}]+/u).filter(Boolean);
-}
-
-function countWords(text: string): number {
-  let n = 0;
-  for (const part of text.split(/\s+/)) if (part) n++;
-  return n;
-}
-
-function hashSeed(text: string): number {
-  return createHash('sha256').update(text).digest().readUInt32LE(0);
-}
-
-/** mulberry32: a small, fast, seedable PRNG. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function answerWords(seedText: string, count: number): string[] {
-  const random = prng(hashSeed(seedText));
-  const out: string[] = [];
-  for (let i = 0; i < count; i++) out.push(WORDS[Math.floor(random() * WORDS.length)] as string);
-  return out;
 }
 
 function unitVector(text: string, dimensions: number): number[] {

@@ -38,13 +38,18 @@ export function sendText(res: ServerResponse, status: number, text: string): voi
 }
 
 /** FastAPI answers a pydantic model that fails to parse inside a handler as an unhandled exception. */
-export function pydanticError(res: ServerResponse, schema: string, field: string): void {
-  sendText(res, 500, `Internal Server Error: 1 validation error for ${schema}\n${field}\n  Field required [type=missing]`);
+export function pydanticError(res: ServerResponse, schema: string, field: string, problem = 'Field required [type=missing]'): void {
+  sendText(res, 500, `Internal Server Error: 1 validation error for ${schema}\n${field}\n  ${problem}`);
 }
 
 /** Python's repr of a list of strings or numbers, as Xinference puts it in its messages. */
 export function pyList(items: readonly unknown[]): string {
   return `[${items.map((item) => (typeof item === 'string' ? `'${item}'` : String(item))).join(', ')}]`;
+}
+
+/** Python's repr of a set of strings (`{'a', 'b'}`), in sorted order where Python's is arbitrary. */
+export function pySet(items: readonly string[]): string {
+  return `{${items.map((item) => `'${item}'`).join(', ')}}`;
 }
 
 export function parseBool(value: string): boolean | undefined {

@@ -15,7 +15,8 @@ type EngineEntry = { abilities: string[]; engine: string | null; format: string 
 
 export interface Registry {
   /** `architectures`: what vLLM's chat engine matches a family by (`model/llm/vllm/core.py`, `VLLMChatModel.match_json`). */
-  LLM: Record<string, { abilities: string[]; architectures: string[]; specs: LlmSpec[] }>;
+  /** `toolParser`: the family's `tool_parser` (`model/llm/llm_family.json`), for those that have one. */
+  LLM: Record<string, { abilities: string[]; architectures: string[]; toolParser?: string; specs: LlmSpec[] }>;
   embedding: Record<string, { specs: OtherSpec[] }>;
   rerank: Record<string, { specs: OtherSpec[] }>;
   audio: Record<string, EngineEntry[]>;
@@ -72,6 +73,41 @@ export function familyAbilities(type: string, name: string): string[] | undefine
   if (type === 'LLM') return known.LLM[name]?.abilities;
   if (type === 'audio' || type === 'image') return known[type][name]?.flatMap((entry) => entry.abilities);
   return undefined;
+}
+
+/**
+ * The tool parsers Xinference sorts tool-calling families by (`xinference/model/llm/__init__.py`,
+ * `register_llm`: a family with the `tools` ability joins `QWEN_TOOL_CALL_FAMILY` for "qwen" and
+ * "minimax…", `DEEPSEEK_TOOL_CALL_FAMILY` for "deepseek…", and one set each for "gemma", "glm4",
+ * "glm5" and "llama3"). A family with `tools` but another parser, or none, joins no set.
+ */
+function sortsIntoToolCallFamily(parser: string): boolean {
+  return ['qwen', 'gemma', 'glm4', 'glm5', 'llama3'].includes(parser) || parser.startsWith('minimax') || parser.startsWith('deepseek');
+}
+
+let toolCallParsers: Map<string, string> | undefined;
+
+/** The tool parser of each builtin family that may call tools. */
+function toolCallFamilies(): Map<string, string> {
+  toolCallParsers ??= new Map(
+    Object.entries(load().LLM).flatMap(([name, { abilities, toolParser }]) =>
+      abilities.includes('tools') && toolParser !== undefined && sortsIntoToolCallFamily(toolParser) ? [[name, toolParser] as const] : [],
+    ),
+  );
+  return toolCallParsers;
+}
+
+/**
+ * The builtin families `create_chat_completion` lets call tools (`api/restful_api.py`: the union of
+ * the six `*_TOOL_CALL_FAMILY` sets of `model/llm/utils.py`), sorted.
+ */
+export function toolCallFamilyNames(): string[] {
+  return [...toolCallFamilies().keys()].sort();
+}
+
+/** The tool parser of a family that may call tools; undefined for any other family. */
+export function toolParserOf(name: string): string | undefined {
+  return toolCallFamilies().get(name);
 }
 
 /** "1_5", "1.5" and 1.5 are one size. */

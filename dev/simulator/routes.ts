@@ -54,6 +54,7 @@ export function createRouter(deps: RouterDeps) {
   const uidPath = (tail: string) => new RegExp(`^/v1/models/([^/]+)${tail}$`);
   const routes: Route[] = [
     { method: 'POST', path: '/v1/chat/completions', name: 'POST /v1/chat/completions', scopes: ['models:read'], handle: ({ req, res }) => inference.chatCompletions(req, res) },
+    { method: 'POST', path: '/v1/completions', name: 'POST /v1/completions', scopes: ['models:read'], handle: ({ req, res }) => inference.completions(req, res) },
     { method: 'POST', path: '/v1/embeddings', name: 'POST /v1/embeddings', scopes: ['models:read'], handle: ({ req, res }) => inference.embeddings(req, res) },
     { method: 'POST', path: '/v1/rerank', name: 'POST /v1/rerank', scopes: ['models:read'], handle: ({ req, res }) => inference.rerank(req, res) },
     { method: 'POST', path: '/v1/images/generations', name: 'POST /v1/images/generations', scopes: ['models:read'], handle: ({ req, res }) => inference.images(req, res) },

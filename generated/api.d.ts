@@ -6269,7 +6269,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";
@@ -8396,7 +8396,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";
@@ -8711,7 +8711,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";
@@ -9017,7 +9017,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";
@@ -10122,7 +10122,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";
@@ -12929,7 +12929,7 @@ export interface operations {
                      */
                     "retry-after-ms"?: number;
                     /**
-                     * @description `false` on `insufficient_quota`: retrying before the budget renews is pointless (the OpenAI clients honour it).
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
                      * @example false
                      */
                     "x-should-retry"?: "true" | "false";

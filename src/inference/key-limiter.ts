@@ -374,6 +374,9 @@ function headersOf(limits: readonly Limit[], leftOf: (limit: Limit) => number): 
   return headers;
 }
 
+/** The longest `retry-after-ms` the openai SDKs wait out (openai-node's `retryRequest`: 60 s). */
+const SDK_LONGEST_RETRY_WAIT_MS = 60_000;
+
 function refusal(limit: Limit, share: Share, headers: Record<string, string>, now: number): AppError {
   if (limit.endsAt !== undefined) {
     const seconds = Math.max(1, Math.ceil((limit.endsAt - now) / 1000));
@@ -393,6 +396,9 @@ function refusal(limit: Limit, share: Share, headers: Record<string, string>, no
       [`x-ratelimit-reset-${limit.kind}`]: formatResetDuration(waitMs),
       'Retry-After': String(Math.ceil(waitMs / 1000)),
       'retry-after-ms': String(waitMs),
+      // The official SDKs sleep a wait of up to a minute and retry; past that they retry on their
+      // own backoff of a second or two, certain to be refused again: told not to.
+      ...(waitMs > SDK_LONGEST_RETRY_WAIT_MS ? { 'x-should-retry': 'false' } : {}),
     },
     inference: { code: 'rate_limit_exceeded' },
   });

@@ -36,7 +36,9 @@ export type { SimulatedUser, SimulatorAuthOptions } from './simulator/auth.ts';
  *   Xinference does not have fails (`simulator/cluster.ts`, `simulator/model-registry.ts`).
  * - the inference routes answer as Xinference's do where they differ from the hosted API: an image
  *   `url` is a path on the worker's disk (JPEG), Whisper answers `json` and `verbose_json` only,
- *   `logit_bias` is 501, `n` and `encoding_format` are dropped (`simulator/generation.ts`).
+ *   `logit_bias` is 501, `n` and `encoding_format` are dropped (`simulator/generation.ts`);
+ *   tools, structured output and `/v1/completions` as Xinference with vLLM answers them
+ *   (`simulator/text-generation.ts`, `simulator/structured.ts`).
  *
  * Nothing runs on a GPU. It is also the "engine directly" baseline of the proxy benchmark, so the
  * hot paths stay lean: plain `node:http`, no framework, no per-request logging.

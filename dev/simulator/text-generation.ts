@@ -4,7 +4,7 @@ import type { Model, SimulatedCluster } from './cluster.ts';
 import { isRecord, pydanticError, pySet, readJsonObject, sendJson, SimulatorError, valueError } from './http.ts';
 import { toolCallFamilyNames, toolParserOf } from './model-registry.ts';
 import { answerWords, hashSeed, prng } from './seeded.ts';
-import { chatRequestProblem, chooseTool, functionTools, guidedSchema, pyJson, schemaValue, tokenPieces, toolCallText } from './structured.ts';
+import { chatRequestProblem, chooseTool, functionTools, guidedSchema, pyJson, schemaValue, tokenPieces, toolCallText, type FunctionTool } from './structured.ts';
 
 /**
  * The text routes of the simulator: chat completions and completions, as Xinference serves them
@@ -263,7 +263,7 @@ export function textGeneration(cluster: SimulatedCluster, settings: GenerationSe
   }
 
   /** What the simulated model writes for a chat request: JSON under guided decoding, a tool call, or words. */
-  function chatAnswer(body: Record<string, unknown>, seedText: string, tools: ReturnType<typeof functionTools>, endsWithToolResult: boolean, prompt: string): Answer {
+  function chatAnswer(body: Record<string, unknown>, seedText: string, tools: FunctionTool[], endsWithToolResult: boolean, prompt: string): Answer {
     const schema = guidedSchema(body.response_format);
     if (schema !== undefined) {
       const pieces = tokenPieces(pyJson(schemaValue(schema, prng(hashSeed(`${seedText}\u0000${JSON.stringify(schema)}`)))));
@@ -312,7 +312,8 @@ export function textGeneration(cluster: SimulatedCluster, settings: GenerationSe
     const family = NO_STREAMING_PARSERS[parser];
     if (family) {
       const message = `Streaming support for tool calls is available only when using Qwen models with vLLM backend or GLM4-chat models without vLLM backend. ${family} does not support streaming tool call extraction.`;
-      return void res.end(sse(JSON.stringify({ error: message })));
+      res.end(sse(JSON.stringify({ error: message })));
+      return;
     }
     const chunk = (delta: Record<string, unknown>, finishReason: string | null, chunkUsage: Usage | null) =>
       sse(

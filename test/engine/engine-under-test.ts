@@ -20,7 +20,12 @@ import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOpti
  *                                  without), e.g. {"modelName":"whisper-large-v3","modelType":"audio",
  *                                  "modelEngine":"transformers","modelFormat":"pytorch",
  *                                  "modelSizeInBillions":1.55,"quantization":"none","gpuCount":1}
+ *   XINFERENCE_TEST_CHAT_WITHOUT_TOOLS_MODEL
+ *                                  optional launch spec of a chat model outside Xinference's
+ *                                  tool-call families (e.g. mistral-instruct-v0.3), for the refusal
+ *                                  of tools (skipped without)
  *
+ * The test model must be of a family that calls tools (qwen2.5-instruct does), for the tool checks.
  * The real cluster must have one free GPU for the test model. Tests that need failure injection
  * (crashes, out-of-memory loads, revoked credentials, the address ban) run against the simulator only.
  */
@@ -43,7 +48,7 @@ export interface EngineUnderTest {
 
 export const REAL_ENGINE = Boolean(process.env.XINFERENCE_URL);
 
-export type OtherModel = 'embedding' | 'image' | 'audio';
+export type OtherModel = 'embedding' | 'image' | 'audio' | 'chat_without_tools';
 
 const freshUid = () => `conformance-${randomBytes(6).toString('hex')}`;
 
@@ -55,6 +60,7 @@ const SIMULATED: Record<OtherModel, Omit<LaunchSpec, 'modelUid'>> = {
   embedding: { modelName: 'bge-m3', modelType: 'embedding', modelEngine: 'sentence_transformers', modelFormat: 'pytorch', modelSizeInBillions: 0.57, quantization: 'none', gpuCount: 1, workerAddress: 'sim-a10g:30001' },
   image: { modelName: 'FLUX.1-schnell', modelType: 'image', modelEngine: 'diffusers', modelFormat: 'diffusers', modelSizeInBillions: 12, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
   audio: { modelName: 'whisper-large-v3', modelType: 'audio', modelEngine: 'transformers', modelFormat: 'pytorch', modelSizeInBillions: 1.55, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
+  chat_without_tools: { modelName: 'mistral-instruct-v0.3', modelType: 'LLM', modelEngine: 'vLLM', modelFormat: 'pytorch', modelSizeInBillions: 7, quantization: 'none', gpuCount: 1, workerAddress: 'sim-h100:30001' },
 };
 
 /** The model each suite launches unless XINFERENCE_TEST_MODEL says otherwise: the smallest chat model. */

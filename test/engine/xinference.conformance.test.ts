@@ -1,3 +1,4 @@
+import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EngineError, workerIpFor, XinferenceClient, type ModelState } from '../../src/adapters/xinference.ts';
 import { gpuTypeOf } from '../../src/clusters/gpu-names.ts';
@@ -577,5 +578,127 @@ describe('M4, M6, M12, M13: inference answers that differ from the hosted API (t
       expect(refused.type).toMatch(/^application\/json/);
       expect(refused.body.detail).toMatch(new RegExp(`Unsupported response format: ${format}`));
     }
+  });
+});
+
+describe('tools, structured output and completions on vLLM (the test model calls tools)', () => {
+  let llm = '';
+  let withoutTools: string | undefined;
+  const ajv = new Ajv2020({ strict: false });
+  const post = (path: string, body: Json) => raw(path, { method: 'POST', bearer: engine.apiKey, body: JSON.stringify(body) });
+  /** The data of a streamed answer's events, in order (`[DONE]` as a string). */
+  async function streamed(path: string, body: Json): Promise<unknown[]> {
+    const response = await fetch(`${engine.url}${path}`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${engine.apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...body, stream: true }),
+    });
+    expect(response.status).toBe(200);
+    return (await response.text())
+      .split(/\r?\n\r?\n/)
+      .filter((event) => event.startsWith('data: '))
+      .map((event) => event.slice('data: '.length))
+      .map((data) => (data === '[DONE]' ? data : (JSON.parse(data) as unknown)));
+  }
+  type Chunk = { object: string; choices: Array<{ delta: { content?: string | null; tool_calls?: Array<{ index: number; id?: string; type?: string; function: { name?: string; arguments?: string } }> }; finish_reason: string | null }>; usage?: Json | null };
+
+  const weather = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] };
+  const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Get the current weather in a city', parameters: weather } }];
+  const ask = [{ role: 'user', content: 'Use the get_weather tool to get the weather in Paris.' }];
+  // Greedy decoding, so a real model writes the same answer whole and streamed.
+  const chat = (body: Json) => ({ model: llm, messages: ask, temperature: 0, max_tokens: 256, ...body });
+
+  beforeAll(async () => {
+    const spec = { ...engine.launchSpec(), ...(REAL_ENGINE ? {} : { workerAddress: 'sim-a10g:30001' }) };
+    await client.launch(spec);
+    llm = spec.modelUid;
+    const other = engine.launchSpecFor('chat_without_tools');
+    if (other) {
+      await client.launch(other);
+      withoutTools = other.modelUid;
+    }
+    await Promise.all([llm, withoutTools].flatMap((uid) => (uid ? [ready(uid)] : [])));
+  }, REAL_ENGINE ? 30 * 60_000 : 60_000);
+  afterAll(async () => {
+    await Promise.all([llm, withoutTools].flatMap((uid) => (uid ? [stopped(uid)] : [])));
+  }, REAL_ENGINE ? 10 * 60_000 : 30_000);
+
+  it('answers tools with a tool call: id call_…, type function, the tool’s name, arguments valid against its schema, content "" and finish_reason tool_calls', async () => {
+    const answered = await post('/v1/chat/completions', chat({ tools }));
+    expect(answered.status).toBe(200);
+    const [choice] = answered.body.choices as Array<{ message: { content: unknown; tool_calls: Array<{ id: string; type: string; function: { name: string; arguments: string } }> }; finish_reason: string }>;
+    expect(choice?.finish_reason).toBe('tool_calls');
+    expect(choice?.message.content).toBe('');
+    expect(choice?.message.tool_calls).toHaveLength(1);
+    const [call] = choice?.message.tool_calls ?? [];
+    expect(call).toMatchObject({ id: expect.stringMatching(/^call_/), type: 'function', function: { name: 'get_weather' } });
+    expect(ajv.validate(weather, JSON.parse(call?.function.arguments ?? ''))).toBe(true);
+
+    // Streamed: the call in deltas by index (Xinference sends it whole), then finish_reason
+    // tool_calls, the usage chunk and [DONE]; put together it is the call answered whole.
+    const events = await streamed('/v1/chat/completions', chat({ tools, stream_options: { include_usage: true } }));
+    expect(events.at(-1)).toBe('[DONE]');
+    const chunks = events.slice(0, -1) as Chunk[];
+    const deltas = chunks.flatMap((chunk) => chunk.choices[0]?.delta.tool_calls ?? []);
+    expect(deltas.every((delta) => delta.index === 0)).toBe(true);
+    expect(deltas[0]).toMatchObject({ id: expect.stringMatching(/^call_/), type: 'function', function: { name: 'get_weather' } });
+    expect(JSON.parse(deltas.map((delta) => delta.function.arguments ?? '').join(''))).toEqual(JSON.parse(call?.function.arguments ?? ''));
+    expect(chunks.at(-2)?.choices[0]?.finish_reason).toBe('tool_calls');
+    expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { completion_tokens: expect.any(Number) } });
+  });
+
+  it('answers the tool’s result in words with finish_reason stop and no tool calls', async () => {
+    const roundTrip = [
+      ...ask,
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"temperature_celsius": 21, "sky": "sunny"}' },
+    ];
+    const answered = await post('/v1/chat/completions', chat({ tools, messages: roundTrip }));
+    expect(answered.status).toBe(200);
+    const [choice] = answered.body.choices as Array<{ message: { content: string; tool_calls: unknown[] }; finish_reason: string }>;
+    expect(choice?.finish_reason).toBe('stop');
+    expect(choice?.message.tool_calls).toEqual([]);
+    expect(choice?.message.content.length).toBeGreaterThan(0);
+  });
+
+  it('answers response_format json_schema with JSON valid against the schema, streamed as content deltas that join to it, and json_object with an object', async () => {
+    const schema = { type: 'object', properties: { city: { type: 'string' }, population: { type: 'integer', minimum: 0 } }, required: ['city', 'population'] };
+    const format = { type: 'json_schema', json_schema: { name: 'city', schema } };
+    const answered = await post('/v1/chat/completions', chat({ response_format: format, messages: [{ role: 'user', content: 'Describe Paris as JSON.' }] }));
+    expect(answered.status).toBe(200);
+    const content = (answered.body.choices as Array<{ message: { content: string } }>)[0]?.message.content ?? '';
+    expect(ajv.validate(schema, JSON.parse(content))).toBe(true);
+    const events = await streamed('/v1/chat/completions', chat({ response_format: format, messages: [{ role: 'user', content: 'Describe Paris as JSON.' }] }));
+    const text = (events.slice(0, -1) as Chunk[]).map((chunk) => chunk.choices[0]?.delta.content ?? '').join('');
+    expect(JSON.parse(text)).toEqual(JSON.parse(content));
+
+    const object = await post('/v1/chat/completions', chat({ response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'Answer in JSON: what is the capital of France?' }] }));
+    const parsed = JSON.parse((object.body.choices as Array<{ message: { content: string } }>)[0]?.message.content ?? '') as unknown;
+    expect(typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)).toBe(true);
+  });
+
+  it('serves /v1/completions: a text_completion with usage; streamed, text_completion chunks, the finish, the usage chunk, and no [DONE]', async () => {
+    const answered = await post('/v1/completions', { model: llm, prompt: 'The capital of France is', max_tokens: 4, temperature: 0 });
+    expect(answered.status).toBe(200);
+    expect(answered.body).toMatchObject({ object: 'text_completion', model: llm, usage: { completion_tokens: expect.any(Number), prompt_tokens: expect.any(Number) } });
+    const [choice] = answered.body.choices as Array<{ text: string; index: number; finish_reason: string }>;
+    expect(choice).toMatchObject({ text: expect.any(String), index: 0, finish_reason: expect.stringMatching(/^(length|stop)$/) });
+
+    const events = (await streamed('/v1/completions', { model: llm, prompt: 'The capital of France is', max_tokens: 4, temperature: 0, stream_options: { include_usage: true } })) as Array<{
+      object: string;
+      choices: Array<{ text: string; finish_reason: string | null }>;
+      usage?: Json;
+    }>;
+    expect(events).not.toContain('[DONE]');
+    expect(events.every((event) => event.object === 'text_completion')).toBe(true);
+    expect(events.map((event) => event.choices[0]?.text ?? '').join('')).toBe(choice?.text);
+    expect(events.at(-2)?.choices[0]?.finish_reason).toBe(choice?.finish_reason);
+    expect(events.at(-1)).toMatchObject({ choices: [], usage: answered.body.usage as Json });
+  });
+
+  it.skipIf(REAL_ENGINE && !process.env.XINFERENCE_TEST_CHAT_WITHOUT_TOOLS_MODEL)('refuses tools to a family outside its tool-call families with 400 "Only {…} support tool calls"', async () => {
+    const refused = await post('/v1/chat/completions', { model: withoutTools, messages: ask, tools });
+    expect(refused.status).toBe(400);
+    expect(refused.body.detail).toMatch(/^Only \{.*'qwen2\.5-instruct'.*\} support tool calls$/);
   });
 });

@@ -6416,9 +6416,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -8543,9 +8545,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -8836,9 +8840,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -9151,9 +9157,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -9457,9 +9465,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -10812,9 +10822,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -13606,9 +13618,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */

@@ -40,7 +40,9 @@ beforeAll(async () => {
   app = await startTestApp({ ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50' }, { workers: true, cluster: { modelLoadMs: 50, tokenLatencyMs: 1 } });
   stub = await EngineStub.inFrontOf(app);
   owner = await registeredUser(app);
-  // Placed before the hosted model is launched on the same simulator, so that it takes no GPU they were offered.
+  // Placed before the hosted model is launched: with the stub as their cluster's endpoint, the GPU
+  // ledger no longer counts the hosted cluster (the simulator's own endpoint) as the same machine,
+  // so a deployment placed after the launch could be offered the hosted model's GPU.
   [chat, twin, code, embedder] = await Promise.all([
     deployment(app, owner, 'running', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),
     deployment(app, owner, 'running', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 }),

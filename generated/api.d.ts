@@ -2715,7 +2715,6 @@ export interface components {
          *         {
          *           "text": "\n    return a + b\n",
          *           "index": 0,
-         *           "logprobs": null,
          *           "finish_reason": "stop"
          *         }
          *       ],
@@ -2769,7 +2768,6 @@ export interface components {
          *         {
          *           "text": "\n    return",
          *           "index": 0,
-         *           "logprobs": null,
          *           "finish_reason": null
          *         }
          *       ],
@@ -8820,7 +8818,7 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Completion"];
                     /**
-                     * @example data: {"id":"cmpl-5d1b7e0a9c3f4e2b8a6d4c1f","object":"text_completion","created":1795269912,"model":"dep-0192f1e4a7b8c9d0","choices":[{"text":"\n    return","index":0,"logprobs":null,"finish_reason":null}],"usage":null}
+                     * @example data: {"id":"cmpl-5d1b7e0a9c3f4e2b8a6d4c1f","object":"text_completion","created":1795269912,"model":"dep-0192f1e4a7b8c9d0","choices":[{"text":"\n    return","index":0,"finish_reason":null}],"usage":null}
                      *
                      *     data: [DONE]
                      */

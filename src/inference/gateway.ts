@@ -5,7 +5,7 @@ import { AppError } from '../errors.ts';
 import { authorize } from '../http/authorization.ts';
 import type { SecurityHandlers } from '../http/openapi.ts';
 import { invalidRequest, isMissingBody, RequestContext, sendReply, type LooseHandler } from '../http/operation-call.ts';
-import { OperationRouter, pathParameters, type OperationRules } from '../http/operations.ts';
+import { pathParameters, type OperationRouter, type OperationRules } from '../http/operations.ts';
 import { parseCookies, readJsonBody } from '../http/request-body.ts';
 import { setRoute } from '../http/request-log.ts';
 import type { Handlers, OperationId } from '../http/types.ts';
@@ -37,6 +37,8 @@ export interface InferenceGateway {
 export interface GatewayOptions {
   /** openapi-backend over the document, initialized (the management API's binding's): its operations and validators. */
   api: OpenAPIBackend;
+  /** The router of every operation of the document (the binding's), which the management API matches with too. */
+  router: OperationRouter<Operation>;
   /** Every operation's rules, read once from the document. */
   rules: ReadonlyMap<string, OperationRules>;
   /** The handlers of the inference operations (inference.handlers.ts). */
@@ -53,23 +55,17 @@ export interface GatewayOptions {
 
 export function createInferenceGateway(options: GatewayOptions): InferenceGateway {
   const { api } = options;
-  // Every operation of the document, matched as the management API matches them: a path that both
-  // an inference and a management template would match goes to the more specific one, and the
-  // unknown URLs are told from the management API's own paths.
-  const routes = new OperationRouter(
-    api.router.getOperations().map((operation: Operation) => {
-      const rule = options.rules.get(operation.operationId ?? '') as OperationRules;
-      return {
-        path: operation.path,
-        method: operation.method,
-        rule,
-        operation,
-        handler: options.handlers[rule.operationId] as unknown as LooseHandler,
-        params: pathParameters(operation.path),
-      };
-    }),
-  );
-  type Route = NonNullable<ReturnType<typeof routes.match>['operation']>;
+  // Each inference operation, by its operationId: its rules, handler and path parameters. Requests
+  // are matched against every operation of the document (the router both planes share), so that a
+  // path an inference and a management template would both match goes to the more specific one,
+  // and the unknown URLs are told from the management API's own paths.
+  const routes = new Map<string, Route>();
+  for (const operation of api.router.getOperations()) {
+    const rule = options.rules.get(operation.operationId ?? '') as OperationRules;
+    if (!rule.acceptsApiKey) continue;
+    routes.set(rule.operationId, { rule, operation, handler: options.handlers[rule.operationId] as unknown as LooseHandler, params: pathParameters(operation.path) });
+  }
+  const routeOf = (operation: Operation | undefined) => (operation ? routes.get(operation.operationId ?? '') : undefined);
 
   /** The steps of an inference request, in order. */
   async function serve(route: Route, req: Request, res: Response): Promise<void> {
@@ -136,17 +132,30 @@ export function createInferenceGateway(options: GatewayOptions): InferenceGatewa
 
   return {
     serve(req, res) {
-      const { operation: route, atPath } = routes.match(req.method, req.path);
-      if (route?.rule.acceptsApiKey) {
+      const match = options.router.match(req.method, req.path);
+      const route = routeOf(match.operation);
+      if (route) {
         if (begin(req, res, route.rule)) serve(route, req, res).catch((error: unknown) => options.fail(error, req, res));
         return true;
       }
       // An unknown URL: under /v1/, no operation at the path, or only inference ones with other methods.
-      if (route || !V1_PATH.test(req.path) || !atPath.every((other) => other.rule.acceptsApiKey)) return false;
+      if (match.operation || !V1_PATH.test(req.path) || !match.atPath.every((other) => routeOf(other))) {
+        req.routeMatch = match;
+        return false;
+      }
       if (begin(req, res, undefined)) options.fail(unknownUrl(req), req, res);
       return true;
     },
   };
+}
+
+/** An inference operation as the gateway serves it. */
+interface Route {
+  rule: OperationRules;
+  operation: Operation;
+  handler: LooseHandler;
+  /** Reads its path parameters from the request's path. */
+  params: (path: string) => Record<string, string>;
 }
 
 /** The paths OpenAI clients call (their base URL ends with `/v1`). */

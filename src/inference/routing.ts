@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
-import type { components } from '../../generated/api.d.ts';
 import type { Logger } from 'pino';
+import type { components } from '../../generated/api.d.ts';
 import { requireVerifiedEmail, type Principal } from '../principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
@@ -59,7 +59,7 @@ const ambiguous = (model: string) =>
     inference: { code: 'model_ambiguous', param: 'model' },
   });
 
-/** What a catalog model that is not (or no longer) in the catalog is known to do: nothing. */
+/** The traits of a model the catalog does not have: no context length, no ability. */
 const UNKNOWN_TRAITS: ModelTraits = { contextLength: null, abilities: [] };
 
 /**
@@ -332,8 +332,7 @@ export class InferenceRouter {
       this.#modelTraits = { at: now, traits };
       traits.catch(() => (this.#modelTraits = undefined));
     }
-    const { contextLength, abilities } = (await this.#modelTraits.traits).get(model) ?? UNKNOWN_TRAITS;
-    return { contextLength, abilities };
+    return (await this.#modelTraits.traits).get(model) ?? UNKNOWN_TRAITS;
   }
 
   #unusable(): ReadonlySet<string> {

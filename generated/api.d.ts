@@ -834,6 +834,41 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a completion
+         * @description Continues a prompt with the deployment (or hosted model) named by `model` (OpenAI's legacy
+         *     completions), for a model whose Xinference specification has the `generate` ability, such as
+         *     codestral-v0.1; any other model answers 400 `unsupported_value` (`param` `model`) before the
+         *     engine is called (chat models: use `/v1/chat/completions`). Callers: an API key scoped to the
+         *     deployment, or a session of role member or above. Metered in tokens as chat is, and a key with
+         *     token or spend limits reserves `max_tokens` (the model's context length when omitted) as chat
+         *     reserves `max_completion_tokens`.
+         *
+         *     The engine completes one prompt per request: `prompt` is a string or an array of one string
+         *     (several answer 400 `unsupported_value`, `param` `prompt`), and `n` and `best_of` other than 1,
+         *     `echo: true` and a `logit_bias` other than null are refused likewise, as the engine would not
+         *     honour them. With `stream: true` the 200 answer is `text/event-stream`: each event is
+         *     `data: <CompletionChunk JSON>\n\n`, relayed as the engine produces it, a last chunk with empty
+         *     `choices` carries `usage`, and the stream ends with `data: [DONE]\n\n`; a failure after the
+         *     stream started ends it as a chat stream's does. Otherwise the answer is one `Completion` as JSON.
+         *     JSON bodies may be up to 10 MiB (413 beyond).
+         */
+        post: operations["createCompletion"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/embeddings": {
         parameters: {
             query?: never;
@@ -1127,6 +1162,34 @@ export interface paths {
          *     is used up.
          */
         get: operations["listModels"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/models/{model}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Retrieve a model
+         * @description One model the caller may send as `model`, as `GET /v1/models` lists it (the same object, the
+         *     same visibility): `{model}` is a deployment id, or a model name (URL-encoded) that routes as a
+         *     call's `model` would: the caller's running deployment of that name, else a hosted model. An
+         *     API key sees its scoped deployments that are `running`, and the hosted models when its
+         *     `allow_hosted_models` is on; a session (role member or above) the caller's own `running`
+         *     deployments and the hosted models. Anything else, a deployment outside the key's scope or not
+         *     running included, answers 404 `model_not_found`; a name several of the caller's running
+         *     deployments serve answers 400 `model_ambiguous`, as a call would. For an API key a retrieval
+         *     is a request under its limits, as a listing is.
+         */
+        get: operations["retrieveModel"];
         put?: never;
         post?: never;
         delete?: never;
@@ -2641,6 +2704,114 @@ export interface components {
          * @enum {string}
          */
         CollectionMethod: "charge_automatically" | "send_invoice";
+        /**
+         * @description A completion (non-streaming answer).
+         * @example {
+         *       "id": "cmpl-5d1b7e0a9c3f4e2b8a6d4c1f",
+         *       "object": "text_completion",
+         *       "created": 1795269912,
+         *       "model": "dep-0192f1e4a7b8c9d0",
+         *       "choices": [
+         *         {
+         *           "text": "\n    return a + b\n",
+         *           "index": 0,
+         *           "finish_reason": "stop"
+         *         }
+         *       ],
+         *       "usage": {
+         *         "prompt_tokens": 9,
+         *         "completion_tokens": 8,
+         *         "total_tokens": 17
+         *       }
+         *     }
+         */
+        Completion: {
+            id: string;
+            /** @enum {string} */
+            object: "text_completion";
+            /**
+             * Format: int64
+             * @description When the completion was created, in Unix seconds.
+             */
+            created: number;
+            /** @description The model that answered (see `ChatCompletion.model`). */
+            model: string;
+            choices: components["schemas"]["CompletionChoice"][];
+            usage: components["schemas"]["CompletionUsage"];
+            /** @description The engine's configuration fingerprint, when it reports one. */
+            system_fingerprint?: string | null;
+        };
+        /** @description One generated completion. */
+        CompletionChoice: {
+            /** @description The generated text (in a stream, the next piece of it). */
+            text: string;
+            /** Format: int32 */
+            index: number;
+            /** @description Present when `logprobs` was asked for. */
+            logprobs?: components["schemas"]["CompletionLogprobs"] | null;
+            /**
+             * @description Set on the last chunk of a stream, and on a whole completion.
+             * @enum {string|null}
+             */
+            finish_reason: "stop" | "length" | "content_filter" | null;
+        };
+        /**
+         * @description One event of a streamed completion, sent as `data: <this JSON>\n\n`: the next piece of text in
+         *     `choices[].text`. A last chunk with empty `choices` carries `usage` (the proxy asks the engine
+         *     for it, for metering); the stream then ends with `data: [DONE]\n\n`.
+         * @example {
+         *       "id": "cmpl-5d1b7e0a9c3f4e2b8a6d4c1f",
+         *       "object": "text_completion",
+         *       "created": 1795269912,
+         *       "model": "dep-0192f1e4a7b8c9d0",
+         *       "choices": [
+         *         {
+         *           "text": "\n    return",
+         *           "index": 0,
+         *           "finish_reason": null
+         *         }
+         *       ],
+         *       "usage": null
+         *     }
+         */
+        CompletionChunk: {
+            /** @description The same on every chunk of one completion. */
+            id: string;
+            /** @enum {string} */
+            object: "text_completion";
+            /**
+             * Format: int64
+             * @description Unix seconds; the same on every chunk.
+             */
+            created: number;
+            model: string;
+            choices: components["schemas"]["CompletionChoice"][];
+            /** @description `null` (or absent) except on the last chunk. */
+            usage?: components["schemas"]["CompletionUsage"] | null;
+            system_fingerprint?: string | null;
+        };
+        /**
+         * @description Why a completion stopped: a stop sequence or the end of the text, `max_tokens`, or a filter.
+         * @enum {string}
+         */
+        CompletionFinishReason: "stop" | "length" | "content_filter";
+        /** @description Log probabilities of a completion's tokens (when `logprobs` was asked for). */
+        CompletionLogprobs: {
+            /** @description Where each token starts in the text, in characters. */
+            text_offset?: number[];
+            token_logprobs?: (number | null)[];
+            tokens?: string[];
+            /** @description The most likely tokens at each position, with their log probabilities. */
+            top_logprobs?: ({
+                [key: string]: number;
+            } | null)[];
+        };
+        /**
+         * @description The prompt as OpenAI's array form: one string. The serving engine (Xinference) completes one
+         *     prompt per request, so an array of several answers 400 `unsupported_value` (`param` `prompt`)
+         *     rather than fewer completions than asked for.
+         */
+        CompletionPromptList: string[];
         /** @description Token usage of a completion. */
         CompletionUsage: {
             /**
@@ -2777,6 +2948,89 @@ export interface components {
              */
             return_url?: string;
             purpose: components["schemas"]["CheckoutPurpose"];
+        };
+        /**
+         * @description A completion request (OpenAI's legacy completions, plus the engine extensions `top_k` and
+         *     `repetition_penalty`), for a model whose Xinference specification has the `generate` ability
+         *     (another model answers 400 `unsupported_value`, `param` `model`). A top-level field not listed
+         *     here answers 400 `unsupported_parameter`.
+         */
+        CreateCompletionRequest: {
+            model: components["schemas"]["InferenceModelRef"];
+            /** @description The text to continue: a string, or an array holding one string. */
+            prompt: string | components["schemas"]["CompletionPromptList"];
+            /**
+             * @description When true, the answer is a `text/event-stream` of `CompletionChunk` events.
+             * @default false
+             */
+            stream?: boolean | null;
+            stream_options?: components["schemas"]["ChatStreamOptions"] | null;
+            /**
+             * Format: int32
+             * @description Upper bound on generated tokens; the model's context length when omitted (the engine's
+             *     default, where OpenAI's is 16). A key with token or spend limits reserves this many (at most
+             *     the model's context length) until the answer ends.
+             */
+            max_tokens?: number | null;
+            /**
+             * Format: double
+             * @description Sampling temperature.
+             */
+            temperature?: number | null;
+            /**
+             * Format: double
+             * @description Nucleus-sampling probability mass.
+             */
+            top_p?: number | null;
+            /**
+             * Format: int32
+             * @description How many completions to generate. Only 1 is served (one per request, as for chat's `n`); any other value answers 400 `unsupported_value`.
+             */
+            n?: number | null;
+            /**
+             * Format: int32
+             * @description Candidates generated to return the best of. Only 1 is served: the engine drops it; any other value answers 400 `unsupported_value`.
+             */
+            best_of?: number | null;
+            /** @description Up to 4 sequences where generation stops. */
+            stop?: components["schemas"]["StopSequences"] | null;
+            /** Format: double */
+            presence_penalty?: number | null;
+            /** Format: double */
+            frequency_penalty?: number | null;
+            /** @description Not supported, as for chat: any value but `null` answers 400 `unsupported_parameter` (`param` `logit_bias`). */
+            logit_bias?: {
+                [key: string]: components["schemas"]["LogitBiasValue"];
+            } | null;
+            /**
+             * Format: int32
+             * @description Log probabilities of this many most likely tokens at each position, 0 to 5.
+             */
+            logprobs?: number | null;
+            /**
+             * @description Answer the prompt before the completion. Only `false` is served: the catalog's engines (vLLM,
+             *     llama.cpp) do not echo, so `true` answers 400 `unsupported_value` (`param` `echo`).
+             */
+            echo?: boolean | null;
+            /**
+             * Format: int64
+             * @description Seed for best-effort deterministic sampling.
+             */
+            seed?: number | null;
+            /** @description An end-user id, for abuse monitoring. */
+            user?: string;
+            /**
+             * Format: int32
+             * @description Engine extension (Xinference, vLLM): sample only from the `top_k` most likely tokens; `-1` (or
+             *     `0` on some engines) turns it off.
+             */
+            top_k?: number | null;
+            /**
+             * Format: double
+             * @description Engine extension (Xinference, vLLM): penalizes tokens already in the prompt or the output;
+             *     `1` is none, above 1 discourages repetition.
+             */
+            repetition_penalty?: number | null;
         };
         /** @description What to deploy. Unknown fields are rejected. */
         CreateDeploymentRequest: {
@@ -6160,9 +6414,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -8287,9 +8543,306 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
+             */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 413 `invalid_request_error`, `code` `request_too_large`: a JSON body over 10 MiB, or a
+             *     transcription upload over 25 MiB.
+             */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
+             */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
+                    "retry-after-ms"?: number;
+                    /**
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
+                     * @example false
+                     */
+                    "x-should-retry"?: "true" | "false";
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
+                    "x-ratelimit-limit-requests"?: number;
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
+                     * @example 100ms
+                     */
+                    "x-ratelimit-reset-requests"?: string;
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
+                     * @example 12ms
+                     */
+                    "x-ratelimit-reset-tokens"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 502 `server_error`, `code` `upstream_error`, with a fixed `message` (the engine's own text is
+             *     logged with the request id, never sent): the serving engine could not be reached, broke the
+             *     connection, answered a 5xx or a 404, refused the cluster's credential (401 or 403: the operator
+             *     is alerted and the cluster is not called again until its credentials are renewed; see 503
+             *     `engine_unavailable`), or answered something this route does not relay: a status other than
+             *     200, a media type other than the one the proxy expects of it (`application/json`;
+             *     `text/event-stream` for a chat stream), or JSON the proxy cannot turn into the route's answer.
+             *     The proxy never copies the engine's `Content-Type`.
+             */
+            502: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 504 `server_error`, `code` `upstream_timeout`: the engine did not accept the connection within
+             *     `INFERENCE_CONNECT_TIMEOUT_SECONDS` (server setting, default 5), or sent no byte of its answer's
+             *     body within `INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS` (default 600) of receiving the whole request,
+             *     or, once a JSON answer started, nothing for `INFERENCE_IDLE_TIMEOUT_SECONDS` (default 60), before
+             *     anything was sent to the client. A stream that stalls after it started ends with an error event
+             *     instead (see createChatCompletion).
+             */
+            504: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
+    createCompletion: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateCompletionRequest"];
+            };
+        };
+        responses: {
+            /** @description The completion as one `Completion`, when `stream` is false or omitted. */
+            200: {
+                headers: {
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
+                    "x-ratelimit-limit-requests"?: number;
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
+                     * @example 100ms
+                     */
+                    "x-ratelimit-reset-requests"?: string;
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
+                     * @example 12ms
+                     */
+                    "x-ratelimit-reset-tokens"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Completion"];
+                    /**
+                     * @example data: {"id":"cmpl-5d1b7e0a9c3f4e2b8a6d4c1f","object":"text_completion","created":1795269912,"model":"dep-0192f1e4a7b8c9d0","choices":[{"text":"\n    return","index":0,"finish_reason":null}],"usage":null}
+                     *
+                     *     data: [DONE]
+                     */
+                    "text/event-stream": components["schemas"]["CompletionChunk"];
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -8602,9 +9155,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -8908,9 +9463,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */
@@ -10085,6 +10642,245 @@ export interface operations {
              *     disallowed `Origin`).
              */
             403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 429 `rate_limit_error`, retry after `Retry-After` seconds. `code`: `too_many_invalid_api_keys`
+             *     (the client address sent more than 20 unknown or malformed API keys within 60 seconds; each
+             *     further unknown or malformed key from it answers 429 instead of 401 until the window ends, while
+             *     a valid key from the same address is still served; counted per server process),
+             *     `engine_rate_limited` (the serving engine answered 429: the deployment's
+             *     request limit is reached, or the engine is refusing the platform's address; `Retry-After` is
+             *     the engine's when it sent one, else 5, or 60 for a refused address), `rate_limit_exceeded` (the
+             *     API key's requests or tokens per minute are used up: `Retry-After` is when enough has refilled;
+             *     the `x-ratelimit-*` headers say which), `insufficient_quota` (the API key's monthly token or spend
+             *     budget is used up, OpenAI's code for an exhausted quota: `Retry-After` is the start of the next
+             *     month, and `x-should-retry: false` tells the official OpenAI clients not to retry; also a hosted
+             *     model called while `BILLING_ENFORCEMENT` is on for an organization, the caller's or the key's,
+             *     that could not create a deployment: no default payment method and active subscription, or its
+             *     monthly spending limit reached; `Retry-After` 10, when the state is read again).
+             */
+            429: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    /**
+                     * @description The same wait in milliseconds, for a limit of the API key (the OpenAI clients prefer it to `Retry-After`).
+                     * @example 850
+                     */
+                    "retry-after-ms"?: number;
+                    /**
+                     * @description `false` on `insufficient_quota`, and on `rate_limit_exceeded` when the wait is over a minute (the OpenAI clients wait out at most a minute, then retry on their own short backoff): retrying sooner is pointless. The OpenAI clients honour it.
+                     * @example false
+                     */
+                    "x-should-retry"?: "true" | "false";
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
+                    "x-ratelimit-limit-requests"?: number;
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
+                     * @example 100ms
+                     */
+                    "x-ratelimit-reset-requests"?: string;
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
+                     * @example 12ms
+                     */
+                    "x-ratelimit-reset-tokens"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
+             *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
+             *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
+             *     engine's ban of the platform's address) until an operator renews them; `Retry-After` 60),
+             *     `service_unavailable` (the hosted-model cluster or the service's database is unavailable).
+             */
+            503: {
+                headers: {
+                    /**
+                     * @description Seconds to wait before trying again.
+                     * @example 1
+                     */
+                    "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /** @description Any other error: `server_error` with `code` `internal_error`. Never carries a stack trace. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+        };
+    };
+    retrieveModel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description A deployment id, or a model name (`qwen2.5-instruct`), URL-encoded. */
+                model: components["schemas"]["InferenceModelRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    /**
+                     * @description Requests per minute the API key may make (its own limit, else its organization's default); sent only to a key with such a limit, as OpenAI sends it.
+                     * @example 600
+                     */
+                    "x-ratelimit-limit-requests"?: number;
+                    /**
+                     * @description Requests left before that limit is reached, as this server process knows it (processes take shares of one count in batches).
+                     * @example 599
+                     */
+                    "x-ratelimit-remaining-requests"?: number;
+                    /**
+                     * @description When the request limit is whole again, as OpenAI writes durations (`1s`, `6m0s`, `20ms`); with no request remaining, when the next one is admitted (a 429's `retry-after-ms`).
+                     * @example 100ms
+                     */
+                    "x-ratelimit-reset-requests"?: string;
+                    /**
+                     * @description Tokens per minute the API key may use (its own limit, else its organization's default); sent only to a key with such a limit.
+                     * @example 200000
+                     */
+                    "x-ratelimit-limit-tokens"?: number;
+                    /**
+                     * @description Tokens left before that limit is reached, as this server process knows it.
+                     * @example 199958
+                     */
+                    "x-ratelimit-remaining-tokens"?: number;
+                    /**
+                     * @description When the token limit is whole again (`1s`, `6m0s`, `20ms`); with no token remaining, when one has refilled (a 429's `retry-after-ms`).
+                     * @example 12ms
+                     */
+                    "x-ratelimit-reset-tokens"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceModel"];
+                };
+            };
+            /**
+             * @description 400 `invalid_request_error`: the body cannot be used. The proxy checks only what it needs and the
+             *     bounds of this document; the engine judges the rest. `code`: `invalid_json` (not JSON, or not
+             *     valid multipart), `missing_required_parameter` (`param` names it), `invalid_parameter` (a listed
+             *     field has the wrong type or is out of bounds, an array is longer than documented, the body nests
+             *     deeper than 64 levels or holds a NUL character; on a transcription upload also a part that is
+             *     not documented, a part sent twice, or a file part not named `file`), `model_ambiguous` (the model
+             *     name matches several of the caller's running deployments; send a deployment id),
+             *     `engine_rejected_request` (the serving engine refused the request as invalid: `message` is
+             *     "The model refused the request as invalid.", or "The model refused the request: " and the
+             *     engine's reason when that is a short validation message naming nothing of the cluster),
+             *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
+             *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
+             *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
+             *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
+             */
+            400: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 401 `authentication_error`. `code`: `missing_credentials` (no `Authorization` header and no
+             *     session cookie), `invalid_api_key` (malformed, wrong checksum or unknown key), `api_key_expired`,
+             *     `api_key_disabled`, `api_key_revoked`, `invalid_session` (the session cookie is unknown or
+             *     expired). When both are sent, the `Authorization` header wins and the cookie is ignored. The
+             *     caller is authenticated before the body is read: a refused request's body is never parsed. What
+             *     the client still sends after the answer is discarded, up to 1 MiB, so a client that writes its
+             *     whole body before reading gets the answer; a body declared longer, or sent beyond that, closes
+             *     the connection (`Connection: close`). Any other error answered before the body was read (a
+             *     model nothing serves, a limit) discards up to the route's body limit the same way.
+             */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 403 `permission_error`. `code`: `model_not_in_key_scope` (the model is a deployment of the key's
+             *     organization outside the key's scope, or a hosted model and the key's `allow_hosted_models` is
+             *     off), `insufficient_role` (a session of a `viewer`, since calling inference needs member or
+             *     above; or a session of an account whose email is not verified yet calling a hosted model),
+             *     `csrf_failed` (cookie-authenticated request without a matching `X-CSRF-Token`, or with a
+             *     disallowed `Origin`).
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["InferenceError"];
+                };
+            };
+            /**
+             * @description 404 `not_found_error`, `param` `model`. `code`: `model_not_found` (nothing the caller may call
+             *     matches: no such deployment id, running deployment name or hosted model; a deployment of another
+             *     organization, or for a session of another user, counts as unknown), `deployment_stopped` (the
+             *     deployment is `failed`, `terminating` or `terminated` and will not serve again; deploy anew).
+             */
+            404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
@@ -12820,9 +13616,11 @@ export interface operations {
              *     engine's reason when that is a short validation message naming nothing of the cluster),
              *     `unsupported_parameter` (a top-level field the route's request schema does not name: `message`
              *     "Unrecognized request argument supplied: <field>", `param` the field, as OpenAI answers; or a
-             *     chat `logit_bias` other than null: the serving engine does not implement it; `param`
-             *     `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one choice per
-             *     request; `param` `n`). Both are refused before the engine is called. A JSON body with more than
+             *     chat or completion `logit_bias` other than null: the serving engine does not implement it;
+             *     `param` `logit_bias`), `unsupported_value` (a chat `n` other than 1: the engine generates one
+             *     choice per request; `param` `n`; on a completion likewise `n` or `best_of` other than 1, `echo`
+             *     true, a `prompt` array of several strings, or a `model` whose Xinference specification has no
+             *     `generate` ability, `param` naming which). Both are refused before the engine is called. A JSON body with more than
              *     20,000 objects and arrays, 100,000 object members (keys) or 200,000 strings in all, or an array
              *     of more than 65,536 items, answers `invalid_parameter` before it is parsed.
              */

@@ -12,6 +12,7 @@ export interface OperationSecurity {
   "createBillingPortalSession": "CsrfToken" | "SessionCookie";
   "createChatCompletion": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createCheckoutSetupSession": "CsrfToken" | "SessionCookie";
+  "createCompletion": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createDeployment": "CsrfToken" | "SessionCookie";
   "createEmbedding": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
   "createImage": "ApiKeyBearer" | "CsrfToken" | "SessionCookie";
@@ -65,6 +66,7 @@ export interface OperationSecurity {
   "requestPasswordReset": "none";
   "resendEmailVerification": "CsrfToken" | "SessionCookie";
   "resendInvitation": "CsrfToken" | "SessionCookie";
+  "retrieveModel": "ApiKeyBearer" | "SessionCookie";
   "revokeApiKey": "CsrfToken" | "SessionCookie";
   "revokeInvitation": "CsrfToken" | "SessionCookie";
   "revokeOtherSessions": "CsrfToken" | "SessionCookie";

@@ -64,6 +64,7 @@ export async function createApp(options: AppOptions): Promise<HttpService> {
   const checkOrigin = originCheck(options.allowedOrigins);
   const gateway = createInferenceGateway({
     api: binding.api,
+    router: binding.router,
     rules: binding.rules,
     handlers: options.handlers,
     security: options.security,

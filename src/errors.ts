@@ -3,6 +3,14 @@ import type { components } from '../generated/api.d.ts';
 export type ErrorCode = components['schemas']['ErrorCode'];
 export type ValidationIssue = components['schemas']['ValidationIssue'];
 export type InferenceErrorCode = components['schemas']['InferenceErrorCode'];
+export type InferenceErrorType = components['schemas']['InferenceErrorType'];
+
+/**
+ * The hosted-inference codes the service answers: the document's, and `unknown_url`, OpenAI's
+ * answer to a URL under `/v1/` that no operation has (the gateway's fallback), which belongs to no
+ * operation of the document and so not to its enum (spec/main.tsp describes it).
+ */
+export type InferenceAnswerCode = InferenceErrorCode | 'unknown_url';
 
 /** The HTTP status and title that go with each error code. */
 const CODES = {
@@ -51,8 +59,11 @@ export interface AppErrorOptions {
   /** Extra response headers, e.g. `Retry-After` or `Allow`. */
   headers?: Record<string, string>;
   cause?: unknown;
-  /** On inference routes: the hosted-inference `code` (e.g. `api_key_revoked`) and `param`, and a status other than the code's. */
-  inference?: { code: InferenceErrorCode; param?: string; status?: number };
+  /**
+   * On inference routes: the hosted-inference `code` (e.g. `api_key_revoked`) and `param`, and a
+   * status other than the code's, or a `type` other than the status's.
+   */
+  inference?: { code: InferenceAnswerCode; param?: string; status?: number; type?: InferenceErrorType };
 }
 
 /**

@@ -110,8 +110,16 @@ export async function restrictModel(db: Db, modelName: string, organizationIds: 
   return (await DeployableModelRow.query(db).where({ model_name: modelName }).patch({ allowed_organization_ids: organizationIds })) > 0;
 }
 
-/** The context length in tokens of each catalog model that states one (the language models). */
-export async function contextLengths(db: Db): Promise<Map<string, number>> {
-  const rows = await DeployableModelRow.query(db).whereNotNull('context_length').select('model_name', 'context_length');
-  return new Map(rows.map((row) => [row.model_name, row.context_length as number]));
+/** What the inference proxy needs of a catalog model: the most one request can use, and the routes it serves. */
+export interface ModelTraits {
+  /** Its context length in tokens (a language model's); null when it states none. */
+  contextLength: number | null;
+  /** Its abilities, as Xinference's specification states them (`generate` serves `/v1/completions`). */
+  abilities: readonly string[];
+}
+
+/** The traits of every catalog model, by name. */
+export async function modelTraits(db: Db): Promise<Map<string, ModelTraits>> {
+  const rows = await DeployableModelRow.query(db).select('model_name', 'context_length', 'abilities');
+  return new Map(rows.map((row) => [row.model_name, { contextLength: row.context_length, abilities: row.abilities }]));
 }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { Principal, SessionPrincipal } from '../principal.ts';
-import type { ErrorFormat, OperationRules } from './operations.ts';
+import type { Operation } from 'openapi-backend';
+import type { ErrorFormat, OperationRules, RouteMatch } from './operations.ts';
 
 declare global {
   namespace Express {
@@ -11,6 +12,8 @@ declare global {
       log: Logger;
       /** The operation the request matched, with its rules (set by the binding's route middleware, before the body is read). */
       operation?: OperationRules;
+      /** What the gateway's router matched to the request's method and path, when it handed the request to the management API (which reuses it). */
+      routeMatch?: RouteMatch<Operation>;
       /** The shape of this request's errors: its operation's, or on a 405 its path's; `problem` otherwise. */
       errorFormat?: ErrorFormat;
       /** The unparsed JSON body, kept for the signature check of an `x-csrf-exempt` operation (webhooks). */

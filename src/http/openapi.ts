@@ -42,6 +42,11 @@ export interface OpenApiBinding {
   dispatch: RequestHandler;
   /** openapi-backend over the document, initialized: the gateway uses its validators too. */
   api: OpenAPIBackend;
+  /**
+   * The router of every operation of the document, compiled once: the gateway matches each request
+   * with it first, and `route` reuses that match (`req.routeMatch`) for a request handed over.
+   */
+  router: OperationRouter<Operation>;
   /** The rules of every operation, read once from the document. */
   rules: ReadonlyMap<string, OperationRules>;
 }
@@ -149,8 +154,9 @@ export async function bindOpenApi(options: OpenApiOptions): Promise<OpenApiBindi
   return {
     api,
     rules,
+    router,
     route: function routeMiddleware(req: Request, res: Response, next: NextFunction) {
-      const { operation, atPath } = router.match(req.method, req.path);
+      const { operation, atPath } = req.routeMatch ?? router.match(req.method, req.path);
       if (operation) {
         req.operation = rulesOf(operation);
         setRoute(res, req.operation.route);

@@ -151,6 +151,29 @@ export class OperationRouter<T extends { path: string; method: string }> {
   }
 }
 
+/**
+ * Reads the path parameters of a route template from a path it matches, each segment URI-decoded
+ * as openapi-backend decodes them for the management API (so `/v1/models/a%2Fb` names `a/b`); a
+ * segment that does not decode is kept as sent. Compiled once per template.
+ */
+export function pathParameters(template: string): (rawPath: string) => Record<string, string> {
+  const names = [...template.matchAll(/\{([^}]+)\}/g)].map((match) => match[1] as string);
+  if (!names.length) return () => ({});
+  const pattern = new RegExp(`^${template.split(/\{[^}]+\}/).map(escapeRegExp).join('([^/]+)')}$`);
+  return (rawPath) => {
+    const values = pattern.exec(normalizePath(rawPath)) ?? [];
+    return Object.fromEntries(names.map((name, i) => [name, decodeSegment(values[i + 1] ?? '')]));
+  };
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
 /** As openapi-backend normalizes a path for matching: a leading slash, no query string, no trailing slash. */
 function normalizePath(raw: string): string {
   let path = raw.trim();

@@ -1,10 +1,11 @@
 import type { Request, Response } from 'express';
-import type { AppError, ErrorCode, InferenceErrorCode } from '../errors.ts';
+import type { AppError, ErrorCode, InferenceAnswerCode, InferenceErrorCode, InferenceErrorType } from '../errors.ts';
 import type { components } from '../../generated/api.d.ts';
 import { logFailedAnswer } from './request-log.ts';
 
 type Problem = components['schemas']['Problem'];
-type InferenceError = components['schemas']['InferenceError'];
+/** The hosted-inference error body: the document's `InferenceError`, whose `code` may also be `unknown_url` (errors.ts). */
+type InferenceError = { error: Omit<components['schemas']['InferenceError']['error'], 'code'> & { code: InferenceAnswerCode | null } };
 
 const PROBLEM_BASE = 'https://docs.model-deployment.example/errors/';
 
@@ -19,8 +20,6 @@ export function toProblem(error: AppError, requestId: string): Problem {
     request_id: requestId,
   };
 }
-
-type InferenceErrorType = InferenceError['error']['type'];
 
 const INFERENCE_TYPES: Record<number, InferenceErrorType> = {
   401: 'authentication_error',
@@ -48,7 +47,7 @@ const INFERENCE_CODES: Partial<Record<ErrorCode, InferenceErrorCode>> = {
   SERVICE_UNAVAILABLE: 'service_unavailable',
 };
 
-function inferenceCode(error: AppError): InferenceErrorCode {
+function inferenceCode(error: AppError): InferenceAnswerCode {
   if (error.inference) return error.inference.code;
   if (error.code === 'VALIDATION_FAILED') {
     return error.errors?.some((issue) => / is required$/.test(issue.message)) ? 'missing_required_parameter' : 'invalid_parameter';
@@ -61,7 +60,7 @@ export function toInferenceError(error: AppError): InferenceError {
   return {
     error: {
       message: error.message,
-      type: INFERENCE_TYPES[status] ?? (status < 500 ? 'invalid_request_error' : 'server_error'),
+      type: error.inference?.type ?? INFERENCE_TYPES[status] ?? (status < 500 ? 'invalid_request_error' : 'server_error'),
       code: inferenceCode(error),
       param: error.inference?.param ?? error.errors?.[0]?.location.replace(/^body\//, '') ?? null,
     },

@@ -64,14 +64,14 @@ export class AnswerWatch {
     return last.endsWith('\n\n') || last.endsWith('\r\n\r\n') || last.endsWith('\r\r');
   }
 
-  /** Stream chunks that carried generated text or tool calls (each holds at least one token). */
+  /** Stream chunks that carried generated text (chat's or a completion's) or tool calls (each holds at least one token). */
   get contentChunks(): number {
     return this.#contentChunks;
   }
 
   /**
-   * The generated text the stream carried (content, reasoning, tool calls' names and arguments),
-   * as far as it was kept, and its whole length in characters.
+   * The generated text the stream carried (content, reasoning, tool calls' names and arguments, a
+   * completion's text), as far as it was kept, and its whole length in characters.
    */
   get generated(): { text: string; chars: number } {
     return { text: this.#text, chars: this.#textChars };
@@ -93,7 +93,10 @@ export class AnswerWatch {
 
   #event(data: string): void {
     if (!data.startsWith('{')) return;
-    let chunk: { usage?: unknown; choices?: Array<{ delta?: { content?: unknown; reasoning_content?: unknown; tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } } | null> } } | null> };
+    let chunk: {
+      usage?: unknown;
+      choices?: Array<{ text?: unknown; delta?: { content?: unknown; reasoning_content?: unknown; tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } } | null> } } | null>;
+    };
     try {
       chunk = JSON.parse(data);
     } catch {
@@ -102,6 +105,8 @@ export class AnswerWatch {
     if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
     let generated = false;
     for (const choice of chunk.choices ?? []) {
+      // A completion's chunk carries its piece of text as `text`, a chat chunk as `delta`.
+      if (this.#keep(choice?.text)) generated = true;
       const delta = choice?.delta;
       if (!delta) continue;
       if (this.#keep(delta.content)) generated = true;

@@ -17,17 +17,19 @@ import type { UsageRecord, UsageRecorder } from './usage.ts';
 
 type InferenceHandlers = Pick<
   Handlers,
-  'createChatCompletion' | 'createEmbedding' | 'createRerank' | 'createImage' | 'createTranscription' | 'listModels'
+  'createChatCompletion' | 'createCompletion' | 'createEmbedding' | 'createRerank' | 'createImage' | 'createTranscription' | 'listModels' | 'retrieveModel'
 >;
 
 /** What each inference operation does, called by its handler (inference.handlers.ts) with the gateway's context. */
 export interface InferenceService {
   chatCompletion: InferenceHandlers['createChatCompletion'];
+  completion: InferenceHandlers['createCompletion'];
   embedding: InferenceHandlers['createEmbedding'];
   rerank: InferenceHandlers['createRerank'];
   image: InferenceHandlers['createImage'];
   transcription: InferenceHandlers['createTranscription'];
   models: InferenceHandlers['listModels'];
+  model: InferenceHandlers['retrieveModel'];
 }
 
 /** Largest engine answer a transcript is rendered from (a verbose_json of 25 MiB of audio is far smaller). */
@@ -39,13 +41,22 @@ const PROMPT_BYTES_PER_TOKEN = 4;
 const UNKNOWN_CONTEXT_TOKENS = 32_768;
 
 /**
- * The most a chat request may generate: its `max_completion_tokens` (or the deprecated
- * `max_tokens`), at most the model's context length; the context length when it sets neither.
+ * The most a chat or completion request may generate: its `max_completion_tokens` (chat) or
+ * `max_tokens`, at most the model's context length; the context length when it sets neither.
  */
 function completionLimit(body: Record<string, unknown>, target: Pick<Target, 'contextLength'>): number {
   const asked = body.max_completion_tokens ?? body.max_tokens;
   const context = target.contextLength ?? UNKNOWN_CONTEXT_TOKENS;
   return typeof asked === 'number' && asked >= 0 ? Math.min(asked, context) : context;
+}
+
+/**
+ * Usage of a stream is reported in its last chunk only when asked for (chat and completions alike);
+ * metering needs it.
+ */
+function askForStreamUsage(body: Record<string, unknown>): undefined {
+  if (body.stream === true) body.stream_options = { ...(body.stream_options as object | undefined), include_usage: true };
+  return undefined;
 }
 
 /** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
@@ -56,21 +67,51 @@ function callerOf(context: HandlerContext<OperationId>): Principal {
   return context.auth;
 }
 
+/** A value the serving engine does not honour, refused before it is called. */
+const unsupportedValue = (param: string, message: string) => new AppError('VALIDATION_FAILED', message, { inference: { code: 'unsupported_value', param } });
+
+/** `logit_bias` other than null: the serving engine does not implement it. */
+function refuseLogitBias(body: Record<string, unknown>): void {
+  if (body.logit_bias !== undefined && body.logit_bias !== null) {
+    throw new AppError('VALIDATION_FAILED', '`logit_bias` is not supported by the serving engine; leave it out (or send null).', {
+      inference: { code: 'unsupported_parameter', param: 'logit_bias' },
+    });
+  }
+}
+
+/** A count the engine does not honour (`n`, `best_of`) other than 1: it generates one `what` per request. */
+function refuseMoreThanOne(body: Record<string, unknown>, param: string, what: string): void {
+  const value = body[param];
+  if (value !== undefined && value !== null && value !== 1) {
+    throw unsupportedValue(param, `\`${param}\` must be 1: the serving engine generates one ${what} per request; send several requests for several ${what}s.`);
+  }
+}
+
 /**
  * Chat parameters the serving engine does not honour, refused here rather than half-served:
  * Xinference answers `logit_bias` with 501 and drops `n` (one choice), `api/restful_api.py`,
  * `create_chat_completion`.
  */
 function refuseUnsupportedChat(body: Record<string, unknown>): void {
-  if (body.logit_bias !== undefined && body.logit_bias !== null) {
-    throw new AppError('VALIDATION_FAILED', '`logit_bias` is not supported by the serving engine; leave it out (or send null).', {
-      inference: { code: 'unsupported_parameter', param: 'logit_bias' },
-    });
-  }
-  if (body.n !== undefined && body.n !== null && body.n !== 1) {
-    throw new AppError('VALIDATION_FAILED', '`n` must be 1: the serving engine generates one choice per request; send several requests for several choices.', {
-      inference: { code: 'unsupported_value', param: 'n' },
-    });
+  refuseLogitBias(body);
+  refuseMoreThanOne(body, 'n', 'choice');
+}
+
+/**
+ * Completion parameters the serving engine does not honour, refused as chat's are: Xinference
+ * answers `logit_bias` with 501, drops `n` and `best_of`, and completes one string prompt
+ * (`api/restful_api.py`, `create_completion`; `types.py`, `ModelAndPrompt`); its vLLM and llama.cpp
+ * engines do not echo the prompt (`model/llm/vllm/core.py`, `_sanitize_generate_config`). A prompt
+ * array of one string is sent as that string.
+ */
+function refuseUnsupportedCompletion(body: Record<string, unknown>): void {
+  refuseLogitBias(body);
+  refuseMoreThanOne(body, 'n', 'completion');
+  refuseMoreThanOne(body, 'best_of', 'completion');
+  if (body.echo === true) throw unsupportedValue('echo', '`echo` must be false: the serving engine does not echo the prompt; prepend it to the text yourself.');
+  if (Array.isArray(body.prompt)) {
+    if (body.prompt.length !== 1) throw unsupportedValue('prompt', '`prompt` must be one string (or an array of one): the serving engine completes one prompt per request; send one request per prompt.');
+    body.prompt = body.prompt[0];
   }
 }
 
@@ -189,9 +230,12 @@ export function createInferenceService(deps: {
       options: {
         accepts: readonly MediaType[];
         meter: Meter;
-        /** The route generates text (chat): its `max_tokens` is reserved too. */
+        /** The route generates text (chat, completions): its `max_tokens` is reserved too. */
         generates?: boolean;
+        /** Refuses (and may normalize) what the engine would not honour, before routing. */
         refuse?: (body: Record<string, unknown>) => void;
+        /** The ability the model needs for this route (the catalog's, Xinference's): 400 before the engine otherwise. */
+        requires?: { ability: string; refusal: (model: string) => string };
         /** Changes the body sent to the engine; returns the rewrite of the answer, if any. */
         prepare?: (body: Record<string, unknown>) => (() => AnswerRewrite) | undefined;
       },
@@ -202,6 +246,9 @@ export function createInferenceService(deps: {
       options.refuse?.(body);
       const asked = body.model;
       const target = await router.resolve(principal, asked);
+      if (options.requires && !target.abilities.includes(options.requires.ability)) {
+        throw unsupportedValue('model', options.requires.refusal(String(asked)));
+      }
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
@@ -238,11 +285,18 @@ export function createInferenceService(deps: {
       meter: byTokens,
       generates: true,
       refuse: refuseUnsupportedChat,
-      prepare: (body) => {
-        // Usage of a stream is reported in its last chunk only when asked for; metering needs it.
-        if (body.stream === true) body.stream_options = { ...(body.stream_options as object | undefined), include_usage: true };
-        return undefined;
+      prepare: askForStreamUsage,
+    }),
+    completion: json('/v1/completions', {
+      accepts: ['application/json', 'text/event-stream'],
+      meter: byTokens,
+      generates: true,
+      refuse: refuseUnsupportedCompletion,
+      requires: {
+        ability: 'generate',
+        refusal: (model) => `The model \`${model}\` does not generate completions (its Xinference specification has no \`generate\` ability); call /v1/chat/completions.`,
       },
+      prepare: askForStreamUsage,
     }),
     embedding: json('/v1/embeddings', {
       accepts: ['application/json'],
@@ -314,6 +368,12 @@ export function createInferenceService(deps: {
       const principal = callerOf(context);
       await admit(context, principal, { tokens: 0, hostedModel: null });
       return { status: 200, body: { object: 'list', data: await router.models(principal) } };
+    },
+    // A retrieval is a request under the key's limits, as a listing is.
+    model: async (context) => {
+      const principal = callerOf(context);
+      await admit(context, principal, { tokens: 0, hostedModel: null });
+      return { status: 200, body: await router.model(principal, context.params.model) };
     },
   };
 }

@@ -1,12 +1,13 @@
 import type { Knex } from 'knex';
 import type { Logger } from 'pino';
+import type { components } from '../../generated/api.d.ts';
 import { requireVerifiedEmail, type Principal } from '../principal.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import { maySoonServe, SERVING, type DeploymentStatus } from '../deployments/deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import { AppError } from '../errors.ts';
 import { hostedCallRefusal, loadGuardInputs, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
-import { contextLengths } from '../catalog/catalog.repository.ts';
+import { modelTraits, type ModelTraits } from '../catalog/catalog.repository.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
 
@@ -25,14 +26,19 @@ export interface Target {
   authorization: string | undefined;
   /** The model's context length in tokens, null when unknown (the most one request can use). */
   contextLength: number | null;
+  /** The model's abilities in the catalog (Xinference's): which routes it serves. */
+  abilities: readonly string[];
 }
+
+/** A model the caller may call, as `GET /v1/models` lists it. */
+export type ListedModel = components['schemas']['InferenceModel'];
 
 /** Who is calling, as far as routing is concerned: a session reaches its candidates, a key its scope. */
 export type Caller = { kind: 'session' } | { kind: 'apiKey'; deploymentIds: ReadonlySet<string> };
 
 /** How long an organization's billing state (payment setup, spending limit) is trusted for hosted calls, in this process. */
 const BILLING_CACHE_MS = 10_000;
-/** How long the catalog's context lengths are trusted without a lookup, in this process (they change with a migration). */
+/** How long the catalog's model traits (context lengths, abilities) are trusted without a lookup, in this process (they change with a migration). */
 const CATALOG_CACHE_MS = 60_000;
 /** How long what a caller may call is trusted without a lookup, in this process. */
 const CACHE_MS = 2_000;
@@ -47,6 +53,14 @@ const HOSTED_FALLBACK: ReadonlySet<string | undefined> = new Set(['model_not_fou
 
 const notFound = (model: string) =>
   new AppError('NOT_FOUND', `The model \`${model}\` does not exist or you do not have access to it.`, { inference: { code: 'model_not_found', param: 'model' } });
+
+const ambiguous = (model: string) =>
+  new AppError('VALIDATION_FAILED', `Several of your running deployments serve \`${model}\`; send a deployment id as \`model\`.`, {
+    inference: { code: 'model_ambiguous', param: 'model' },
+  });
+
+/** The traits of a model the catalog does not have: no context length, no ability. */
+const UNKNOWN_TRAITS: ModelTraits = { contextLength: null, abilities: [] };
 
 /**
  * The routing rule (DESIGN.md §3 Inference routing), pure: picks the deployment `model` names among
@@ -68,11 +82,7 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
     }
   } else {
     const running = reachable.filter((c) => c.model_name === model && c.status === SERVING);
-    if (running.length > 1) {
-      throw new AppError('VALIDATION_FAILED', `Several of your running deployments serve \`${model}\`; send a deployment id as \`model\`.`, {
-        inference: { code: 'model_ambiguous', param: 'model' },
-      });
-    }
+    if (running.length > 1) throw ambiguous(model);
     chosen = running[0];
     if (!chosen && caller.kind === 'apiKey' && candidates.some((c) => c.model_name === model && c.status === SERVING)) {
       throw new AppError('FORBIDDEN', `This API key may not call \`${model}\`.`, { inference: { code: 'model_not_in_key_scope', param: 'model' } });
@@ -117,8 +127,8 @@ export class InferenceRouter {
   /** Clusters refused here, until every cached read shows the mark in the database. */
   readonly #refused = new Map<string, { until: number }>();
 
-  /** Each catalog model's context length, shared by every caller. */
-  #contextLengths: { at: number; lengths: Promise<Map<string, number>> } | undefined;
+  /** Each catalog model's traits, shared by every caller. */
+  #modelTraits: { at: number; traits: Promise<Map<string, ModelTraits>> } | undefined;
 
   readonly #billing: DeploymentGuardSettings;
   /** Each organization's answer to `hostedCallRefusal`, for BILLING_CACHE_MS (concurrent misses share one read). */
@@ -150,7 +160,7 @@ export class InferenceRouter {
       clusterId: chosen.cluster_id as string,
       endpoint: chosen.endpoint as string,
       authorization: this.#clusters.authorizationHeader(chosen.sealed_credential),
-      contextLength: await this.#contextLength(chosen.model_name),
+      ...(await this.#traits(chosen.model_name)),
     };
   }
 
@@ -201,7 +211,7 @@ export class InferenceRouter {
   }
 
   /** The running deployments the caller may call, then the hosted models it may call, for `GET /v1/models`. */
-  async models(principal: Principal) {
+  async models(principal: Principal): Promise<ListedModel[]> {
     const candidates = await this.#candidates(principal);
     const deployments = candidates
       .filter((c) => c.status === SERVING && (principal.kind === 'session' || principal.deploymentIds.has(c.id)))
@@ -227,6 +237,22 @@ export class InferenceRouter {
         deployment_id: null,
       })),
     ];
+  }
+
+  /**
+   * The model `model` names, for `GET /v1/models/{model}`: the entry `models` lists for it. A
+   * deployment id names its deployment; a name routes as a call's `model` does, to the caller's
+   * running deployment of it (400 `model_ambiguous` when several serve it), else to the hosted
+   * model. Anything the listing does not show answers 404 `model_not_found`: a deployment outside a
+   * key's scope or not running, and a hosted model for a key without `allow_hosted_models`, are
+   * unknown to the caller here, as at OpenAI.
+   */
+  async model(principal: Principal, model: string): Promise<ListedModel> {
+    const listed = await this.models(principal);
+    if (isUuid(model)) return listed.find((entry) => entry.deployment_id === model) ?? Promise.reject(notFound(model));
+    const deployments = listed.filter((entry) => entry.deployment_id !== null && entry.model_name === model);
+    if (deployments.length > 1) throw ambiguous(model);
+    return deployments[0] ?? listed.find((entry) => entry.deployment_id === null && entry.id === model) ?? Promise.reject(notFound(model));
   }
 
   /**
@@ -263,7 +289,7 @@ export class InferenceRouter {
       clusterId: route.cluster_id,
       endpoint: route.endpoint,
       authorization: this.#clusters.authorizationHeader(route.sealed_credential),
-      contextLength: await this.#contextLength(route.model_name),
+      ...(await this.#traits(route.model_name)),
     };
   }
 
@@ -298,15 +324,15 @@ export class InferenceRouter {
     return this.#cached(HOSTED_KEY, () => findHostedRoutes(this.#db)) as Promise<HostedRoute[]>;
   }
 
-  /** The model's context length (the catalog's, read once per CATALOG_CACHE_MS for every model); null when it states none. */
-  async #contextLength(model: string): Promise<number | null> {
+  /** The model's context length and abilities (the catalog's, read once per CATALOG_CACHE_MS for every model). */
+  async #traits(model: string): Promise<ModelTraits> {
     const now = Date.now();
-    if (!this.#contextLengths || now - this.#contextLengths.at >= CATALOG_CACHE_MS) {
-      const lengths = contextLengths(this.#db);
-      this.#contextLengths = { at: now, lengths };
-      lengths.catch(() => (this.#contextLengths = undefined));
+    if (!this.#modelTraits || now - this.#modelTraits.at >= CATALOG_CACHE_MS) {
+      const traits = modelTraits(this.#db);
+      this.#modelTraits = { at: now, traits };
+      traits.catch(() => (this.#modelTraits = undefined));
     }
-    return (await this.#contextLengths.lengths).get(model) ?? null;
+    return (await this.#modelTraits.traits).get(model) ?? UNKNOWN_TRAITS;
   }
 
   #unusable(): ReadonlySet<string> {

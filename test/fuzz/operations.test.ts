@@ -8,7 +8,7 @@ import { checkResponse, templateOf } from '../helpers/contract.ts';
 import { changedTables, tableDigester } from '../helpers/db-digest.ts';
 import { hostileSegment, hostileValue, malformedJson, validValue, type Schema } from './schema-arbitrary.ts';
 import { ACTORS, VALID_REQUESTS, type Actor, type ValidRequest } from './valid-requests.ts';
-import { FuzzWorld } from './world.ts';
+import { FuzzWorld, HOSTED_MODEL } from './world.ts';
 
 /**
  * Every operation of the published document fuzzed through the real HTTP interface (issues #12,
@@ -77,6 +77,7 @@ beforeAll(async () => {
   const d = world.deployments;
   Object.assign(known, {
     deployment_id: [d.chat.id, d.embedding.id],
+    model: [d.chat.id, HOSTED_MODEL],
     model_id: [world.catalogModelId],
     webhook_endpoint_id: [world.webhookEndpointId],
     provider: ['fuzzidp'],
@@ -219,8 +220,9 @@ async function validOutgoing(operation: Operation, variant: number, generated?: 
 
 /** The 5xx an operation may answer: an engine's or the payment processor's failure, as documented. */
 const mayFailUpstream = (template: string) => template.startsWith('/v1/billing') || !template.startsWith('/v1/organization') && !template.startsWith('/v1/user') && !template.startsWith('/api/');
-/** The operations that call the engine, and the engine's route each is relayed to. */
-const engineRoute = (operation: Operation, template: string) => ((operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement) && template !== '/v1/models' ? `POST ${template}` : undefined);
+/** The operations that call the engine (the inference ones that post), and the engine's route each is relayed to. */
+const engineRoute = (method: string, operation: Operation, template: string) =>
+  method === 'post' && (operation.security ?? []).some((requirement) => 'ApiKeyBearer' in requirement) ? `POST ${template}` : undefined;
 const succeeded = (status: number) => status >= 200 && status < 400;
 
 describe('every operation of the document, fuzzed', () => {
@@ -245,7 +247,7 @@ describe('every operation of the document, fuzzed', () => {
       });
       const statuses = seen.get(operation.operationId) ?? new Map<number, number>();
       seen.set(operation.operationId, statuses);
-      const route = engineRoute(operation, template);
+      const route = engineRoute(method, operation, template);
       const engineCalls = () => (route ? (world.app.simulator?.requests[route] ?? 0) : 0);
       const engineBefore = engineCalls();
       await fc.assert(

@@ -50,6 +50,9 @@ export const VALID_REQUESTS: Record<string, (world: FuzzWorld, variant: number, 
   deleteDeployment: async (world) => ({ path: { deployment_id: await world.deploymentId() } }),
 
   createChatCompletion: async (world, variant) => ({ fields: { model: variant % 2 ? HOSTED_MODEL : world.deployments.chat.id } }),
+  // The hosted model chats only: completions go to the deployment of a `generate` model.
+  createCompletion: async (world) => ({ fields: { model: world.deployments.completion.id } }),
+  retrieveModel: async (world, variant) => ({ path: { model: variant % 2 ? HOSTED_MODEL : world.deployments.chat.id } }),
   createEmbedding: async (world) => ({ fields: { model: world.deployments.embedding.id } }),
   createImage: async (world) => ({ fields: { model: world.deployments.image.id } }),
   createRerank: async (world) => ({ fields: { model: world.deployments.rerank.id } }),

@@ -24,8 +24,15 @@ export const HOSTED_MODEL = 'qwen2.5-instruct';
 /** A limit no case reaches: the key's own, so that the organization's defaults a case changes do not apply to it. */
 const UNREACHED = { requests_per_minute: 1_000_000, tokens_per_minute: 1_000_000_000, monthly_token_budget: 1_000_000_000_000, monthly_spend_budget: '1000000.00' };
 
-/** The model of each inference operation: a deployment running on the cluster simulator. */
-const MODELS = { chat: 'qwen2.5-instruct', embedding: 'bge-m3', rerank: 'bge-reranker-v2-m3', image: 'FLUX.1-schnell', audio: 'whisper-large-v3' } as const;
+/** The model of each inference operation: a deployment running on the cluster simulator (completions need a `generate` model). */
+const MODELS = {
+  chat: 'qwen2.5-instruct',
+  completion: 'codestral-v0.1',
+  embedding: 'bge-m3',
+  rerank: 'bge-reranker-v2-m3',
+  image: 'FLUX.1-schnell',
+  audio: 'whisper-large-v3',
+} as const;
 export type ModelKind = keyof typeof MODELS;
 
 /**

@@ -13,8 +13,9 @@ import { createTestDatabase } from '../helpers/database.ts';
  * of xorbitsai/inference at the commit the review read, in ../shared/xinference from the repo
  * root; XINFERENCE_SPECS_DIR overrides): the name exists, each launch combination (format, size,
  * quantization, case-insensitively, as `match_llm` compares) is offered on the Hugging Face hub,
- * the engine runs that format, and an LLM, which the platform serves through the chat route, has
- * the `chat` ability.
+ * the engine runs that format, an LLM has the `chat` or the `generate` ability (the platform serves
+ * LLMs through the chat and the completions routes), and the catalog's abilities (which route the
+ * proxy serves a model through) are the specification's.
  *
  * Where those files are not beside the repository (a checkout of its own), the same data is read
  * from `dev/simulator/xinference-models.json`, which `scripts/simulator-models.ts` derives
@@ -37,6 +38,7 @@ interface LlmFamily {
 }
 interface OtherModel {
   model_name: string;
+  model_ability?: string[];
   model_format?: string;
   engine?: string;
   model_specs?: Array<{ model_format: string; model_src: Record<string, HubSource> }>;
@@ -98,10 +100,20 @@ const VLLM_MULTIMODAL_ARCHITECTURES = new Set([
   'Qwen3OmniMoeForConditionalGeneration', 'Qwen3VLMoeForConditionalGeneration', 'Qwen3_5ForConditionalGeneration', 'Qwen3_5MoeForConditionalGeneration',
 ]);
 
-/** Whether vLLM's chat or multimodal engine matches the family by its architectures (`VLLMChatModel.match_json`, `VLLMMultiModel.match_json`). */
+/**
+ * The architectures vLLM's base engine runs for a family with the `generate` ability, in any vLLM
+ * version Xinference knows (`model/llm/vllm/core.py`, `VLLM_SUPPORTED_MODELS`, `VLLMModel.match_json`).
+ */
+const VLLM_GENERATE_ARCHITECTURES = new Set(['LlamaForCausalLM', 'MistralForCausalLM', 'Qwen2ForCausalLM', 'MllamaForConditionalGeneration']);
+
+/**
+ * Whether vLLM's chat, multimodal or base engine matches the family by its architectures
+ * (`VLLMChatModel.match_json`, `VLLMMultiModel.match_json`, `VLLMModel.match_json`).
+ */
 function vllmRuns(family: LlmFamily): boolean {
   const architectures = family.architectures ?? [];
-  if (architectures.some((a) => VLLM_CHAT_ARCHITECTURES.has(a))) return true;
+  if (family.model_ability.includes('chat') && architectures.some((a) => VLLM_CHAT_ARCHITECTURES.has(a))) return true;
+  if (family.model_ability.includes('generate') && architectures.some((a) => VLLM_GENERATE_ARCHITECTURES.has(a))) return true;
   return family.model_ability.includes('vision') && architectures.some((a) => VLLM_MULTIMODAL_ARCHITECTURES.has(a));
 }
 
@@ -161,7 +173,7 @@ function fromRegistry(): { llms: Map<string, LlmFamily>; others: Record<string, 
     new Map(
       Object.entries(registry[type]).map(([name, entries]) => [
         name,
-        entries.map((entry) => ({ model_name: name, ...(entry.format ? { model_format: entry.format } : {}), ...(entry.engine ? { engine: entry.engine } : {}) })),
+        entries.map((entry) => ({ model_name: name, model_ability: entry.abilities, ...(entry.format ? { model_format: entry.format } : {}), ...(entry.engine ? { engine: entry.engine } : {}) })),
       ]),
     );
   return { llms, others: { embedding: withSpecs('embedding'), rerank: withSpecs('rerank'), audio: byEngine('audio'), image: byEngine('image') } };
@@ -179,7 +191,9 @@ function problemsOf(row: CatalogRow): string[] {
   if (row.model_type === 'LLM') {
     const family = llms.get(row.model_name);
     if (!family) return [...problems, `${label}: Xinference has no LLM family of that name`];
-    if (!family.model_ability.includes('chat')) problems.push(`${label}: the family's abilities are ${family.model_ability.join(', ')}, without chat`);
+    if (!family.model_ability.some((ability) => ability === 'chat' || ability === 'generate')) {
+      problems.push(`${label}: the family's abilities are ${family.model_ability.join(', ')}, neither chat nor generate`);
+    }
     if (row.model_engine === 'vLLM' && !vllmRuns(family)) {
       problems.push(`${label}: vLLM does not run the architectures ${(family.architectures ?? []).join(', ') || '(none)'} without virtualenv mode`);
     }
@@ -220,7 +234,7 @@ describe('the simulator\'s copy of Xinference\'s model specifications', () => {
 });
 
 describe('the catalog against Xinference 3.x model specifications', () => {
-  it('offers only launch combinations Xinference has, on engines that run them (vLLM by architecture), and only chat-capable LLMs', async () => {
+  it('offers only launch combinations Xinference has, on engines that run them (vLLM by architecture), and only LLMs that chat or generate', async () => {
     const rows: CatalogRow[] = await db('deployable_models as m')
       .join('model_specs as s', 's.deployable_model_id', 'm.id')
       .where('m.enabled', true)
@@ -232,8 +246,18 @@ describe('the catalog against Xinference 3.x model specifications', () => {
 
   it('has dropped what Xinference no longer has, and offers the current families instead', async () => {
     const names = (await db('deployable_models').select('model_name')).map((row: { model_name: string }) => row.model_name);
-    for (const gone of ['gemma-2-it', 'internlm2.5-chat', 'codestral-v0.1']) expect(names).not.toContain(gone);
-    expect(names).toEqual(expect.arrayContaining(['gemma-3-1b-it', 'internlm3-instruct']));
+    for (const gone of ['gemma-2-it', 'internlm2.5-chat']) expect(names).not.toContain(gone);
+    // codestral-v0.1 (only `generate`) came back with /v1/completions.
+    expect(names).toEqual(expect.arrayContaining(['gemma-3-1b-it', 'internlm3-instruct', 'codestral-v0.1']));
+  });
+
+  it('states each model\'s abilities as Xinference\'s specification does (none for embedding and rerank models)', async () => {
+    const rows: Array<{ model_name: string; model_type: string; abilities: string[] }> = await db('deployable_models').select('model_name', 'model_type', 'abilities');
+    const specified = (row: { model_name: string; model_type: string }) =>
+      row.model_type === 'LLM' ? llms.get(row.model_name)?.model_ability : [...new Set((others[row.model_type]?.get(row.model_name) ?? []).flatMap((entry) => entry.model_ability ?? []))];
+    const wrong = rows.filter((row) => JSON.stringify(row.abilities) !== JSON.stringify(specified(row))).map((row) => `${row.model_name}: ${row.abilities.join(', ')}`);
+    expect(wrong).toEqual([]);
+    expect(rows.find((row) => row.model_name === 'codestral-v0.1')?.abilities).toEqual(['generate']);
   });
 
   it('would catch a wrong entry: the rules refuse each mismatch the review found', () => {
@@ -250,7 +274,8 @@ describe('the catalog against Xinference 3.x model specifications', () => {
     expect(problemsOf(row({}))).toEqual([]);
     expect(problemsOf(row({ model_format: 'ggufv2', quantizations: ['Q4_K_M'], model_engine: 'llama.cpp' }))).toEqual([]);
     expect(problemsOf(row({ model_name: 'gemma-2-it', model_size_in_billions: '9' }))).toEqual([expect.stringMatching(/no LLM family of that name/)]);
-    expect(problemsOf(row({ model_name: 'codestral-v0.1', model_size_in_billions: '22' }))).toEqual([expect.stringMatching(/without chat/)]);
+    expect(problemsOf(row({ model_name: 'codestral-v0.1', model_size_in_billions: '22' }))).toEqual([]);
+    expect(problemsOf(row({ model_name: 'opt', model_size_in_billions: '1' }))).toEqual([expect.stringMatching(/vLLM does not run the architectures OPTForCausalLM/)]);
     expect(problemsOf(row({ model_name: 'llama-3.3-instruct', model_format: 'ggufv2', model_size_in_billions: '70', quantizations: ['Q5_K_M'], model_engine: 'llama.cpp' }))).toEqual([
       expect.stringMatching(/quantization Q5_K_M is not offered/),
     ]);

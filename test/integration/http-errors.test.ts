@@ -33,9 +33,12 @@ describe('HTTP error handling', () => {
     return problem;
   }
 
-  it('answers an unknown path with 404 NOT_FOUND', async () => {
-    // No operation of the document has this path: plain fetch.
-    await expectProblem(await fetch(`${app.url}/v1/nothing-here`), 404, 'NOT_FOUND');
+  it('answers an unknown path with 404 NOT_FOUND (under /v1/, OpenAI\u2019s unknown_url instead)', async () => {
+    // No operation of the document has these paths: plain fetch.
+    await expectProblem(await fetch(`${app.url}/api/v1/nothing-here`), 404, 'NOT_FOUND');
+    const openAiPath = await fetch(`${app.url}/v1/nothing-here`);
+    expect(openAiPath.status).toBe(404);
+    expect(await jsonOf(openAiPath)).toMatchObject({ error: { type: 'invalid_request_error', code: 'unknown_url', param: null } });
   });
 
   it('answers a known path with the wrong method with 405 and an Allow header', async () => {
@@ -173,10 +176,12 @@ describe('errors on inference routes', () => {
     expect(await jsonOf(response)).toMatchObject({ error: { type: 'authentication_error', code: 'invalid_api_key' } });
   });
 
-  it('answer an unknown method with 405 in the same shape', async () => {
+  it('answer an unknown method in the same shape, as OpenAI does: 404 unknown_url', async () => {
     // GET is no operation of this path: plain fetch.
     const response = await fetch(`${app.url}/v1/embeddings`);
-    expect(response.status).toBe(405);
-    expect(await jsonOf(response)).toMatchObject({ error: { type: 'invalid_request_error', code: 'method_not_allowed' } });
+    expect(response.status).toBe(404);
+    expect(await jsonOf(response)).toEqual({
+      error: { message: 'Unknown request URL: GET /v1/embeddings. Please check the URL for typos, or see the API reference at /docs.', type: 'invalid_request_error', code: 'unknown_url', param: null },
+    });
   });
 });

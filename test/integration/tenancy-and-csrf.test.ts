@@ -86,6 +86,8 @@ beforeAll(async () => {
   await webhooksSettled(app);
   Object.assign(victims, {
     deployment_id: running.id,
+    // GET /v1/models/{model}: a deployment id (or a model name) the caller may call.
+    model: running.id,
     api_key_id: String(key.id),
     invitation_id: String(invitation?.id),
     user_id: String(member.user.id),

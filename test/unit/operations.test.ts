@@ -1,6 +1,6 @@
 import { OpenAPIRouter, type Document } from 'openapi-backend';
 import { describe, expect, it } from 'vitest';
-import { OperationRouter, readOperationRules } from '../../src/http/operations.ts';
+import { OperationRouter, pathParameters, readOperationRules } from '../../src/http/operations.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
 
 const real = loadOpenApiDocument();
@@ -103,5 +103,18 @@ describe('the operation router', () => {
     const { operation, atPath } = router.match('PUT', '/api/v1/model-deployments/0192f1c6');
     expect(operation).toBeUndefined();
     expect(atPath.map((o) => o.method).sort()).toEqual(['delete', 'get']);
+  });
+
+  it('reads path parameters as openapi-backend reads them: each segment decoded, an encoded slash within one', () => {
+    const operation = library.getOperations().find((o) => o.operationId === 'retrieveModel');
+    if (!operation) throw new Error('no retrieveModel');
+    const read = pathParameters(operation.path);
+    for (const path of ['/v1/models/qwen2.5-instruct', '/v1/models/0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21/', '/v1/models/org%2Fmodel%20v2', '/v1/models/caf%C3%A9']) {
+      expect(read(path)).toEqual(library.parseRequest({ method: 'GET', path, headers: {} }, operation).params);
+    }
+    expect(read('/v1/models/org%2Fmodel')).toEqual({ model: 'org/model' });
+    // One that does not decode names nothing, as sent (the library throws).
+    expect(read('/v1/models/%E0%A4%A')).toEqual({ model: '%E0%A4%A' });
+    expect(pathParameters('/v1/models')('/v1/models')).toEqual({});
   });
 });

@@ -102,6 +102,18 @@ describe('metering by route', () => {
     expect(await byTokens({ answer: new AnswerWatch(false) }, prompt)).toMatchObject({ promptTokens: 8, completionTokens: 0, totalTokens: 8 });
   });
 
+  it('reads a completion stream as a chat stream: its text pieces (`choices[].text`) and its usage chunk', async () => {
+    const piece = (text: string) => JSON.stringify({ id: 'cmpl', object: 'text_completion', choices: [{ text, index: 0, logprobs: null, finish_reason: null }] });
+    const usageChunk = JSON.stringify({ id: 'cmpl', object: 'text_completion', choices: [], usage });
+    const reported = watch(true, `data: ${piece(' hello')}\n\ndata: ${piece('')}\n\ndata: ${usageChunk}\n\ndata: [DONE]\n\n`, 3);
+    expect(reported.contentChunks).toBe(1);
+    expect(byTokens({ answer: reported }, request)).toMatchObject({ quantity: 14, estimated: false });
+    // Cut short before its usage: " hello world" three times is 6 tokens; the prompt "hello there" 2.
+    const cut = watch(true, [' hello world', ' hello world', ' hello world'].map((text) => `data: ${piece(text)}\n\n`).join(''));
+    const prompt = { bytes: 40, body: { model: 'm', prompt: 'hello there', max_tokens: 10 } };
+    expect(await byTokens({ answer: cut }, prompt)).toEqual({ unit: 'token', quantity: 8, promptTokens: 2, completionTokens: 6, totalTokens: 8, estimated: true });
+  });
+
   it('samples a long prompt and scales it to its length, and counts token-id inputs one token each', async () => {
     const long = { bytes: 0, body: { input: 'The quick brown fox jumps over the lazy dog. '.repeat(20_000) } };
     const tokens = (await byTokens({ answer: new AnswerWatch(false) }, long)).promptTokens;

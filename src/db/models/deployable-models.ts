@@ -17,6 +17,8 @@ export class DeployableModelRow extends BaseModel {
   declare sort_order: number;
   /** A language model's context length in tokens (Xinference's model family); null for other models. */
   declare context_length: number | null;
+  /** Xinference's `model_ability` of the model (`chat`, `generate`, `audio2text`, …); embedding and rerank models state none. */
+  declare abilities: string[];
   /** Null: every organization sees the model. */
   declare allowed_organization_ids: number[] | null;
   /** Generated full-text search vector (name, family, provider, tags, description). */

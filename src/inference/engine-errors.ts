@@ -41,6 +41,13 @@ export function engineError(status: number, headers: IncomingHttpHeaders, body: 
       inference: { code: 'engine_rate_limited', status: 429 },
     });
   }
+  if (status === 400 && /^Only \{.*\} support tool (calls|messages)$/s.test(validationReason(body) ?? '')) {
+    // Xinference's refusal of tools to a family without a tool-call parser (`api/restful_api.py`,
+    // `create_chat_completion`): it lists every family that has one, too long to pass on.
+    return new AppError('VALIDATION_FAILED', 'The model cannot call tools on its serving engine (its family has no tool-call parser there); send the request without `tools`.', {
+      inference: { code: 'unsupported_parameter', param: 'tools', status: 400 },
+    });
+  }
   if (status === 400 || status === 422) {
     const reason = validationReason(body);
     const message = reason && passesAllowlist(reason) ? `The model refused the request: ${reason}` : 'The model refused the request as invalid.';

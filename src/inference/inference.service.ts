@@ -70,6 +70,24 @@ function callerOf(context: HandlerContext<OperationId>): Principal {
 /** A value the serving engine does not honour, refused before it is called. */
 const unsupportedValue = (param: string, message: string) => new AppError('VALIDATION_FAILED', message, { inference: { code: 'unsupported_value', param } });
 
+/**
+ * A chat request the model's abilities, where the catalog knows them, do not cover: a model that
+ * does not chat (a `generate`-only model is pointed to completions), and `tools` to a model whose
+ * specification has no `tools` ability (Xinference refuses both, with text the client never sees).
+ */
+function refuseBeyondChatAbilities(body: Record<string, unknown>, abilities: readonly string[], model: string): void {
+  if (abilities.length === 0) return;
+  if (!abilities.includes('chat')) {
+    const instead = abilities.includes('generate') ? '; call /v1/completions' : '';
+    throw unsupportedValue('model', `The model \`${model}\` does not chat (its Xinference specification has no \`chat\` ability)${instead}.`);
+  }
+  if (Array.isArray(body.tools) && body.tools.length > 0 && !abilities.includes('tools')) {
+    throw new AppError('VALIDATION_FAILED', `The model \`${model}\` cannot call tools (its Xinference specification has no \`tools\` ability); send the request without \`tools\`.`, {
+      inference: { code: 'unsupported_parameter', param: 'tools' },
+    });
+  }
+}
+
 /** `logit_bias` other than null: the serving engine does not implement it. */
 function refuseLogitBias(body: Record<string, unknown>): void {
   if (body.logit_bias !== undefined && body.logit_bias !== null) {
@@ -234,8 +252,8 @@ export function createInferenceService(deps: {
         generates?: boolean;
         /** Refuses (and may normalize) what the engine would not honour, before routing. */
         refuse?: (body: Record<string, unknown>) => void;
-        /** The ability the model needs for this route (the catalog's, Xinference's): 400 before the engine otherwise. */
-        requires?: { ability: string; refusal: (model: string) => string };
+        /** Refuses what the model's abilities (the catalog's, Xinference's) do not cover, before the engine is called. */
+        requires?: (body: Record<string, unknown>, abilities: readonly string[], model: string) => void;
         /** Changes the body sent to the engine; returns the rewrite of the answer, if any. */
         prepare?: (body: Record<string, unknown>) => (() => AnswerRewrite) | undefined;
       },
@@ -246,9 +264,7 @@ export function createInferenceService(deps: {
       options.refuse?.(body);
       const asked = body.model;
       const target = await router.resolve(principal, asked);
-      if (options.requires && !target.abilities.includes(options.requires.ability)) {
-        throw unsupportedValue('model', options.requires.refusal(String(asked)));
-      }
+      options.requires?.(body, target.abilities, String(asked));
       body.model = target.engineModelUid;
       const rewrite = options.prepare?.(body);
       const payload = JSON.stringify(body);
@@ -285,6 +301,7 @@ export function createInferenceService(deps: {
       meter: byTokens,
       generates: true,
       refuse: refuseUnsupportedChat,
+      requires: refuseBeyondChatAbilities,
       prepare: askForStreamUsage,
     }),
     completion: json('/v1/completions', {
@@ -292,9 +309,10 @@ export function createInferenceService(deps: {
       meter: byTokens,
       generates: true,
       refuse: refuseUnsupportedCompletion,
-      requires: {
-        ability: 'generate',
-        refusal: (model) => `The model \`${model}\` does not generate completions (its Xinference specification has no \`generate\` ability); call /v1/chat/completions.`,
+      requires: (_body, abilities, model) => {
+        if (!abilities.includes('generate')) {
+          throw unsupportedValue('model', `The model \`${model}\` does not generate completions (its Xinference specification has no \`generate\` ability); call /v1/chat/completions.`);
+        }
       },
       prepare: askForStreamUsage,
     }),

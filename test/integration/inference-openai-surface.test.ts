@@ -31,6 +31,7 @@ let embedder: Deployment;
 const HOSTED = 'qwen2.5-instruct';
 const CODE = 'codestral-v0.1';
 const COMPLETIONS = 'POST /v1/completions';
+const CHAT = 'POST /v1/chat/completions';
 
 const client = (key: string) => inferenceClient(app, key);
 /** The completions the engine received, through the stub or (a hosted model) on the simulator itself. */
@@ -201,6 +202,39 @@ describe('POST /v1/completions', () => {
       expect((error as Error).message, model).toContain('/v1/chat/completions');
     }
     expect(engineCompletions()).toBe(before);
+  });
+
+  it('refuses chat to a generate-only model with 400 unsupported_value pointing to completions, before the engine', async () => {
+    const { key } = await apiKey(owner, [code.id]);
+    const before = stub.requestsTo(CHAT).length;
+    const error = await client(key)
+      .chat.completions.create({ model: CODE, messages: [{ role: 'user', content: 'hi' }] })
+      .catch((failure: unknown) => failure);
+    expect(refusal(error)).toEqual({ status: 400, code: 'unsupported_value', param: 'model' });
+    expect((error as Error).message).toContain('/v1/completions');
+    expect(stub.requestsTo(CHAT)).toHaveLength(before);
+  });
+
+  it('passes the engine’s refusal of tools (a family without a tool-call parser) as 400 unsupported_parameter on `tools`', async () => {
+    const { key } = await apiKey(owner, [chat.id]);
+    // Xinference lists every family that can call tools; the client gets a sentence instead.
+    stub.behave(CHAT, (req: IncomingMessage, res: ServerResponse) => {
+      req.resume();
+      req.once('end', () => {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ detail: `Only {'qwen2.5-instruct', 'qwen3', ${"'x', ".repeat(60)}'llama-3.1-instruct'} support tool calls` }));
+      });
+    });
+    try {
+      const tools = [{ type: 'function' as const, function: { name: 'weather', parameters: { type: 'object', properties: {} } } }];
+      const error = await client(key)
+        .chat.completions.create({ model: chat.id, messages: [{ role: 'user', content: 'hi' }], tools })
+        .catch((failure: unknown) => failure);
+      expect(refusal(error)).toEqual({ status: 400, code: 'unsupported_parameter', param: 'tools' });
+      expect((error as Error).message).toContain('cannot call tools');
+    } finally {
+      stub.behave(CHAT, undefined);
+    }
   });
 
   it('refuses what the engine would not honour (several prompts, n or best_of over 1, echo, logit_bias) before the engine', async () => {

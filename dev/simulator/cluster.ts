@@ -559,7 +559,6 @@ export class SimulatedCluster {
     model.dropped = true;
     for (const replica of model.replicas) {
       replica.routed = false;
-      replica.active = false;
       failQueue(replica, message);
     }
     this.models.delete(model.uid);

@@ -34,6 +34,10 @@ export type { SimulatedUser, SimulatorAuthOptions } from './simulator/auth.ts';
  *   engine's `load()` is a no-op that orphans the model; GPUs are shared by default; a dead model
  *   is recovered through ERROR back to READY; GPU names are raw NVML strings; a launch of a model
  *   Xinference does not have fails (`simulator/cluster.ts`, `simulator/model-registry.ts`).
+ * - the replica API of 3.2 (`POST`, `GET /v1/models/{uid}/replicas`, `DELETE …/replicas/{id}`):
+ *   a scale-up answers once its replica is loaded, scale changes of a model run one at a time,
+ *   requests go round robin over the ready replicas, and each replica may be given a concurrency
+ *   limit beyond which requests queue (`simulator/cluster.ts`, `simulator/replica-config.ts`).
  * - the inference routes answer as Xinference's do where they differ from the hosted API: an image
  *   `url` is a path on the worker's disk (JPEG), Whisper answers `json` and `verbose_json` only,
  *   `logit_bias` is 501, `n` and `encoding_format` are dropped (`simulator/generation.ts`);
@@ -72,8 +76,13 @@ export interface ClusterSimulatorOptions {
   autoRecoverLimit?: number | null;
   /** How long a DELETE takes (0 by default; a real one takes 5 to 36 s). */
   terminateMs?: number;
-  /** The Xinference version played: from 3.2 a launch's `worker_ip` may be a full `host:port`. */
+  /**
+   * The Xinference version played (`GET /v1/cluster/version`, 3.2.0 by default): from 3.2 a
+   * launch's `worker_ip` may be a full `host:port`, and `POST /v1/models/{uid}/replicas` exists.
+   */
   version?: string;
+  /** Requests each replica generates at once, the rest queued (no limit by default; see `ClusterSettings`). */
+  replicaConcurrency?: number | null;
   /** Refuse launches of combinations Xinference does not have (on by default). */
   checkModels?: boolean;
   log?: SimulatorLog;
@@ -101,6 +110,8 @@ export interface ClusterSimulator {
   crash(modelUid: string, options?: { recover?: boolean; message?: string }): boolean;
   setModelLoadMs(ms: number): void;
   setTokenLatencyMs(ms: number): void;
+  /** Requests each replica generates at once, the rest queued; null lifts the limit (and admits those waiting). */
+  setReplicaConcurrency(limit: number | null): void;
   /** Every launch request that got as far as the launch itself (duplicates included), in order. */
   readonly launches: readonly LaunchRecord[];
   /** Every successful termination, in order. */
@@ -133,6 +144,7 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
     autoRecoverLimit: options.autoRecoverLimit ?? null,
     terminateMs: nonNegative(options.terminateMs ?? 0, 'terminateMs'),
     version: options.version ?? '3.2.0',
+    replicaConcurrency: concurrencyLimit(options.replicaConcurrency ?? null),
     checkModels: options.checkModels ?? true,
     log,
   });
@@ -173,7 +185,18 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
         status: model.status,
         registered: model.registered,
         orphan: cluster.orphans.has(model),
-        replicas: model.replicas.map((r) => ({ replica_model_uid: r.uid, worker: r.worker?.name ?? null, gpu_idx: r.gpuIdx, status: r.status, routed: r.routed, error_message: r.errorMessage })),
+        replicas: model.replicas.map((r) => ({
+          replica_id: r.id,
+          replica_model_uid: r.uid,
+          worker: r.worker?.name ?? null,
+          gpu_idx: r.gpuIdx,
+          status: r.status,
+          routed: r.routed,
+          error_message: r.errorMessage,
+          requests: r.requests,
+          in_flight: r.serving.size,
+          queued: r.queue.length,
+        })),
       })),
       running: cluster.running(),
       launches: cluster.launches.map((l) => ({ model_uid: l.modelUid, body: l.body, wait_ready: l.waitReady, at: l.at.toISOString() })),
@@ -190,6 +213,7 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
         completion_tokens: generation.completionTokens,
         embedding_dimensions: generation.embeddingDimensions,
         version: cluster.settings.version,
+        replica_concurrency: cluster.settings.replicaConcurrency,
       },
     };
   }
@@ -216,6 +240,12 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
         if (path === '/_simulator/model-load-ms') cluster.settings.modelLoadMs = body.ms;
         else generation.tokenLatencyMs = body.ms;
         return sendJson(res, 200, { ms: body.ms });
+      }
+      case '/_simulator/replica-concurrency': {
+        const limit = body.limit;
+        if (limit !== null && !(typeof limit === 'number' && Number.isInteger(limit) && limit >= 1)) return sendJson(res, 400, { detail: 'limit must be an integer >= 1, or null' });
+        cluster.setReplicaConcurrency(limit);
+        return sendJson(res, 200, { limit });
       }
       default:
         return sendJson(res, 404, { detail: 'Not Found' });
@@ -284,6 +314,9 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
     setTokenLatencyMs(ms: number) {
       generation.tokenLatencyMs = nonNegative(ms, 'tokenLatencyMs');
     },
+    setReplicaConcurrency(limit: number | null) {
+      cluster.setReplicaConcurrency(concurrencyLimit(limit));
+    },
     launches: cluster.launches,
     terminations: cluster.terminations,
     get abortedRequests() {
@@ -298,6 +331,11 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
     gpus: () => cluster.gpus(),
     state,
   };
+}
+
+function concurrencyLimit(limit: number | null): number | null {
+  if (limit !== null && !(Number.isInteger(limit) && limit >= 1)) throw new Error('replicaConcurrency must be an integer >= 1, or null');
+  return limit;
 }
 
 function nonNegative(value: number, name: string): number {

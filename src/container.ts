@@ -80,7 +80,13 @@ export function createContainer(deps: ContainerDeps) {
   const sso = new SsoService({ db, sessions, keyring, config });
   const invitations = new InvitationsService({ db, outbox, sessions, limiter, webAppUrl: config.webAppUrl, lists, perDay: config.invitationsPerDay });
   const catalog = new CatalogService(db, keyring);
-  const clusters = new ClustersService({ db, keyring, log: deps.log, engineTimeoutSeconds: config.engineTimeoutSeconds });
+  const clusters = new ClustersService({
+    db,
+    keyring,
+    log: deps.log,
+    engineTimeoutSeconds: config.engineTimeoutSeconds,
+    loadTimeoutSeconds: config.provisioning.startTimeoutSeconds,
+  });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement } });

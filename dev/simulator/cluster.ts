@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { notReady, pyList, runtimeError, SimulatorError, valueError, workerHost } from './http.ts';
 import { familyAbilities, launchProblem } from './model-registry.ts';
+import { normalizeReplicaConfig, type DeviceConfig, type ReplicaConfig } from './replica-config.ts';
 
 /**
  * The simulated cluster's state: workers and their GPUs, models and their replicas, and the
@@ -56,15 +58,35 @@ export interface ClusterSettings {
   autoRecoverLimit: number | null;
   /** How long a DELETE takes (Xinference: 5 to 36 s of actor teardown and VRAM reclaim). */
   terminateMs: number;
-  /** The Xinference version played (worker_ip semantics differ before 3.2). */
+  /** The Xinference version played (worker_ip semantics differ before 3.2, which added scale-ups). */
   version: string;
+  /**
+   * Requests a replica generates at once; more wait in its queue (null: no limit, the default).
+   * vLLM's scheduler runs at most `max_num_seqs` sequences and queues the rest, first come first
+   * served (`vllm/v1/core/sched/scheduler.py`): this is that limit, small enough for tests.
+   */
+  replicaConcurrency: number | null;
   /** Check launches against Xinference's builtin model families (an unknown combination fails). */
   checkModels: boolean;
   log?: SimulatorLog | undefined;
 }
 
 type InstanceStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING' | 'TERMINATED';
-type ReplicaStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING';
+type ReplicaStatus = 'CREATING' | 'READY' | 'ERROR' | 'TERMINATING' | 'TERMINATED';
+
+/** `POST /v1/models/{uid}/replicas`'s answer (`core/supervisor.py`, `_add_model_replica`). */
+export interface AddedReplica {
+  replica_id: number;
+  replica_model_uid: string;
+  worker_address: string;
+}
+
+/** A request waiting for a slot on its replica. */
+interface Waiter {
+  res: ServerResponse;
+  admit(): void;
+  fail(error: SimulatorError): void;
+}
 
 interface WorkerState {
   name: string;
@@ -82,6 +104,11 @@ interface Replica {
   gpuIdx: number[];
   /** The gpu_idx the launch pinned, reported in the replica status (null when auto-placed). */
   pinnedGpuIdx: number[] | null;
+  /** The `n_gpu` its worker was launched with (what a scale-up copies: `core/worker.py`, `get_launch_args`). */
+  nGpu: unknown;
+  /** The user-facing label (`replica_uid`): a scale-up's `<uid>-<replica id>` or its config's; null for a launch's replica. */
+  label: string | null;
+  createdTs: number;
   status: ReplicaStatus;
   /** The worker's model state: '' while launching, then ready, error or stopping. */
   modelState: string;
@@ -91,8 +118,16 @@ interface Replica {
   memoryGb: number;
   /** In the supervisor's route table (`_replica_model_uid_to_worker`): it serves and can be deleted. */
   routed: boolean;
-  /** Among the model's active replicas (a replica evicted after its recover budget is not). */
+  /**
+   * Among the model's active replicas (`ReplicaInfo.active_replica_ids`): a replica evicted after
+   * its recover budget is not, nor one a scale-up is still loading.
+   */
   active: boolean;
+  /** Requests routed to it (the simulator's count, for tests and the state). */
+  requests: number;
+  /** The answers it is generating now (each holds a slot until it ends), and those waiting for one. */
+  serving: Set<ServerResponse>;
+  queue: Waiter[];
 }
 
 export interface Model {
@@ -119,10 +154,16 @@ export interface Model {
   loadMs: number;
   recoveriesLeft: number | null;
   replicas: Replica[];
+  /**
+   * The next of the routed replicas to serve: the supervisor cycles through the active replica ids
+   * (`core/supervisor.py`, `get_model`: `next(replica_info.scheduler)`, an `itertools.cycle`
+   * rebuilt from the lowest id whenever a replica is added or removed, `_refresh_replica_scheduler`).
+   */
+  nextReplica: number;
   timers: Set<NodeJS.Timeout>;
   waiters: ((error: SimulatorError | undefined) => void)[];
-  /** In-flight generations, failed when the model dies. */
-  generations: Set<{ fail(message: string): void }>;
+  /** In-flight generations, failed when the model (or the replica serving them) dies. */
+  generations: Set<{ res: ServerResponse; fail(message: string): void }>;
 }
 
 export class SimulatedCluster {
@@ -134,6 +175,19 @@ export class SimulatedCluster {
   readonly terminations: TerminationRecord[] = [];
   readonly pendingFailures: { kind: LaunchFailureKind; modelUid: string | undefined }[] = [];
   readonly settings: ClusterSettings;
+  /**
+   * The replica statuses the status guard keeps of a model that is gone, until its uid is launched
+   * again (`core/status_guard.py`: a terminated instance is dropped from the lists, not from
+   * `get_replica_statuses`).
+   */
+  readonly #retired = new Map<string, Record<string, unknown>[]>();
+  /**
+   * Scale changes of a model, one at a time: `core/supervisor.py` holds a lock per model uid
+   * (`_get_model_replica_lock`) around adding a replica, deleting one and terminating the model.
+   */
+  readonly #locks = new Map<string, Promise<void>>();
+  /** Loads of replicas a scale-up adds (a model's own timers belong to its active replicas). */
+  readonly #scaleTimers = new Set<NodeJS.Timeout>();
   #subpoolPort = 40000;
 
   constructor(workers: SimulatedWorker[], settings: ClusterSettings) {
@@ -207,11 +261,13 @@ export class SimulatedCluster {
       loadMs: this.settings.modelLoadMs,
       recoveriesLeft: this.settings.autoRecoverLimit,
       replicas: [],
+      nextReplica: 0,
       timers: new Set(),
       waiters: [],
       generations: new Set(),
     };
     this.models.set(uid, model);
+    this.#retired.delete(uid);
     this.log?.info({ model_uid: uid, model_name: modelName, model_type: modelType, wait_ready: waitReady }, 'cluster simulator: launching model');
     const done = waitReady ? new Promise<SimulatorError | undefined>((resolve) => model.waiters.push(resolve)) : undefined;
     try {
@@ -229,7 +285,7 @@ export class SimulatedCluster {
       const id = model.replicas.length;
       const beforeReplicas = error instanceof SimulatorError && error.message === 'No available worker found';
       if (id < model.replicaCount && !beforeReplicas) {
-        model.replicas.push(this.#replica(model, id, candidates[0], [], null, 0));
+        model.replicas.push(this.#replica(model, id, candidates[0], [], null, 0, 'n_gpu' in body ? body.n_gpu : 'auto'));
       }
       this.#failLaunch(model, error instanceof SimulatorError ? error : new SimulatorError(500, String(error)));
     }
@@ -321,17 +377,20 @@ export class SimulatedCluster {
         chosen = idleGpus(worker).slice(0, perReplica);
       }
       for (const index of chosen) worker.gpus[index]?.add(uid);
-      model.replicas.push(this.#replica(model, id, worker, chosen, pinned, memoryPerGpu(model, worker, chosen.length)));
+      model.replicas.push(this.#replica(model, id, worker, chosen, pinned, memoryPerGpu(model, worker, chosen.length), nGpu));
     }
   }
 
-  #replica(model: Model, id: number, worker: WorkerState | undefined, gpuIdx: number[], pinned: number[] | null, memoryGb: number): Replica {
+  #replica(model: Model, id: number, worker: WorkerState | undefined, gpuIdx: number[], pinned: number[] | null, memoryGb: number, nGpu: unknown): Replica {
     return {
       id,
       uid: `${model.uid}-rep${id}`,
       worker,
       gpuIdx,
       pinnedGpuIdx: pinned,
+      nGpu,
+      label: null,
+      createdTs: Math.floor(Date.now() / 1000),
       status: 'CREATING',
       modelState: '',
       errorMessage: null,
@@ -339,6 +398,9 @@ export class SimulatedCluster {
       memoryGb,
       routed: false,
       active: true,
+      requests: 0,
+      serving: new Set(),
+      queue: [],
     };
   }
 
@@ -387,8 +449,8 @@ export class SimulatedCluster {
   }
 
   /** A GPU holding more than it has: vLLM refuses to start, other engines run out of CUDA memory. */
-  #outOfMemory(model: Model): SimulatorError | undefined {
-    for (const replica of model.replicas) {
+  #outOfMemory(model: Model, replicas: Replica[] = model.replicas): SimulatorError | undefined {
+    for (const replica of replicas) {
       const worker = replica.worker;
       if (!worker) continue;
       for (const index of replica.gpuIdx) {
@@ -444,7 +506,11 @@ export class SimulatedCluster {
    * changes; otherwise the worker tears the model down (TERMINATING, then TERMINATED: dropped from
    * the instance list) and the GPUs are freed.
    */
-  async terminate(uid: string): Promise<void> {
+  terminate(uid: string): Promise<void> {
+    return this.#serialized(uid, () => this.#terminate(uid));
+  }
+
+  async #terminate(uid: string): Promise<void> {
     const model = this.models.get(uid);
     if (!model || !model.registered) throw valueError(`Model not found in the model list, uid: ${uid}`);
     const active = model.replicas.filter((replica) => replica.active);
@@ -459,6 +525,8 @@ export class SimulatedCluster {
       replica.modelState = 'stopping';
     }
     if (this.settings.terminateMs > 0) await new Promise((resolve) => setTimeout(resolve, this.settings.terminateMs));
+    // core/worker.py, terminate_model: each replica's state ends "stopped" (TERMINATED).
+    for (const replica of active) replica.status = 'TERMINATED';
     this.#remove(model, `Remote server unixsocket:///${model.replicas[0]?.subpoolAddress ?? uid} closed`);
     this.terminations.push({ modelUid: uid, at: new Date() });
     this.log?.info({ model_uid: uid }, 'cluster simulator: model terminated');
@@ -489,9 +557,282 @@ export class SimulatedCluster {
     this.#releaseGpus(model);
     model.registered = false;
     model.dropped = true;
-    for (const replica of model.replicas) replica.routed = false;
+    for (const replica of model.replicas) {
+      replica.routed = false;
+      failQueue(replica, message);
+    }
     this.models.delete(model.uid);
+    this.#retired.set(model.uid, this.#statusRows(model));
     for (const generation of [...model.generations]) generation.fail(message);
+  }
+
+  // ------------------------------------------------------------------ replicas (scale up and down)
+
+  /**
+   * `GET /v1/models/{uid}/replicas` (`api/restful_api.py`, `get_model_replicas`; `core/supervisor.py`,
+   * `get_replica_statuses`): the status guard's replica statuses, with the address and devices of
+   * each routed replica. A uid the status guard never saw answers `[]`, not an error; a terminated
+   * model its replicas TERMINATED; a model whose last replica was deleted `[]`. Before 3.2 the
+   * answer had no `model_address`, `accelerators`, `replica_uid` or `gpu_idx`.
+   */
+  replicaStatuses(uid: string): Record<string, unknown>[] {
+    const model = this.models.get(uid) ?? [...this.orphans].find((m) => m.uid === uid);
+    return model ? this.#statusRows(model) : (this.#retired.get(uid) ?? []);
+  }
+
+  #statusRows(model: Model): Record<string, unknown>[] {
+    const since32 = versionAtLeast(this.settings.version, 3, 2);
+    return model.replicas.map((replica) => ({
+      replica_id: replica.id,
+      replica_model_uid: replica.uid,
+      worker_address: replica.worker?.address ?? '',
+      ...(since32 ? { model_address: replica.routed ? replica.subpoolAddress : null, accelerators: replica.routed ? replica.gpuIdx.map(String) : null } : {}),
+      status: replica.status,
+      created_ts: replica.createdTs,
+      error_message: replica.errorMessage,
+      ...(since32 ? { replica_uid: replica.label, gpu_idx: replica.pinnedGpuIdx } : {}),
+    }));
+  }
+
+  /**
+   * `POST /v1/models/{uid}/replicas` (Xinference 3.2: `api/restful_api.py`, `add_model_replica`;
+   * `core/supervisor.py`, `add_model_replica`, `_add_model_replica`): one more replica of a running
+   * model, answered once it is loaded. Its id is one more than the highest active one (so a deleted
+   * highest id comes back), its uid `<uid>-rep<id>`, its label `<uid>-<id>`; scale changes of a
+   * model are serialized, so concurrent adds get distinct ids one load after the other. Placement:
+   * the config's worker (and GPUs), else the least-loaded GPUs of the workers with room
+   * (`_select_worker_for_scale_up` with the default IdleFirst strategy; with exclusive GPUs only
+   * workers with enough idle ones, else 503 "No worker has capacity for N GPU(s)"), for as many
+   * GPUs as the lowest replica was launched with. The replica shows CREATING until it is READY,
+   * and serves only then. A load that fails frees its GPUs and drops its status, and answers the
+   * load's error; the worker's cleanup (`core/worker.py`, `terminate_model(is_model_die=True)`)
+   * leaves the instance ERROR although the model serves on, until a later scale change.
+   */
+  addReplica(uid: string, config: ReplicaConfig | null): Promise<AddedReplica> {
+    return this.#serialized(uid, async () => {
+      const model = this.models.get(uid);
+      if (!model || !model.registered) throw valueError(`Model not found in the model list, uid: ${uid}`);
+      const active = model.replicas.filter((r) => r.active).sort((a, b) => a.id - b.id);
+      const lowest = active[0];
+      if (!lowest) throw valueError(`Model has no active replicas, uid: ${uid}`);
+      const id = Math.max(...active.map((r) => r.id)) + 1;
+      // The launch args are read from the lowest replica's worker, known once that replica is routed.
+      if (!lowest.routed) throw valueError(`Cannot find worker for existing replica: ${lowest.uid}`);
+      let label = `${uid}-${id}`;
+      let target: { worker: WorkerState; gpuIdx: number[] | null; nGpu: unknown };
+      if (config) {
+        label = normalizeReplicaConfig(config, label);
+        target = this.#resolvePlacement(config.devices[0] as DeviceConfig);
+      } else {
+        // A legacy launch cached n_gpu "auto" beside explicit indexes: their count is kept.
+        const nGpu = lowest.nGpu === 'auto' && lowest.pinnedGpuIdx?.length ? lowest.pinnedGpuIdx.length : lowest.nGpu;
+        target = { ...this.#selectForScaleUp(nGpu), nGpu };
+      }
+      if (model.replicas.some((r) => r.label === label)) throw valueError(`Replica uid already exists for model ${uid}: ${label}`);
+
+      // Registered CREATING before the worker's launch, which may still refuse it ("No available slot").
+      const { worker } = target;
+      const replica = this.#replica(model, id, worker, [], target.gpuIdx, 0, target.nGpu);
+      replica.label = label;
+      replica.active = false;
+      model.replicas.push(replica);
+      try {
+        replica.gpuIdx = target.gpuIdx ?? this.#allocate(worker, target.nGpu);
+        replica.memoryGb = memoryPerGpu(model, worker, replica.gpuIdx.length);
+        for (const index of replica.gpuIdx) worker.gpus[index]?.add(replica.uid);
+        this.log?.info({ model_uid: uid, replica_model_uid: replica.uid, worker: worker.name, gpu_idx: replica.gpuIdx }, 'cluster simulator: adding a replica');
+        await this.#loadReplica(model, replica);
+      } catch (error) {
+        if (replica.worker) for (const index of replica.gpuIdx) replica.worker.gpus[index]?.delete(replica.uid);
+        model.replicas = model.replicas.filter((r) => r !== replica);
+        model.replicaCount = model.replicas.length;
+        if (model.registered) model.status = 'ERROR';
+        this.log?.warn({ model_uid: uid, replica_model_uid: replica.uid, error: (error as Error).message }, 'cluster simulator: adding a replica failed');
+        throw error;
+      }
+      replica.status = 'READY';
+      replica.modelState = 'ready';
+      replica.routed = true;
+      replica.active = true;
+      model.nextReplica = 0;
+      model.replicaCount = model.replicas.filter((r) => r.active).length;
+      this.log?.info({ model_uid: uid, replica_model_uid: replica.uid }, 'cluster simulator: replica ready');
+      return { replica_id: id, replica_model_uid: replica.uid, worker_address: worker.address };
+    });
+  }
+
+  /**
+   * A scale-up's load, as a launch's (`#startLoading`): half-way the worker's launch returns and
+   * reports the instance READY; at three quarters an injected failure or a GPU without the memory
+   * for it fails it; at the end it is loaded (`core/worker.py`, `launch_builtin_model`, `wait_for_load`).
+   */
+  #loadReplica(model: Model, replica: Replica): Promise<void> {
+    const index = this.pendingFailures.findIndex((f) => f.modelUid === undefined || f.modelUid === model.uid);
+    const injected = index >= 0 ? this.pendingFailures.splice(index, 1)[0] : undefined;
+    const loadMs = this.settings.modelLoadMs;
+    return new Promise((resolve, reject) => {
+      const later = (fraction: number, run: () => void) => {
+        const timer = setTimeout(() => {
+          this.#scaleTimers.delete(timer);
+          run();
+        }, Math.floor(loadMs * fraction));
+        this.#scaleTimers.add(timer);
+      };
+      let failed = false;
+      later(0.5, () => {
+        if (model.registered && !model.recovering) model.status = 'READY';
+      });
+      later(0.75, () => {
+        const failure = injected ? launchFailure(injected.kind, model) : this.#outOfMemory(model, [replica]);
+        if (!failure) return;
+        failed = true;
+        reject(failure);
+      });
+      later(1, () => {
+        if (failed) return;
+        if (model.registered) resolve();
+        else reject(runtimeError(`Model ${model.uid} was removed while its replica ${replica.uid} loaded`));
+      });
+    });
+  }
+
+  /**
+   * `DELETE /v1/models/{uid}/replicas/{replica_id}` (`api/restful_api.py`, `terminate_model_replica`;
+   * `core/supervisor.py`, `terminate_model_replica`; since before 3.0): the worker tears the replica
+   * down first, the instance TERMINATING meanwhile, while the replica stays in the rotation
+   * (requests routed to it answer 500 "is in stopping state", those it was serving fail); then it
+   * leaves the rotation and its status is dropped. The answer is the number of replicas left; at
+   * zero the model is gone (its instance TERMINATED, dropped from the lists), as if terminated.
+   */
+  deleteReplica(uid: string, replicaId: number): Promise<number> {
+    return this.#serialized(uid, async () => {
+      const model = this.models.get(uid);
+      if (!model || !model.registered) throw valueError(`Model not found in the model list, uid: ${uid}`);
+      const replica = model.replicas.find((r) => r.active && r.id === replicaId);
+      if (!replica) throw valueError(`Replica not found in the model list, uid: ${uid}, replica_id: ${replicaId}`);
+      if (!replica.routed) throw valueError(`Model not found in the model list, uid: ${replica.uid}`);
+      // core/worker.py, terminate_model: a replica being relaunched after a crash holds its launch guard.
+      if (model.recovering && model.launching) throw valueError(`${replica.uid} is launching`);
+      const reason = `Remote server unixsocket:///${replica.subpoolAddress} closed`;
+      model.status = 'TERMINATING';
+      replica.status = 'TERMINATING';
+      replica.modelState = 'stopping';
+      for (const generation of [...model.generations]) if (replica.serving.has(generation.res)) generation.fail(reason);
+      failQueue(replica, reason);
+      if (this.settings.terminateMs > 0) await new Promise((resolve) => setTimeout(resolve, this.settings.terminateMs));
+      if (replica.worker) for (const index of replica.gpuIdx) replica.worker.gpus[index]?.delete(replica.uid);
+      replica.status = 'TERMINATED';
+      replica.routed = false;
+      replica.active = false;
+      model.replicas = model.replicas.filter((r) => r !== replica);
+      model.nextReplica = 0;
+      const remaining = model.replicas.length;
+      this.log?.info({ model_uid: uid, replica_model_uid: replica.uid, remaining }, 'cluster simulator: replica deleted');
+      if (remaining > 0) {
+        model.status = 'READY';
+        model.replicaCount = remaining;
+        return remaining;
+      }
+      model.status = 'TERMINATED';
+      this.#remove(model, reason);
+      this.terminations.push({ modelUid: uid, at: new Date() });
+      return 0;
+    });
+  }
+
+  /**
+   * A scale-up's config resolved on the cluster (`core/supervisor.py`, `_resolve_replica_config`):
+   * the worker by its exact address, GPU indexes it has, and with exclusive GPUs ones no model holds.
+   */
+  #resolvePlacement(device: DeviceConfig): { worker: WorkerState; gpuIdx: number[] | null; nGpu: unknown } {
+    const worker = this.workers.find((w) => w.address === device.workerIp);
+    if (!worker) {
+      throw valueError(`replica_config[0].worker_ip '${device.workerIp}' is not in the cluster. Registered workers: ${pyList(this.workers.map((w) => w.address))}`);
+    }
+    const gpuIdx = device.gpuIdx && device.gpuIdx.length > 0 ? device.gpuIdx : null;
+    if (gpuIdx) {
+      const visible = worker.gpus.map((_, index) => index);
+      if (gpuIdx.some((index) => index >= worker.gpus.length)) {
+        throw valueError(`replica_config[0].gpu_idx ${pyList(gpuIdx)} is not visible on worker ${worker.address}; visible GPU indexes: ${pyList(visible)}`);
+      }
+      const occupied = gpuIdx.filter((index) => (worker.gpus[index]?.size ?? 0) > 0).sort((a, b) => a - b);
+      if (!this.settings.allowMultiReplicaPerGpu && occupied.length > 0) {
+        throw valueError(`replica_config GPU conflict on worker ${worker.address}: GPU indexes ${pyList(occupied)} are already occupied, and this worker disallows sharing a GPU.`);
+      }
+    }
+    return { worker, gpuIdx, nGpu: gpuIdx && device.nGpu === 'auto' ? gpuIdx.length : device.nGpu };
+  }
+
+  /**
+   * Where a scale-up goes without a config (`core/supervisor.py`, `_select_worker_for_scale_up`;
+   * `core/launch_strategy.py`, `IdleFirstLaunchStrategy`): among the workers with room for the
+   * GPUs (any with as many GPUs when they are shared, the default; enough idle ones otherwise), the
+   * GPU set with the fewest models, ties to the lower address. Without GPUs (`n_gpu` null or 0),
+   * the worker with the fewest models, and no GPU.
+   */
+  #selectForScaleUp(nGpu: unknown): { worker: WorkerState; gpuIdx: number[] | null } {
+    let candidates = [...this.workers];
+    if (candidates.length === 0) throw runtimeError('No available worker found');
+    const useGpu = !(nGpu === null || (typeof nGpu === 'number' && nGpu <= 0));
+    if (useGpu) {
+      const requested = typeof nGpu === 'number' ? nGpu : 1;
+      const feasible = candidates.filter((w) => (this.settings.allowMultiReplicaPerGpu ? w.gpus.length : idleGpus(w).length) >= requested);
+      if (feasible.length === 0) {
+        if (candidates.some((w) => w.gpus.length > 0) || typeof nGpu === 'number') throw runtimeError(`No worker has capacity for ${requested} GPU(s)`);
+      } else {
+        candidates = feasible;
+      }
+      let best: { worker: WorkerState; gpuIdx: number[]; score: number } | undefined;
+      for (const worker of candidates) {
+        const loads = worker.gpus.map((holders, index) => [holders.size, index] as const).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+        if (loads.length < requested) continue;
+        const picked = loads.slice(0, requested);
+        const score = picked.reduce((sum, [load]) => sum + load, 0);
+        if (!best || score < best.score || (score === best.score && worker.address < best.worker.address)) {
+          best = { worker, gpuIdx: picked.map(([, index]) => index), score };
+        }
+      }
+      if (best) return { worker: best.worker, gpuIdx: best.gpuIdx };
+    }
+    candidates.sort((a, b) => this.#modelCount(a) - this.#modelCount(b) || a.address.localeCompare(b.address));
+    return { worker: candidates[0] as WorkerState, gpuIdx: null };
+  }
+
+  /**
+   * GPUs a worker picks itself for a replica placed without indexes (`core/worker.py`,
+   * `allocate_devices`): the least-loaded ones when GPUs are shared, idle ones otherwise ("No
+   * available slot" when too few).
+   */
+  #allocate(worker: WorkerState, nGpu: unknown): number[] {
+    if (nGpu === null || (typeof nGpu === 'number' && nGpu <= 0)) return [];
+    const count = typeof nGpu === 'number' ? nGpu : 1;
+    if (!this.settings.allowMultiReplicaPerGpu) {
+      const idle = idleGpus(worker);
+      if (idle.length < count) throw runtimeError('No available slot found for the model');
+      return idle.slice(0, count);
+    }
+    if (worker.gpus.length < count) throw runtimeError('No available slot found for the model');
+    return worker.gpus
+      .map((holders, index) => [holders.size, index] as const)
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1])
+      .slice(0, count)
+      .map(([, index]) => index)
+      .sort((a, b) => a - b);
+  }
+
+  /** Runs the scale changes of one model uid one after the other (the supervisor's per-model lock). */
+  #serialized<T>(uid: string, run: () => Promise<T>): Promise<T> {
+    const previous = this.#locks.get(uid);
+    const result = previous ? previous.then(run) : run();
+    const done = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#locks.set(uid, done);
+    void done.then(() => {
+      if (this.#locks.get(uid) === done) this.#locks.delete(uid);
+    });
+    return result;
   }
 
   // ------------------------------------------------------------------ crash and auto-recovery
@@ -513,14 +854,17 @@ export class SimulatedCluster {
     if (!model || !model.registered) return false;
     const reason = options.message ?? `Remote server unixsocket:///${model.replicas[0]?.subpoolAddress ?? uid} closed`;
     this.log?.warn({ model_uid: uid, reason }, 'cluster simulator: model crashed');
-    if (model.replicas.some((replica) => !replica.routed)) {
+    // A replica a scale-up is still loading runs in a process of its own: the crash is the others'.
+    const active = model.replicas.filter((replica) => replica.active);
+    if (active.some((replica) => !replica.routed)) {
       this.#failLaunch(model, runtimeError(reason));
       return true;
     }
     for (const generation of [...model.generations]) generation.fail(reason);
+    for (const replica of active) failQueue(replica, reason);
     this.#clearTimers(model);
     model.status = 'TERMINATING';
-    for (const replica of model.replicas) {
+    for (const replica of active) {
       replica.status = 'TERMINATING';
       replica.modelState = 'stopping';
     }
@@ -540,7 +884,7 @@ export class SimulatedCluster {
     this.#after(model, teardownMs, () => {
       model.status = 'ERROR';
       model.launching = true;
-      for (const replica of model.replicas) replica.modelState = 'loading';
+      for (const replica of active) replica.modelState = 'loading';
     });
     this.#after(model, Math.max(teardownMs + 1, Math.floor(recoveryMs * 0.5)), () => {
       model.status = 'READY';
@@ -548,7 +892,7 @@ export class SimulatedCluster {
     this.#after(model, Math.max(teardownMs + 2, recoveryMs), () => {
       model.launching = false;
       model.recovering = false;
-      for (const replica of model.replicas) {
+      for (const replica of active) {
         replica.status = 'READY';
         replica.modelState = 'ready';
       }
@@ -573,23 +917,62 @@ export class SimulatedCluster {
   }
 
   /**
-   * The model an inference request names (`api/utils.py`, `require_model`; `core/supervisor.py`,
-   * `get_model`; `core/worker.py`, `get_model`): unknown → 404 listing the uids; launching → 503;
-   * recovering → 503 (the worker reports it loading again).
+   * The model an inference request names, and a slot on the replica that serves it, held until
+   * `res` closes (`api/utils.py`, `require_model`; `core/supervisor.py`, `get_model`;
+   * `core/worker.py`, `get_model`): unknown → 404 listing the uids; launching → 503; recovering →
+   * 503 (the worker reports it loading again). Requests take the active replicas in turn (round
+   * robin, whatever their load), a replica being deleted included until it is gone; a replica at
+   * its concurrency limit queues the request (`ClusterSettings.replicaConcurrency`).
    */
-  serving(uid: unknown): Model {
+  async serving(uid: unknown, res: ServerResponse): Promise<Model> {
     const model = typeof uid === 'string' ? this.models.get(uid) : undefined;
     if (!model || !model.registered) {
       const uids = [...this.models.values()].filter((m) => m.registered).map((m) => m.uid);
       throw new SimulatorError(404, `Model not found in the model list, uid: ${String(uid)}. Available model uids: ${pyList(uids)}`);
     }
-    const replica = model.replicas.find((r) => r.active);
+    const active = model.replicas.filter((r) => r.active);
+    const replica = active[model.nextReplica++ % Math.max(1, active.length)];
     if (!replica) throw new SimulatorError(404, `Model not found in the model list, uid: ${model.uid}`);
     if (!replica.routed) throw notReady(`Model ${model.uid} is launching, not yet ready for inference`);
     // `worker.py`, `get_model`: a replica being torn down is a RuntimeError (500); one loading, 503.
     if (replica.modelState === 'stopping') throw new SimulatorError(500, `Model ${replica.uid} is in stopping state`);
     if (replica.modelState !== 'ready') throw notReady(`Model ${replica.uid} is loading`);
+    replica.requests++;
+    const limit = this.settings.replicaConcurrency;
+    if (limit === null || replica.serving.size < limit) hold(replica, res, () => this.#admitQueued(replica));
+    else await this.#queue(replica, res);
     return model;
+  }
+
+  /** Waits for a slot on the replica; fails if the replica dies first, and leaves if the client does. */
+  #queue(replica: Replica, res: ServerResponse): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const waiter: Waiter = {
+        res,
+        admit: () => {
+          hold(replica, res, () => this.#admitQueued(replica));
+          resolve();
+        },
+        fail: reject,
+      };
+      replica.queue.push(waiter);
+      res.once('close', () => {
+        const index = replica.queue.indexOf(waiter);
+        if (index !== -1) replica.queue.splice(index, 1);
+      });
+    });
+  }
+
+  /** Admits queued requests while the replica has free slots. */
+  #admitQueued(replica: Replica): void {
+    const limit = this.settings.replicaConcurrency;
+    while (replica.queue.length > 0 && (limit === null || replica.serving.size < limit)) replica.queue.shift()?.admit();
+  }
+
+  /** Changes the per-replica concurrency limit; a higher one (or none) admits the requests waiting. */
+  setReplicaConcurrency(limit: number | null): void {
+    this.settings.replicaConcurrency = limit;
+    for (const model of this.models.values()) for (const replica of model.replicas) this.#admitQueued(replica);
   }
 
   /** `GET /v1/models/instances` (`core/status_guard.py`: TERMINATED instances are dropped). */
@@ -612,9 +995,9 @@ export class SimulatedCluster {
           worker_address: replica.worker?.address ?? '',
           status: replica.status,
           model_state: replica.modelState,
-          created_ts: model.createdTs,
+          created_ts: replica.createdTs,
           error_message: replica.errorMessage,
-          replica_uid: null,
+          replica_uid: replica.label,
           gpu_idx: replica.pinnedGpuIdx,
         })),
       }));
@@ -641,15 +1024,22 @@ export class SimulatedCluster {
     };
   }
 
-  /** Models a worker lists (`GET /v1/models`, `/v1/workers`): registered and loaded. */
+  /**
+   * Models a worker lists (`GET /v1/models`, `/v1/workers`): registered and loaded. A failed
+   * scale-up leaves the instance ERROR while the model serves on (see `addReplica`): still listed.
+   */
   listed(model: Model): boolean {
-    return model.registered && model.status === 'READY' && model.replicas.some((r) => r.active);
+    const loaded = model.status === 'READY' || (model.status === 'ERROR' && !model.recovering && !model.launching);
+    return model.registered && loaded && model.replicas.some((r) => r.active);
   }
 
-  /** Uids of the models that serve. */
+  /** Uids of the models that serve: every active replica ready (a replica a scale-up is loading is not active yet). */
   running(): string[] {
     return [...this.models.values()]
-      .filter((model) => model.registered && model.replicas.length > 0 && model.replicas.every((r) => r.active && r.routed && r.modelState === 'ready'))
+      .filter((model) => {
+        const active = model.replicas.filter((r) => r.active);
+        return model.registered && active.length > 0 && active.every((r) => r.routed && r.modelState === 'ready');
+      })
       .map((model) => model.uid)
       .sort();
   }
@@ -680,6 +1070,8 @@ export class SimulatedCluster {
 
   stop(): void {
     for (const model of [...this.models.values(), ...this.orphans]) this.#clearTimers(model);
+    for (const timer of this.#scaleTimers) clearTimeout(timer);
+    this.#scaleTimers.clear();
   }
 
   // ------------------------------------------------------------------ helpers
@@ -702,6 +1094,21 @@ export class SimulatedCluster {
       if (replica.worker) for (const index of replica.gpuIdx) replica.worker.gpus[index]?.delete(replica.uid);
     }
   }
+}
+
+/** Gives the answer `res` a slot on the replica until it closes; `freed` runs when it does. */
+function hold(replica: Replica, res: ServerResponse, freed: () => void): void {
+  if (res.closed) return;
+  replica.serving.add(res);
+  res.once('close', () => {
+    replica.serving.delete(res);
+    freed();
+  });
+}
+
+/** Fails the requests waiting for a slot on a replica that died or was deleted. */
+function failQueue(replica: Replica, message: string): void {
+  for (const waiter of replica.queue.splice(0)) waiter.fail(new SimulatorError(500, message));
 }
 
 function settle(model: Model, error: SimulatorError | undefined): void {
@@ -779,7 +1186,8 @@ function validateReplica(value: unknown): number {
   return replica;
 }
 
-function versionAtLeast(version: string, major: number, minor: number): boolean {
+/** Whether the version played is at least major.minor (an unreadable version counts as the newest). */
+export function versionAtLeast(version: string, major: number, minor: number): boolean {
   const match = /^(\d+)\.(\d+)/.exec(version);
   if (!match) return true;
   const [actualMajor, actualMinor] = [Number(match[1]), Number(match[2])];

@@ -46,7 +46,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (typeof body.model !== 'string') return pydanticError(res, 'CreateEmbeddingRequest', 'model');
     if (body.input === undefined) return pydanticError(res, 'CreateEmbeddingRequest', 'input');
     checkModelAccess(req, body.model, 'embedding');
-    const model = cluster.serving(body.model);
+    const model = await cluster.serving(body.model, res);
     requireAbility(model, 'embedding', 'creating embedding');
     const inputs: unknown[] =
       typeof body.input === 'string' || (Array.isArray(body.input) && body.input.every((item) => typeof item === 'number'))
@@ -76,7 +76,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (typeof body.query !== 'string') return pydanticError(res, 'RerankRequest', 'query');
     if (!Array.isArray(body.documents) || !body.documents.every((d) => typeof d === 'string')) return pydanticError(res, 'RerankRequest', 'documents');
     checkModelAccess(req, body.model, 'rerank');
-    const model = cluster.serving(body.model);
+    const model = await cluster.serving(body.model, res);
     requireAbility(model, 'rerank', 'reranking');
     const query = body.query;
     const documents = body.documents as string[];
@@ -108,7 +108,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
     if (!body) return;
     if (typeof body.model !== 'string') return pydanticError(res, 'TextToImageRequest', 'model');
     checkModelAccess(req, body.model, 'image');
-    const model = cluster.serving(body.model);
+    const model = await cluster.serving(body.model, res);
     requireAbility(model, 'image', 'txt2img');
     const prompt = typeof body.prompt === 'string' ? body.prompt : JSON.stringify(body.prompt ?? '');
     const n = typeof body.n === 'number' && body.n > 0 ? Math.min(Math.floor(body.n), 10) : 1;
@@ -138,7 +138,7 @@ export function inferenceRoutes(cluster: SimulatedCluster, settings: GenerationS
       return sendJson(res, 422, { detail: missing.map((field) => ({ type: 'missing', loc: ['body', field], msg: 'Field required', input: null })) });
     }
     checkModelAccess(req, form.fields.get('model') ?? '', 'audio');
-    const model = cluster.serving(form.fields.get('model'));
+    const model = await cluster.serving(form.fields.get('model'), res);
     requireAbility(model, 'audio', 'creating transcriptions');
     const text = `Simulated transcription of ${form.fileBytes} bytes of audio.`;
     // restful_api.py, create_transcriptions: the form's default is json.

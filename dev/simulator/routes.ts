@@ -1,15 +1,17 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { SimulatedAuth } from './auth.ts';
-import type { Model, SimulatedCluster } from './cluster.ts';
+import { versionAtLeast, type Model, type SimulatedCluster } from './cluster.ts';
 import type { InferenceRoutes } from './generation.ts';
-import { parseBool, readJsonObject, sendJson } from './http.ts';
+import { isRecord, parseBool, readBody, readJsonObject, sendJson } from './http.ts';
+import { readReplicaConfig } from './replica-config.ts';
 
 /**
  * The simulator's HTTP surface: Xinference's routes with the scopes they require
  * (`xinference/api/routers/models.py`, `admin.py`, `llm.py`, `embeddings.py`, `rerank.py`,
  * `images.py`, `audio.py`; the auth routes of `api/oauth2/advanced/routes.py`), and the
  * simulator's own controls under `/_simulator/`. A route that does not exist is 404 before any
- * authentication, as FastAPI routes first.
+ * authentication, as FastAPI routes first; a path that exists for other methods only is 405 (Starlette's
+ * router, `starlette/routing.py`: a partial match answers "Method Not Allowed" with `Allow`).
  */
 
 const GIB = 1024 ** 3;
@@ -19,6 +21,8 @@ interface Context {
   res: ServerResponse;
   query: URLSearchParams;
   uid: string;
+  /** The path's other parameters, after the model uid. */
+  params: string[];
 }
 
 interface Route {
@@ -31,6 +35,8 @@ interface Route {
   scopes: string[] | null;
   /** Exists only while authentication is on. */
   authOnly?: boolean;
+  /** The Xinference version (major, minor) that added the route; older versions do not have it. */
+  since?: [number, number];
   handle(context: Context): Promise<void> | void;
 }
 
@@ -78,6 +84,22 @@ export function createRouter(deps: RouterDeps) {
         await cluster.terminate(uid);
         sendJson(res, 200, null);
       },
+    },
+    // The replica API (`api/routers/models.py`): GET and DELETE since before 3.0, POST since 3.2.0.
+    {
+      method: 'GET',
+      path: uidPath('/replicas'),
+      name: 'GET /v1/models/{model_uid}/replicas',
+      scopes: ['models:list'],
+      handle: ({ res, uid }) => sendJson(res, 200, cluster.replicaStatuses(uid)),
+    },
+    { method: 'POST', path: uidPath('/replicas'), name: 'POST /v1/models/{model_uid}/replicas', scopes: ['models:write'], since: [3, 2], handle: addReplica },
+    {
+      method: 'DELETE',
+      path: uidPath('/replicas/([^/]+)'),
+      name: 'DELETE /v1/models/{model_uid}/replicas/{replica_id}',
+      scopes: ['models:write'],
+      handle: deleteReplica,
     },
     { method: 'GET', path: uidPath('/progress'), name: 'GET /v1/models/{model_uid}/progress', scopes: ['models:read'], handle: ({ res, uid }) => sendJson(res, 200, cluster.progress(uid)) },
     {
@@ -160,6 +182,40 @@ export function createRouter(deps: RouterDeps) {
     const body = await readJsonObject(req, res);
     if (!body) return;
     sendJson(res, 200, { model_uid: await cluster.launch(body, waitReady) });
+  }
+
+  /**
+   * `api/restful_api.py`, `add_model_replica`: the body is an optional JSON object (FastAPI's
+   * `payload: Optional[dict]`: none or null is no config, anything but an object 422), of which
+   * only `replica_config` is read, checked before the model is looked up.
+   */
+  async function addReplica({ req, res, uid }: Context): Promise<void> {
+    const raw = await readBody(req);
+    let payload: unknown = null;
+    if (raw.length > 0) {
+      try {
+        payload = JSON.parse(raw.toString('utf8'));
+      } catch (error) {
+        const detail = [{ type: 'json_invalid', loc: ['body', 0], msg: 'JSON decode error', input: {}, ctx: { error: (error as Error).message } }];
+        return sendJson(res, 422, { detail });
+      }
+    }
+    if (payload !== null && !isRecord(payload)) {
+      return sendJson(res, 422, { detail: [{ type: 'dict_type', loc: ['body'], msg: 'Input should be a valid dictionary', input: payload }] });
+    }
+    const config = readReplicaConfig(payload?.replica_config);
+    sendJson(res, 200, await cluster.addReplica(uid, config));
+  }
+
+  /** `api/restful_api.py`, `terminate_model_replica`: `replica_id` is an int path parameter (FastAPI answers 422 otherwise). */
+  async function deleteReplica({ req, res, uid, params }: Context): Promise<void> {
+    req.resume();
+    const raw = decodeURIComponent(params[0] ?? '');
+    if (!/^\s*[+-]?\d+\s*$/.test(raw)) {
+      const detail = [{ type: 'int_parsing', loc: ['path', 'replica_id'], msg: 'Input should be a valid integer, unable to parse string as an integer', input: raw }];
+      return sendJson(res, 422, { detail });
+    }
+    sendJson(res, 200, { remaining_replicas: await cluster.deleteReplica(uid, Number(raw)) });
   }
 
   function describeModel(res: ServerResponse, uid: string): void {
@@ -311,22 +367,27 @@ export function createRouter(deps: RouterDeps) {
       return deps.controls(req, res, path);
     }
     let uid = '';
-    const matched = routes.find((candidate) => {
-      if (candidate.method !== method || (candidate.authOnly && !auth)) return false;
+    let params: string[] = [];
+    const exists = (candidate: Route) => (!candidate.authOnly || Boolean(auth)) && (!candidate.since || versionAtLeast(cluster.settings.version, ...candidate.since));
+    const matches = (candidate: Route) => {
       if (typeof candidate.path === 'string') return candidate.path === path;
       const match = candidate.path.exec(path);
       if (!match || match[1] === 'instances') return false;
       uid = decodeURIComponent(match[1] ?? '');
+      params = match.slice(2);
       return true;
-    });
+    };
+    const matched = routes.find((candidate) => candidate.method === method && exists(candidate) && matches(candidate));
     if (!matched) {
       count('unmatched');
       req.resume();
+      const other = routes.find((candidate) => exists(candidate) && matches(candidate));
+      if (other) return sendJson(res, 405, { detail: 'Method Not Allowed' }, { allow: other.method });
       return sendJson(res, 404, { detail: 'Not Found' });
     }
     count(matched.name);
     if (matched.scopes) authenticate(req, matched.scopes);
-    await matched.handle({ req, res, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), uid });
+    await matched.handle({ req, res, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), uid, params });
   }
 
   return { route, requests };

@@ -204,7 +204,7 @@ export function textGeneration(cluster: SimulatedCluster, settings: GenerationSe
     const messages = Array.isArray(body.messages) ? (body.messages as unknown[]) : [];
     if (messages.length === 0) throw valueError('Invalid input. Please specify the prompt.');
     checkModelAccess(req, body.model, 'LLM');
-    const model = cluster.serving(body.model);
+    const model = await cluster.serving(body.model, res);
     const tools = functionTools(body.tools);
     const last = messages.at(-1);
     const endsWithToolResult = isRecord(last) && last.role === 'tool';
@@ -359,7 +359,7 @@ export function textGeneration(cluster: SimulatedCluster, settings: GenerationSe
     if (typeof body.prompt !== 'string') return pydanticError(res, 'CreateCompletionRequest', 'prompt', body.prompt === undefined ? undefined : 'Input should be a valid string [type=string_type]');
     if (body.logit_bias !== undefined && body.logit_bias !== null) throw new SimulatorError(501, 'Not implemented');
     checkModelAccess(req, body.model, 'LLM');
-    const model = cluster.serving(body.model);
+    const model = await cluster.serving(body.model, res);
     const stream = body.stream === true;
     // core/model.py, generate: a model without generate (any but an LLM) raises AttributeError.
     if (model.type !== 'LLM') return refuse(res, stream, `Model ${model.name} is not for generate.`);

@@ -4,10 +4,11 @@ import got, { type Got, type Method } from 'got';
 /**
  * How a call to the engine went wrong: the engine refused the launch for lack of room
  * (`capacity`) or as invalid (`rejected`), did not answer usefully (`unavailable`, worth a retry),
- * or refused the cluster's credentials (`credentials`: never retried, the cluster's calls stop).
+ * refused the cluster's credentials (`credentials`: never retried, the cluster's calls stop), or
+ * does not know the model a call names (`missing`: terminated, or never launched).
  */
 export class EngineError extends Error {
-  readonly kind: 'capacity' | 'rejected' | 'unavailable' | 'credentials';
+  readonly kind: 'capacity' | 'rejected' | 'unavailable' | 'credentials' | 'missing';
 
   constructor(kind: EngineError['kind'], message: string) {
     super(message);
@@ -43,6 +44,53 @@ export type ModelState =
   | { state: 'error'; message: string; capacity: boolean }
   | { state: 'missing' };
 
+/**
+ * Where a new replica goes (`replica_config` of Xinference 3.2: one device, `core/replica_config.py`).
+ * Without one, the engine picks the least-loaded worker and GPUs itself.
+ */
+export interface ReplicaPlacement {
+  /** The worker, `host:port` exactly as the engine reports it. */
+  workerAddress: string;
+  /** The GPU indexes on that worker; omitted, the worker picks `gpuCount` of them. */
+  gpuIdx?: number[];
+  /** How many GPUs (with `gpuIdx`, their count); omitted, the engine's "auto" (one). */
+  gpuCount?: number;
+}
+
+/** A replica the engine added (`POST /v1/models/{uid}/replicas`): loaded and serving. */
+export interface AddedReplica {
+  replicaId: number;
+  /** The engine's name of the replica, `<model uid>-rep<replica id>`. */
+  replicaModelUid: string;
+  workerAddress: string;
+}
+
+/** A replica as the engine reports it (`GET /v1/models/{uid}/replicas`). */
+export interface EngineReplica {
+  replicaId: number;
+  replicaModelUid: string;
+  workerAddress: string;
+  /** CREATING (loading), READY, ERROR, TERMINATING or TERMINATED (`core/status_guard.py`, `LaunchStatus`). */
+  status: string;
+  errorMessage: string | null;
+  /** The GPU indexes it runs on, once it serves (3.2: from its worker); null when not known. */
+  gpuIdx: number[] | null;
+}
+
+/** What a replica's DELETE did: `deleted` (the model is gone when none remain), `missing`, or `pending` (loading or recovering: ask again later). */
+export type ReplicaDeletion = { state: 'deleted'; remainingReplicas: number } | { state: 'missing' } | { state: 'pending' };
+
+/** A scale-up that stopped at a failure: the replicas added before it stay on the engine. */
+export class ReplicaScaleError extends EngineError {
+  readonly added: AddedReplica[];
+
+  constructor(cause: EngineError, added: AddedReplica[]) {
+    super(cause.kind, added.length ? `${cause.message} (after ${added.length} replica${added.length === 1 ? '' : 's'} added)` : cause.message);
+    this.name = 'ReplicaScaleError';
+    this.added = added;
+  }
+}
+
 export interface EngineWorker {
   address: string;
   /** The GPU's raw NVML name ("NVIDIA A100-SXM4-80GB"). */
@@ -62,6 +110,11 @@ export interface XinferenceClientOptions {
   management?: ManagementCredentials | undefined;
   /** Per request. A DELETE may take 5 to 36 s on Xinference (actor teardown, VRAM reclaim). */
   timeoutMs?: number;
+  /**
+   * Per replica call: Xinference answers a scale-up once the new replica has loaded, and a replica's
+   * DELETE waits for a scale-up of the same model in progress (30 minutes unless given).
+   */
+  loadTimeoutMs?: number;
   /** The engine's version ("3.2.0"), when known: it decides how a worker is named in a launch. */
   engineVersion?: string | null | undefined;
   /**
@@ -91,7 +144,10 @@ interface Session {
 const GIB = 1024 ** 3;
 /** Xinference's default access-token lifetime (XINFERENCE_ACCESS_TOKEN_EXPIRE_MINUTES). */
 const DEFAULT_TOKEN_LIFETIME_MS = 30 * 60_000;
-const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU memory utilization|No available slot|No available worker/i;
+const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU memory utilization|No available slot|No available worker|No worker has capacity/i;
+/** A model uid nothing on the engine can ever be: a uid may not end in `-rep<n>` (`core/utils.py`, `is_valid_model_uid`). */
+const PROBE_UID = 'platform-capability-probe-rep0';
+const DEFAULT_LOAD_TIMEOUT_MS = 30 * 60_000;
 
 /**
  * The serving engine of a GPU cluster: a Xinference 3.x supervisor's REST API over `got`, against a
@@ -103,6 +159,7 @@ const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU m
  */
 export class XinferenceClient {
   readonly #http: Got;
+  readonly #loadTimeoutMs: number;
   readonly #management: ManagementCredentials | undefined;
   readonly #engineVersion: string | null | undefined;
   readonly #onRejected: XinferenceClientOptions['onCredentialsRejected'];
@@ -118,6 +175,7 @@ export class XinferenceClient {
       throwHttpErrors: false,
       responseType: 'text',
     });
+    this.#loadTimeoutMs = options.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS;
     this.#management = options.management;
     this.#engineVersion = options.engineVersion;
     this.#onRejected = options.onCredentialsRejected;
@@ -206,6 +264,98 @@ export class XinferenceClient {
     if (response.status === 400 && /not found/i.test(response.detail)) return 'stopped';
     if (response.status !== 200) throw new EngineError('unavailable', response.detail);
     return (await this.#instance(modelUid)) ? 'pending' : 'stopped';
+  }
+
+  /**
+   * Adds replicas to a running model, one after another (Xinference 3.2, `POST
+   * /v1/models/{uid}/replicas`): `count` placed by the engine, or one per placement. The engine
+   * answers each once its replica has loaded, so each call may take a model's load time
+   * (`loadTimeoutMs`), and it runs the scale changes of a model one at a time. The replicas added, in
+   * order; a failure throws a ReplicaScaleError holding those added before it. A call that timed out
+   * may still complete on the engine: `listReplicas` tells.
+   */
+  async addReplicas(modelUid: string, replicas: number | ReplicaPlacement[]): Promise<AddedReplica[]> {
+    const placements = typeof replicas === 'number' ? Array.from({ length: replicas }, () => undefined) : replicas;
+    const added: AddedReplica[] = [];
+    for (const placement of placements) {
+      try {
+        added.push(await this.#addReplica(modelUid, placement));
+      } catch (error) {
+        if (error instanceof EngineError) throw new ReplicaScaleError(error, added);
+        throw error;
+      }
+    }
+    return added;
+  }
+
+  async #addReplica(modelUid: string, placement: ReplicaPlacement | undefined): Promise<AddedReplica> {
+    const device = placement && { worker_ip: placement.workerAddress, n_gpu: placement.gpuCount ?? 'auto', ...(placement.gpuIdx ? { gpu_idx: placement.gpuIdx } : {}) };
+    const response = await this.#managed('POST', `v1/models/${encodeURIComponent(modelUid)}/replicas`, {
+      json: device ? { replica_config: { devices: [device] } } : {},
+      timeoutMs: this.#loadTimeoutMs,
+    });
+    const { status, detail } = response;
+    if (status === 200) {
+      const body = response.body as { replica_id: number; replica_model_uid: string; worker_address: string };
+      return { replicaId: body.replica_id, replicaModelUid: body.replica_model_uid, workerAddress: body.worker_address };
+    }
+    // api/restful_api.py, add_model_replica: a ValueError is 400, a RuntimeError 503, anything else 500.
+    if (status === 404 || status === 405) throw new EngineError('rejected', `the engine has no replica API (${status}: ${detail}); Xinference added it in 3.2`);
+    if (status === 400 && /^(Model not found in the model list|Model has no active replicas)/.test(detail)) throw new EngineError('missing', detail);
+    // The model's first replica is not routed yet (the launch is still loading): worth a retry once it serves.
+    if (status === 400 && /^Cannot find worker for existing replica/.test(detail)) throw new EngineError('unavailable', detail);
+    if (CAPACITY_MESSAGE.test(detail)) throw new EngineError('capacity', detail);
+    if (status >= 500) throw new EngineError('unavailable', detail);
+    throw new EngineError('rejected', detail);
+  }
+
+  /**
+   * A model's replicas as the engine reports them (`GET /v1/models/{uid}/replicas`, since 3.0): a
+   * model it does not know has none, and a terminated one keeps its replicas, TERMINATED, until
+   * the uid is launched again.
+   */
+  async listReplicas(modelUid: string): Promise<EngineReplica[]> {
+    const response = await this.#managed('GET', `v1/models/${encodeURIComponent(modelUid)}/replicas`);
+    if (response.status !== 200) throw new EngineError('unavailable', `GET /v1/models/{uid}/replicas answered ${response.status}: ${response.detail}`);
+    return (response.body as ReplicaStatus[]).map((replica) => ({
+      replicaId: replica.replica_id,
+      replicaModelUid: replica.replica_model_uid,
+      workerAddress: replica.worker_address,
+      status: replica.status,
+      errorMessage: replica.error_message ?? null,
+      gpuIdx: replica.accelerators ? replica.accelerators.map(Number) : (replica.gpu_idx ?? null),
+    }));
+  }
+
+  /**
+   * Deletes one replica (`DELETE /v1/models/{uid}/replicas/{id}`, since 3.0). The engine tears it
+   * down while it still takes its turn of the requests (those fail), then drops it; deleting the
+   * last replica terminates the model. `pending` while the replica is still loading or being
+   * recovered after a crash (the engine answers 400, as for a model's DELETE): ask again later.
+   */
+  async deleteReplica(modelUid: string, replicaId: number): Promise<ReplicaDeletion> {
+    const response = await this.#managed('DELETE', `v1/models/${encodeURIComponent(modelUid)}/replicas/${replicaId}`, { timeoutMs: this.#loadTimeoutMs });
+    const { status, detail } = response;
+    if (status === 200) return { state: 'deleted', remainingReplicas: Number((response.body as { remaining_replicas?: unknown }).remaining_replicas) };
+    // "… uid: <uid>-rep<n>" (not routed yet) or "<uid>-rep<n> is launching" (core/worker.py, terminate_model).
+    if (status === 400 && /-rep\d+(\s+is launching)?\s*$/.test(detail)) return { state: 'pending' };
+    if (status === 400 && /not found/i.test(detail)) return { state: 'missing' };
+    throw new EngineError('unavailable', `DELETE /v1/models/{uid}/replicas/{id} answered ${status}: ${detail}`);
+  }
+
+  /**
+   * Whether the engine has Xinference 3.2's replica API: its scale-up route (listing and deleting
+   * replicas are older). Probed rather than read from the version, since the route decides and a
+   * version string does not always tell (development builds between releases, forks, backports).
+   * The probe's `replica_config` is not an object, which the route refuses (400) before it looks for
+   * the model, so it changes and logs nothing on the engine; without the route, FastAPI answers 405
+   * (the path exists for GET) or 404. It needs `models:write`, which management holds anyway.
+   */
+  async hasReplicaApi(): Promise<boolean> {
+    const response = await this.#managed('POST', `v1/models/${PROBE_UID}/replicas`, { json: { replica_config: 'probe' } });
+    if (response.status === 404 || response.status === 405) return false;
+    if (response.status >= 500) throw new EngineError('unavailable', `POST /v1/models/{uid}/replicas answered ${response.status}: ${response.detail}`);
+    return true;
   }
 
   /** The workers of the cluster with their GPUs, from the unauthenticated status route. */
@@ -319,7 +469,7 @@ export class XinferenceClient {
   }
 
   /** A management call as the admin user (or without credentials on a cluster with auth off). */
-  async #managed(method: Method, path: string, options: { searchParams?: Record<string, string>; json?: unknown } = {}): Promise<EngineResponse> {
+  async #managed(method: Method, path: string, options: { searchParams?: Record<string, string>; json?: unknown; timeoutMs?: number } = {}): Promise<EngineResponse> {
     if (this.#rejected) throw new EngineError('credentials', this.#rejected);
     if (!this.#management) {
       const response = await this.#send(method, path, options);
@@ -416,11 +566,18 @@ export class XinferenceClient {
   async #send(
     method: Method,
     path: string,
-    options: { searchParams?: Record<string, string>; json?: unknown; form?: FormData; headers?: Record<string, string> },
+    options: { searchParams?: Record<string, string>; json?: unknown; form?: FormData; headers?: Record<string, string>; timeoutMs?: number },
   ): Promise<EngineResponse> {
     let response;
     try {
-      response = await this.#http(path, { method, searchParams: options.searchParams, json: options.json, body: options.form, headers: options.headers });
+      response = await this.#http(path, {
+        method,
+        searchParams: options.searchParams,
+        json: options.json,
+        body: options.form,
+        headers: options.headers,
+        ...(options.timeoutMs ? { timeout: { request: options.timeoutMs } } : {}),
+      });
     } catch (error) {
       throw new EngineError('unavailable', `The engine did not answer ${method} /${path}: ${error instanceof Error ? error.message : String(error)}`);
     }
@@ -456,6 +613,19 @@ function modelAccessProbes(uid: string): Array<[InferenceModelType, string, { js
 interface InstanceInfo {
   status: string;
   replica_statuses?: Array<{ status: string; error_message?: string | null }>;
+}
+
+/** An entry of `GET /v1/models/{uid}/replicas` (`core/supervisor.py`, `get_replica_statuses`; the last four fields since 3.2). */
+interface ReplicaStatus {
+  replica_id: number;
+  replica_model_uid: string;
+  worker_address: string;
+  status: string;
+  error_message?: string | null;
+  model_address?: string | null;
+  accelerators?: string[] | null;
+  replica_uid?: string | null;
+  gpu_idx?: number[] | null;
 }
 
 /** Xinference writes fractional sizes with an underscore: 1.5 → "1_5". */

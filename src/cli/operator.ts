@@ -52,8 +52,10 @@ Commands:
   cluster register --name N --endpoint URL --auth none [...]
                                  register a cluster run with authentication off (network-isolated only)
   cluster check --name N         check the stored credentials again; a cluster that passes is active again
-  cluster sync --name N          read the engine's workers and record them as instances
-  cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version
+  cluster sync --name N          read the engine's workers and record them as instances (and its version, and
+                                 whether it has the replica API of Xinference 3.2)
+  cluster list                   name, provider/region, endpoint, auth mode, status (and why), engine version,
+                                 replica API (or none, or unknown before the first sync)
   model enable --name M          make a catalog model deployable
   model disable --name M         make a catalog model not deployable
   model restrict --name M --organizations 1,2
@@ -175,7 +177,7 @@ export async function runOperatorCommand(
       if (!cluster) throw new UsageError(`no cluster is named ${name()}`);
       const result = await deps.clusters.sync(cluster.id);
       return [
-        `engine version ${result.engineVersion}`,
+        `engine version ${result.engineVersion}, ${replicaApi(result.replicaApi)}`,
         ...result.instances.map((i) => `instance ${i.worker}: ${i.instanceType} (${i.gpus} GPUs)`),
         ...result.unmatched.map((u) => `skipped ${u.worker}: ${u.reason}`),
         ...result.unavailable.map((worker) => `unavailable ${worker}: no longer reported by the engine`),
@@ -184,7 +186,16 @@ export async function runOperatorCommand(
     case 'cluster list': {
       return (await listClusters(deps.db))
         .map((c) =>
-          [c.name, `${c.provider}/${c.region}`, c.endpoint, `auth ${c.auth_mode}`, c.status_reason ? `${c.status}: ${c.status_reason}` : c.status, c.engine_version ?? 'version unknown', ...(c.hosted ? ['hosted'] : [])].join('\t'),
+          [
+            c.name,
+            `${c.provider}/${c.region}`,
+            c.endpoint,
+            `auth ${c.auth_mode}`,
+            c.status_reason ? `${c.status}: ${c.status_reason}` : c.status,
+            c.engine_version ?? 'version unknown',
+            replicaApi(c.replica_api),
+            ...(c.hosted ? ['hosted'] : []),
+          ].join('\t'),
         )
         .join('\n');
     }
@@ -234,6 +245,12 @@ export async function runOperatorCommand(
     default:
       throw new UsageError(`unknown command "${area} ${action}"`, { showUsage: true });
   }
+}
+
+/** Whether a cluster's engine can scale a model by replicas (Xinference 3.2's replica API). */
+function replicaApi(detected: boolean | null): string {
+  if (detected === null) return 'replica API unknown';
+  return detected ? 'replica API' : 'no replica API (Xinference before 3.2)';
 }
 
 /** `billing reconcile`: run and list, or fix, or resolve one difference. */
@@ -377,7 +394,13 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`Cannot use the database, ${where}: ${oneLine(error)}\n`);
       return 1;
     }
-    const clusters = new ClustersService({ db, keyring: new Keyring(config.appSecret), log, engineTimeoutSeconds: config.engineTimeoutSeconds });
+    const clusters = new ClustersService({
+      db,
+      keyring: new Keyring(config.appSecret),
+      log,
+      engineTimeoutSeconds: config.engineTimeoutSeconds,
+      loadTimeoutSeconds: config.provisioning.startTimeoutSeconds,
+    });
     const processor = paymentProcessor(config);
     const reconciler = processor ? new UsageReconciler(db, processor) : undefined;
     process.stdout.write(`${await runOperatorCommand(argv, { db, clusters, processor, reconciler })}\n`);

@@ -13,7 +13,7 @@ export type ClientColumns = Pick<ClusterRow, (typeof CLIENT_COLUMNS)[number]>;
 /** Columns a registration sets; registering a known name again replaces them. */
 type Registration = Pick<
   ClusterRow,
-  'name' | 'provider' | 'region' | 'endpoint' | 'auth_mode' | 'sealed_credential' | 'sealed_management_credential' | 'hosted'
+  'name' | 'provider' | 'region' | 'endpoint' | 'auth_mode' | 'sealed_credential' | 'sealed_management_credential' | 'hosted' | 'replica_api'
 >;
 
 /** Adds the cluster, or updates the one of that name; either way it is active again. */
@@ -21,7 +21,7 @@ export async function upsertCluster(db: Db, cluster: Registration): Promise<Clus
   return ClusterRow.query(db)
     .insert({ ...cluster, status: 'active', status_reason: null, status_changed_at: db.fn.now() })
     .onConflict('name')
-    .merge(['provider', 'region', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'hosted', 'status', 'status_reason', 'status_changed_at'])
+    .merge(['provider', 'region', 'endpoint', 'auth_mode', 'sealed_credential', 'sealed_management_credential', 'hosted', 'replica_api', 'status', 'status_reason', 'status_changed_at'])
     .returning('*');
 }
 
@@ -32,6 +32,12 @@ export async function reactivateCluster(db: Db, clusterId: string): Promise<Clus
     .whereIn('status', ['active', 'credentials_invalid'])
     .patch({ status: 'active', status_reason: null, status_changed_at: db.fn.now() })
     .returning('*');
+  return row;
+}
+
+/** Records whether the cluster's engine has the replica API, as just detected; the row after. */
+export async function recordReplicaApi(db: Db, clusterId: string, replicaApi: boolean): Promise<ClusterRow | undefined> {
+  const [row] = await ClusterRow.query(db).where({ id: clusterId }).patch({ replica_api: replicaApi }).returning('*');
   return row;
 }
 
@@ -80,6 +86,6 @@ export async function markMissingUnavailable(db: Db, clusterId: string, workers:
   return gone.map((row) => row.engine_worker);
 }
 
-export async function recordSync(db: Db, clusterId: string, engineVersion: string): Promise<void> {
-  await ClusterRow.query(db).findById(clusterId).patch({ last_synced_at: db.fn.now(), engine_version: engineVersion });
+export async function recordSync(db: Db, clusterId: string, engine: { version: string; replicaApi: boolean }): Promise<void> {
+  await ClusterRow.query(db).findById(clusterId).patch({ last_synced_at: db.fn.now(), engine_version: engine.version, replica_api: engine.replicaApi });
 }

@@ -13,6 +13,7 @@ import {
   markCredentialsInvalid,
   markMissingUnavailable,
   reactivateCluster,
+  recordReplicaApi,
   recordSync,
   upsertCluster,
   upsertInstance,
@@ -47,6 +48,8 @@ export interface ClusterRegistration {
 
 export interface SyncResult {
   engineVersion: string;
+  /** Whether the engine has Xinference 3.2's replica API (`XinferenceClient.hasReplicaApi`). */
+  replicaApi: boolean;
   instances: Array<{ worker: string; instanceType: string; gpus: number }>;
   unmatched: Array<{ worker: string; reason: string }>;
   unavailable: string[];
@@ -68,20 +71,25 @@ function announceClusterStatus(db: Knex | Knex.Transaction, cluster: Pick<Cluste
  * sealed with the server key), syncing its instances from the engine's inventory, and the engine
  * client of each. A credential the engine refuses stops the cluster's calls: the cluster is marked
  * `credentials_invalid` and the operator alerted, so the platform's address is never banned.
+ * Whether the engine has the replica API (`replica_api`) is detected at registration, check and
+ * sync, by probing the route (docs/engine.md, Replicas).
  */
 export class ClustersService {
   readonly #db: Knex;
   readonly #keyring: Keyring;
   readonly #log: Logger;
   readonly #timeoutMs: number;
+  readonly #loadTimeoutMs: number | undefined;
   readonly #clients = new Map<string, { key: string; client: XinferenceClient }>();
   readonly #headers = new Map<string, string>();
 
-  constructor(deps: { db: Knex; keyring: Keyring; log: Logger; engineTimeoutSeconds?: number }) {
+  /** `loadTimeoutSeconds`: how long a replica call may wait for a model to load (the client's default, 30 minutes, unless given). */
+  constructor(deps: { db: Knex; keyring: Keyring; log: Logger; engineTimeoutSeconds?: number; loadTimeoutSeconds?: number }) {
     this.#db = deps.db;
     this.#keyring = deps.keyring;
     this.#log = deps.log;
     this.#timeoutMs = (deps.engineTimeoutSeconds ?? 60) * 1000;
+    this.#loadTimeoutMs = deps.loadTimeoutSeconds === undefined ? undefined : deps.loadTimeoutSeconds * 1000;
   }
 
   /**
@@ -91,7 +99,7 @@ export class ClustersService {
    */
   async register(input: ClusterRegistration): Promise<CheckedCluster> {
     const endpoint = checkedEndpoint(input.endpoint, input.insecureHttp ?? false);
-    const inferenceModelTypes = await this.#verify(input.name, endpoint, input.auth);
+    const { inferenceModelTypes, replicaApi } = await this.#verify(input.name, endpoint, input.auth);
     const { auth } = input;
     const cluster = await upsertCluster(this.#db, {
       name: input.name,
@@ -103,6 +111,7 @@ export class ClustersService {
       sealed_management_credential:
         auth.mode === 'advanced' ? this.#keyring.encrypt(MANAGEMENT_SEAL, JSON.stringify({ username: auth.username, password: auth.password })) : null,
       hosted: input.hosted ?? false,
+      replica_api: replicaApi,
     });
     await announceClusterStatus(this.#db, cluster);
     return Object.assign(cluster, { inferenceModelTypes });
@@ -112,10 +121,11 @@ export class ClustersService {
   async check(name: string): Promise<CheckedCluster> {
     const cluster = await this.byName(name);
     if (!cluster) throw new ClusterRegistrationError(`no cluster is named ${name}`);
-    const inferenceModelTypes = await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
+    const { inferenceModelTypes, replicaApi } = await this.#verify(name, cluster.endpoint, this.#authOf(cluster));
     const reactivated = await reactivateCluster(this.#db, cluster.id);
     if (reactivated) await announceClusterStatus(this.#db, reactivated);
-    return Object.assign(reactivated ?? cluster, { inferenceModelTypes });
+    const recorded = await recordReplicaApi(this.#db, cluster.id, replicaApi);
+    return Object.assign(recorded ?? reactivated ?? cluster, { inferenceModelTypes });
   }
 
   async byName(name: string): Promise<ClusterRow | undefined> {
@@ -145,14 +155,16 @@ export class ClustersService {
   /**
    * Reads the engine's workers and records each as an instance of the instance type with the same
    * GPU type (from the raw NVML name) and count, the closest memory, then the lowest price;
-   * instances the engine no longer reports become unavailable. Records the engine version.
+   * instances the engine no longer reports become unavailable. Records the engine version, and
+   * whether the engine has the replica API.
    */
   async sync(clusterId: string): Promise<SyncResult> {
     const client = await this.clientOf(clusterId);
     const engineVersion = await client.version();
+    const replicaApi = await client.hasReplicaApi();
     const workers = await client.workers();
     const types = await listInstanceTypes(this.#db);
-    const result: SyncResult = { engineVersion, instances: [], unmatched: [], unavailable: [] };
+    const result: SyncResult = { engineVersion, replicaApi, instances: [], unmatched: [], unavailable: [] };
     await this.#db.transaction(async (trx) => {
       for (const worker of workers) {
         const gpuType = gpuTypeOf(worker.gpuName);
@@ -173,7 +185,7 @@ export class ClustersService {
       result.unavailable = await markMissingUnavailable(trx, clusterId, workers.map((worker) => worker.address));
       // Each service the cluster now sells gets a price row (its list price unless an operator set one).
       await addClusterGpuPrices(trx, clusterId);
-      await recordSync(trx, clusterId, engineVersion);
+      await recordSync(trx, clusterId, { version: engineVersion, replicaApi });
     });
     return result;
   }
@@ -198,6 +210,7 @@ export class ClustersService {
     const client = new XinferenceClient(cluster.endpoint, {
       management: auth.mode === 'advanced' ? { username: auth.username, password: auth.password } : undefined,
       timeoutMs: this.#timeoutMs,
+      loadTimeoutMs: this.#loadTimeoutMs,
       engineVersion: cluster.engine_version,
       onCredentialsRejected: (reason) => this.markCredentialsInvalid(cluster.id, reason),
     });
@@ -233,9 +246,10 @@ export class ClustersService {
 
   /**
    * The engine runs in the auth mode given, and accepts the credentials with the scopes needed;
-   * the model types the inference key may call (every one without authentication).
+   * the model types the inference key may call (every one without authentication), and whether
+   * the engine has the replica API.
    */
-  async #verify(name: string, endpoint: string, auth: ClusterAuth): Promise<InferenceModelType[]> {
+  async #verify(name: string, endpoint: string, auth: ClusterAuth): Promise<{ inferenceModelTypes: InferenceModelType[]; replicaApi: boolean }> {
     const client = new XinferenceClient(endpoint, {
       management: auth.mode === 'advanced' ? { username: auth.username, password: auth.password } : undefined,
       timeoutMs: this.#timeoutMs,
@@ -253,9 +267,10 @@ export class ClustersService {
             'register it with --auth none, and only if its network is isolated',
         );
       }
-      if (auth.mode === 'none') return [...INFERENCE_MODEL_TYPES];
+      if (auth.mode === 'none') return { inferenceModelTypes: [...INFERENCE_MODEL_TYPES], replicaApi: await client.hasReplicaApi() };
       await client.checkManagementAccess();
-      return await client.checkInferenceKey(auth.apiKey);
+      const inferenceModelTypes = await client.checkInferenceKey(auth.apiKey);
+      return { inferenceModelTypes, replicaApi: await client.hasReplicaApi() };
     } catch (error) {
       if (error instanceof EngineError) throw new ClusterRegistrationError(`${name}: ${error.message}`);
       throw error;

@@ -14,6 +14,10 @@ import { startClusterSimulator, type ClusterSimulator, type ClusterSimulatorOpti
  *                                  "modelEngine","modelFormat","modelSizeInBillions","quantization","gpuCount"}
  *                                  (default: qwen2.5-instruct 0.5B, pytorch, vLLM, one GPU)
  *   XINFERENCE_TEST_LOAD_TIMEOUT_SECONDS   how long the model may take to load (default 900)
+ *   XINFERENCE_TEST_REPLICA_MODEL  optional, the model the replica tests scale (same JSON; default the
+ *                                  test model): they run up to three replicas at once, so three free
+ *                                  GPUs for a vLLM model (it takes 90% of its GPU), or one for a
+ *                                  model that shares its GPU
  *   XINFERENCE_TEST_EMBEDDING_MODEL, XINFERENCE_TEST_IMAGE_MODEL, XINFERENCE_TEST_AUDIO_MODEL
  *                                  optional launch specs (same JSON) of an embedding, an image and a
  *                                  speech-to-text model, for the tests of those routes (skipped
@@ -38,6 +42,8 @@ export interface EngineUnderTest {
   client(options?: Omit<XinferenceClientOptions, 'management'>): XinferenceClient;
   /** The test model, launched under a fresh uid. */
   launchSpec(): LaunchSpec;
+  /** The model the replica tests scale, under a fresh uid. */
+  replicaSpec(): LaunchSpec;
   /** A model of another kind under a fresh uid, or undefined when none is configured (a real cluster). */
   launchSpecFor(kind: OtherModel): LaunchSpec | undefined;
   loadTimeoutMs: number;
@@ -89,6 +95,7 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
       simulator: undefined,
       client: (clientOptions = {}) => new XinferenceClient(url, { ...clientOptions, management: admin }),
       launchSpec: () => ({ ...DEFAULT_LAUNCH, ...model, modelUid: freshUid() }),
+      replicaSpec: () => ({ ...DEFAULT_LAUNCH, ...model, ...(JSON.parse(env.XINFERENCE_TEST_REPLICA_MODEL ?? '{}') as Partial<LaunchSpec>), modelUid: freshUid() }),
       launchSpecFor: (kind) => {
         const configured = env[`XINFERENCE_TEST_${kind.toUpperCase()}_MODEL`];
         return configured ? { ...(JSON.parse(configured) as Omit<LaunchSpec, 'modelUid'>), modelUid: freshUid() } : undefined;
@@ -118,6 +125,7 @@ export async function engineUnderTest(options: ClusterSimulatorOptions = {}): Pr
     simulator,
     client: (clientOptions = {}) => new XinferenceClient(simulator.url, { engineVersion: '3.2.0', ...clientOptions, management: admin }),
     launchSpec: () => ({ ...DEFAULT_LAUNCH, modelUid: freshUid() }),
+    replicaSpec: () => ({ ...DEFAULT_LAUNCH, modelUid: freshUid() }),
     launchSpecFor: (kind) => ({ ...SIMULATED[kind], modelUid: freshUid() }),
     loadTimeoutMs: 20_000,
     pollMs: 20,

@@ -1,6 +1,7 @@
 import { Ajv2020 } from 'ajv/dist/2020.js';
+import got from 'got';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EngineError, workerIpFor, XinferenceClient, type ModelState } from '../../src/adapters/xinference.ts';
+import { EngineError, ReplicaScaleError, versionAtLeast, workerIpFor, XinferenceClient, type ModelState } from '../../src/adapters/xinference.ts';
 import { gpuTypeOf } from '../../src/clusters/gpu-names.ts';
 import { startClusterSimulator } from '../../dev/cluster-simulator.ts';
 import { engineUnderTest, poll, REAL_ENGINE, type EngineUnderTest } from './engine-under-test.ts';
@@ -702,3 +703,295 @@ describe('tools, structured output and completions on vLLM (the test model calls
     expect(refused.body.detail).toMatch(/^Only \{.*'qwen2\.5-instruct'.*\} support tool calls$/);
   });
 });
+
+describe('Replicas: the replica API (scale-ups since 3.2; listing and deleting replicas since 3.0)', () => {
+  // A real cluster before 3.2 has no scale-up route: these tests then skip, except the detection's.
+  let replicaApi = false;
+  beforeAll(async () => {
+    replicaApi = await client.hasReplicaApi();
+  });
+  const scalable = (skip: () => void) => {
+    if (!replicaApi) skip();
+  };
+  const asAdmin = async () => (await signIn()).access_token;
+  const replicasOf = async (uid: string) => (await raw(`/v1/models/${uid}/replicas`, { bearer: engine.apiKey })).body as unknown as Json[];
+  const instanceOf = async (uid: string) =>
+    ((await raw(`/v1/models/instances?model_uid=${uid}`, { bearer: engine.apiKey })).body as unknown as Array<{ status: string; replica: number; replica_statuses: Json[] }>)[0];
+  const chat = (uid: string) =>
+    raw('/v1/chat/completions', { method: 'POST', bearer: engine.apiKey, body: JSON.stringify({ model: uid, messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 4 }) });
+  const addRaw = async (uid: string, body?: unknown) =>
+    raw(`/v1/models/${uid}/replicas`, { method: 'POST', bearer: await asAdmin(), ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+  /** A model of the replica tests, launched and ready: its uid. */
+  async function serving(): Promise<string> {
+    const spec = engine.replicaSpec();
+    await client.launch(spec);
+    await ready(spec.modelUid);
+    return spec.modelUid;
+  }
+  const heldBy = (uid: string) => (engine.simulator?.gpus() ?? []).flatMap((gpu) => gpu.holders).filter((holder) => holder.startsWith(`${uid}-rep`));
+
+  it('detects the scale-up route as the engine version says it came (3.2)', async () => {
+    const version = await client.version();
+    expect(replicaApi).toBe(versionAtLeast(version, 3, 2));
+  });
+
+  it('adds a replica that serves once loaded, lists it, deletes one, and terminates the model with its last replica', async ({ skip }) => {
+    scalable(skip);
+    const uid = await serving();
+    try {
+      expect(await client.listReplicas(uid)).toEqual([
+        { replicaId: 0, replicaModelUid: `${uid}-rep0`, workerAddress: expect.any(String), status: 'READY', errorMessage: null, gpuIdx: expect.any(Array) },
+      ]);
+      const adding = client.addReplicas(uid, 1);
+      // The new replica is listed CREATING from before its load until it is READY; the model serves meanwhile.
+      const loading = await poll(
+        async () => {
+          const replicas = await replicasOf(uid);
+          return replicas.length === 2 ? replicas : undefined;
+        },
+        'the new replica to be listed',
+        engine.loadTimeoutMs,
+        engine.pollMs,
+      );
+      if (!REAL_ENGINE) expect(loading[1]).toMatchObject({ replica_id: 1, status: 'CREATING', model_address: null });
+      expect((await chat(uid)).status).toBe(200);
+      const [added] = await adding;
+      expect(added).toEqual({ replicaId: 1, replicaModelUid: `${uid}-rep1`, workerAddress: expect.any(String) });
+
+      const replicas = await replicasOf(uid);
+      expect(replicas.map((r) => [r.replica_id, r.replica_model_uid, r.status])).toEqual([
+        [0, `${uid}-rep0`, 'READY'],
+        [1, `${uid}-rep1`, 'READY'],
+      ]);
+      // 3.2 labels a scale-up's replica `<uid>-<id>` and records the GPUs it was placed on.
+      expect(replicas[1]).toMatchObject({ replica_uid: `${uid}-1`, gpu_idx: expect.any(Array), model_address: expect.any(String), worker_address: added?.workerAddress });
+      expect(await instanceOf(uid)).toMatchObject({ status: 'READY', replica: 2 });
+      expect((await raw(`/v1/models/${uid}`, { bearer: engine.apiKey })).body.replica).toBe(2);
+      for (let i = 0; i < 4; i++) expect((await chat(uid)).status).toBe(200);
+
+      expect(await client.deleteReplica(uid, 0)).toEqual({ state: 'deleted', remainingReplicas: 1 });
+      expect((await client.listReplicas(uid)).map((r) => r.replicaId)).toEqual([1]);
+      expect(await instanceOf(uid)).toMatchObject({ status: 'READY', replica: 1 });
+      expect((await chat(uid)).status).toBe(200);
+      expect(await client.deleteReplica(uid, 0)).toEqual({ state: 'missing' });
+
+      // core/supervisor.py, terminate_model_replica: the last replica's DELETE terminates the model.
+      expect(await client.deleteReplica(uid, 1)).toEqual({ state: 'deleted', remainingReplicas: 0 });
+      expect(await client.state(uid)).toEqual({ state: 'missing' });
+      expect(await raw(`/v1/models/${uid}`, { bearer: engine.apiKey })).toMatchObject({ status: 400, body: { detail: `Model not found in the model list, uid: ${uid}` } });
+      expect(await replicasOf(uid)).toEqual([]);
+      expect((await chat(uid)).status).toBeGreaterThanOrEqual(400);
+      expect(await client.deleteReplica(uid, 1)).toEqual({ state: 'missing' });
+      expect(heldBy(uid)).toEqual([]);
+    } finally {
+      await stopped(uid);
+    }
+  });
+
+  it('gives concurrent scale-ups distinct replica ids, one load after the other, and gives a deleted highest id to the next', async ({ skip }) => {
+    scalable(skip);
+    const uid = await serving();
+    try {
+      const started = Date.now();
+      // Through the client: each answer may take a load, or two (fetch gives up on headers after 5 minutes).
+      const answers = (await Promise.all([client.addReplicas(uid, 1), client.addReplicas(uid, 1)])).flat();
+      const elapsed = Date.now() - started;
+      expect(answers.map((a) => [a.replicaId, a.replicaModelUid]).sort()).toEqual([
+        [1, `${uid}-rep1`],
+        [2, `${uid}-rep2`],
+      ]);
+      // core/supervisor.py holds a lock per model around a scale change, load included.
+      if (!REAL_ENGINE) expect(elapsed).toBeGreaterThanOrEqual(2 * (engine.simulator?.state().settings as { model_load_ms: number }).model_load_ms - 50);
+      expect((await client.listReplicas(uid)).map((r) => [r.replicaId, r.status])).toEqual([
+        [0, 'READY'],
+        [1, 'READY'],
+        [2, 'READY'],
+      ]);
+      // The next id is one more than the highest active one, so a deleted highest id comes back.
+      expect(await client.deleteReplica(uid, 2)).toEqual({ state: 'deleted', remainingReplicas: 2 });
+      expect(await client.addReplicas(uid, 1)).toEqual([expect.objectContaining({ replicaId: 2, replicaModelUid: `${uid}-rep2` })]);
+    } finally {
+      await stopped(uid);
+    }
+    expect(heldBy(uid)).toEqual([]);
+  });
+
+  it('makes a DELETE of the model during a scale-up wait for it, then terminates every replica', async ({ skip }) => {
+    scalable(skip);
+    const uid = await serving();
+    const adding = client.addReplicas(uid, 1);
+    await poll(async () => ((await replicasOf(uid)).length === 2 ? true : undefined), 'the new replica to be listed', engine.loadTimeoutMs, engine.pollMs);
+    // The client waits a scale-up out as it waits a launch out.
+    expect(await client.stop(uid)).toBe('pending');
+    const terminated = await got.delete(`${engine.url}/v1/models/${uid}`, {
+      headers: { authorization: `Bearer ${await asAdmin()}` },
+      throwHttpErrors: false,
+      timeout: { request: engine.loadTimeoutMs },
+    });
+    expect(terminated.statusCode).toBe(200);
+    expect(await adding).toEqual([expect.objectContaining({ replicaId: 1 })]);
+    expect(await instanceOf(uid)).toBeUndefined();
+    expect((await replicasOf(uid)).map((r) => r.status)).toEqual(['TERMINATED', 'TERMINATED']);
+    expect(heldBy(uid)).toEqual([]);
+  });
+
+  it('refuses with Xinference\'s statuses and words: an unknown model or replica, a malformed or impossible placement', async ({ skip }) => {
+    scalable(skip);
+    const unknown = `conformance-unknown-${Date.now()}`;
+    expect(await addRaw(unknown)).toMatchObject({ status: 400, body: { detail: `Model not found in the model list, uid: ${unknown}` } });
+    await expect(client.addReplicas(unknown, 1)).rejects.toMatchObject({ name: 'ReplicaScaleError', kind: 'missing', added: [] });
+    expect(await replicasOf(unknown)).toEqual([]);
+    expect(await raw(`/v1/models/${unknown}/replicas/0`, { method: 'DELETE', bearer: await asAdmin() })).toMatchObject({
+      status: 400,
+      body: { detail: `Model not found in the model list, uid: ${unknown}` },
+    });
+    expect(await client.deleteReplica(unknown, 0)).toEqual({ state: 'missing' });
+    expect((await raw(`/v1/models/${unknown}/replicas/first`, { method: 'DELETE', bearer: await asAdmin() })).status).toBe(422);
+    // The route checks the config's structure before it looks the model up.
+    expect(await addRaw(unknown, { replica_config: 'one' })).toMatchObject({ status: 400, body: { detail: 'Invalid replica_config: expected a dict with a single device entry.' } });
+    expect(await addRaw(unknown, { replica_config: { devices: [] } })).toMatchObject({ status: 400, body: { detail: 'replica_config must contain exactly one device entry for scale-up.' } });
+    const noWorker = await addRaw(unknown, { replica_config: { devices: [{ gpu_idx: [0] }] } });
+    expect(noWorker.status).toBe(400);
+    expect(noWorker.body.detail).toMatch(/^Invalid replica_config: 1 validation error for ReplicaConfig\ndevices -> 0 -> worker_ip\n/);
+
+    const uid = await serving();
+    try {
+      const workers = await client.workers();
+      const address = workers[0]?.address ?? '';
+      // core/supervisor.py, _resolve_replica_config: a one-process cluster (`xinference-local`) ignores the worker named.
+      const supervisor = (await raw('/v1/address')).body as unknown as string;
+      const local = workers.length === 1 && address === supervisor;
+      const refusals: Array<[unknown, RegExp]> = [
+        [{ replica_config: { devices: [{ worker_ip: '10.255.255.1:1' }] } }, /^replica_config\[0\]\.worker_ip '10\.255\.255\.1:1' is not in the cluster\. Registered workers: \[/],
+        [{ replica_config: { devices: [{ worker_ip: address, gpu_idx: [999] }] } }, /^replica_config\[0\]\.gpu_idx \[999\] is not visible on worker .*; visible GPU indexes: \[/],
+        [{ replica_config: { devices: [{ worker_ip: address, n_gpu: 2, gpu_idx: [0] }] } }, /^replica_config\[0\]\.devices\[0\]\.n_gpu \(2\) must equal len\(gpu_idx\) \(1\), or be 'auto'\.$/],
+        [{ replica_config: { replica_uid: 'burst-rep3', devices: [{ worker_ip: address }] } }, /^replica_uid 'burst-rep3' collides with a reserved internal replica\/rank identifier/],
+      ];
+      for (const [body, detail] of local ? refusals.slice(1) : refusals) {
+        const refused = await addRaw(uid, body);
+        expect(refused.status, JSON.stringify(body)).toBe(400);
+        expect(refused.body.detail).toMatch(detail);
+      }
+      await expect(client.addReplicas(uid, [{ workerAddress: address, gpuIdx: [999] }])).rejects.toMatchObject({ kind: 'rejected', added: [] });
+      expect(await raw(`/v1/models/${uid}/replicas/7`, { method: 'DELETE', bearer: await asAdmin() })).toMatchObject({
+        status: 400,
+        body: { detail: `Replica not found in the model list, uid: ${uid}, replica_id: 7` },
+      });
+      expect(await client.listReplicas(uid)).toHaveLength(1);
+    } finally {
+      await stopped(uid);
+    }
+  });
+
+  simulatorOnly('places a replica where its config says, and refuses a placement before the model has loaded (simulator only)', async () => {
+    const spec = engine.replicaSpec();
+    await client.launch(spec);
+    // The supervisor reads the launch's arguments from the first replica's worker, known once it serves.
+    await expect(client.addReplicas(spec.modelUid, 1)).rejects.toMatchObject({ kind: 'unavailable', message: `Cannot find worker for existing replica: ${spec.modelUid}-rep0` });
+    await ready(spec.modelUid);
+    try {
+      const [added] = await client.addReplicas(spec.modelUid, [{ workerAddress: 'sim-h100:30001', gpuIdx: [0] }]);
+      expect(added).toMatchObject({ replicaId: 1, workerAddress: 'sim-h100:30001' });
+      expect((await client.listReplicas(spec.modelUid))[1]).toMatchObject({ workerAddress: 'sim-h100:30001', gpuIdx: [0], status: 'READY' });
+      expect(heldBy(spec.modelUid)).toContain(`${spec.modelUid}-rep1`);
+    } finally {
+      await stopped(spec.modelUid);
+    }
+  });
+
+  simulatorOnly('fails a scale-up that does not fit at its load: the replicas added before stay, and the instance reads ERROR while the model serves (simulator only)', async () => {
+    const uid = await serving();
+    try {
+      // GPUs are shared: the fourth vLLM replica of this 3-GPU cluster finds its GPU 90% taken.
+      const failure = await client.addReplicas(uid, 3).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(ReplicaScaleError);
+      expect(failure).toMatchObject({ kind: 'capacity', message: expect.stringMatching(/less than desired GPU memory utilization/) });
+      expect((failure as ReplicaScaleError).added.map((r) => r.replicaId)).toEqual([1, 2]);
+      expect(heldBy(uid)).not.toContain(`${uid}-rep3`);
+      // core/worker.py, terminate_model(is_model_die=True): the failed replica's cleanup marks the instance ERROR.
+      const instance = await instanceOf(uid);
+      expect(instance).toMatchObject({ status: 'ERROR', replica: 3 });
+      expect(instance?.replica_statuses.map((r) => r.status)).toEqual(['READY', 'READY', 'READY']);
+      expect((await chat(uid)).status).toBe(200);
+      // The next scale change makes it READY again.
+      expect(await client.deleteReplica(uid, 2)).toEqual({ state: 'deleted', remainingReplicas: 2 });
+      expect(await instanceOf(uid)).toMatchObject({ status: 'READY', replica: 2 });
+    } finally {
+      await stopped(uid);
+    }
+  });
+
+  simulatorOnly('with exclusive GPUs, answers 503 "No worker has capacity" when no worker has an idle GPU, and refuses an occupied GPU (simulator only)', async () => {
+    const exclusive = await engineUnderTest({ allowMultiReplicaPerGpu: false, workers: [{ name: 'x', gpuName: 'NVIDIA L4', gpuCount: 2, gpuMemoryGb: 24 }] });
+    try {
+      const own = exclusive.client();
+      const spec = exclusive.replicaSpec();
+      await own.launch(spec);
+      await poll(async () => ((await own.state(spec.modelUid)).state === 'ready' ? true : undefined), 'the model to load', exclusive.loadTimeoutMs, exclusive.pollMs);
+      await expect(own.addReplicas(spec.modelUid, [{ workerAddress: 'x:30001', gpuIdx: [0] }])).rejects.toMatchObject({
+        kind: 'rejected',
+        message: 'replica_config GPU conflict on worker x:30001: GPU indexes [0] are already occupied, and this worker disallows sharing a GPU.',
+      });
+      expect(await own.addReplicas(spec.modelUid, 1)).toEqual([expect.objectContaining({ replicaId: 1 })]);
+      await expect(own.addReplicas(spec.modelUid, 1)).rejects.toMatchObject({ kind: 'capacity', message: 'No worker has capacity for 1 GPU(s)' });
+    } finally {
+      await exclusive.stop();
+    }
+  });
+
+  simulatorOnly('keeps a replica being deleted in the rotation: requests routed to it answer 500, and those it was serving fail (simulator only)', async () => {
+    const slow = await engineUnderTest({ terminateMs: 400, tokenLatencyMs: 50, completionTokens: 40 });
+    try {
+      const own = slow.client();
+      const spec = slow.replicaSpec();
+      await own.launch(spec);
+      await poll(async () => ((await own.state(spec.modelUid)).state === 'ready' ? true : undefined), 'the model to load', slow.loadTimeoutMs, slow.pollMs);
+      await own.addReplicas(spec.modelUid, 1);
+      const post = () =>
+        fetch(`${slow.url}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${slow.apiKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'a long answer' }] }),
+        });
+      // One request on each replica: the rotation starts again from the lowest id after a scale change.
+      const onDeleted = post();
+      await poll(async () => (slow.simulator?.active() === 1 ? true : undefined), 'the first request to generate', 5_000, 5);
+      const onKept = post();
+      await poll(async () => (slow.simulator?.active() === 2 ? true : undefined), 'the second request to generate', 5_000, 5);
+      const deleting = own.deleteReplica(spec.modelUid, 0);
+      await poll(async () => ((await instanceStatus(slow, spec.modelUid)) === 'TERMINATING' ? true : undefined), 'the teardown', 5_000, 5);
+      const routedToDying = await Promise.all([post(), post()]);
+      expect(routedToDying.map((r) => r.status).sort()).toEqual([200, 500]);
+      expect((await onDeleted).status).toBe(500);
+      expect((await onKept).status).toBe(200);
+      expect(await deleting).toEqual({ state: 'deleted', remainingReplicas: 1 });
+    } finally {
+      await slow.stop();
+    }
+  });
+
+  simulatorOnly('has no scale-up route before 3.2: POST answers 405 before authentication, and the client detects no replica API (simulator only)', async () => {
+    const older = await engineUnderTest({ version: '3.1.0' });
+    try {
+      const refused = await fetch(`${older.url}/v1/models/any/replicas`, { method: 'POST' });
+      expect(refused.status).toBe(405);
+      expect(refused.headers.get('allow')).toBe('GET');
+      expect(await refused.json()).toEqual({ detail: 'Method Not Allowed' });
+      const own = older.client({ engineVersion: '3.1.0' });
+      expect(await own.hasReplicaApi()).toBe(false);
+      expect(await own.listReplicas('any')).toEqual([]);
+      await expect(own.addReplicas('any', 1)).rejects.toMatchObject({ kind: 'rejected', message: expect.stringMatching(/the engine has no replica API \(405: Method Not Allowed\)/) });
+      expect(older.simulator?.launches).toEqual([]);
+    } finally {
+      await older.stop();
+    }
+  });
+});
+
+async function instanceStatus(target: EngineUnderTest, uid: string): Promise<string | undefined> {
+  const response = await fetch(`${target.url}/v1/models/instances?model_uid=${uid}`, { headers: { authorization: `Bearer ${target.apiKey}` } });
+  return ((await response.json()) as Array<{ status: string }>)[0]?.status;
+}

@@ -20,6 +20,8 @@ export class ClusterRow extends BaseModel {
   declare status_reason: string | null;
   declare status_changed_at: Date;
   declare engine_version: string | null;
+  /** Whether the engine has Xinference 3.2's replica API (scale-ups), as last detected; null before the first detection. */
+  declare replica_api: boolean | null;
   /** The platform's shared cluster for hosted models. */
   declare hosted: boolean;
   declare last_synced_at: Date | null;

@@ -2358,7 +2358,7 @@ export interface components {
          *       "id": "chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d",
          *       "object": "chat.completion",
          *       "created": 1795269912,
-         *       "model": "dep-0192f1c62b9e7c4e",
+         *       "model": "qwen2.5-instruct",
          *       "choices": [
          *         {
          *           "index": 0,
@@ -2386,8 +2386,8 @@ export interface components {
              */
             created: number;
             /**
-             * @description The model that answered: the deployment's `engine_model_uid` (the serving engine's name for
-             *     it), or the hosted model's name.
+             * @description The `model` the request named, as it sent it (a deployment id or a model name), as OpenAI
+             *     answers: never the serving engine's uid, which changes on every redeploy.
              */
             model: string;
             choices: components["schemas"]["ChatCompletionChoice"][];
@@ -2413,7 +2413,7 @@ export interface components {
          *       "id": "chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d",
          *       "object": "chat.completion.chunk",
          *       "created": 1795269912,
-         *       "model": "dep-0192f1c62b9e7c4e",
+         *       "model": "qwen2.5-instruct",
          *       "choices": [
          *         {
          *           "index": 0,
@@ -2436,6 +2436,7 @@ export interface components {
              * @description Unix seconds; the same on every chunk.
              */
             created: number;
+            /** @description The `model` the request named, as it sent it (see `ChatCompletion.model`). */
             model: string;
             choices: components["schemas"]["ChatCompletionChunkChoice"][];
             /** @description `null` (or absent) except on the last chunk when `stream_options.include_usage` is true. */
@@ -2710,7 +2711,7 @@ export interface components {
          *       "id": "cmpl-5d1b7e0a9c3f4e2b8a6d4c1f",
          *       "object": "text_completion",
          *       "created": 1795269912,
-         *       "model": "dep-0192f1e4a7b8c9d0",
+         *       "model": "0192f1e4-a7b8-7c9d-8e0f-1a2b3c4d5e6f",
          *       "choices": [
          *         {
          *           "text": "\n    return a + b\n",
@@ -2734,7 +2735,7 @@ export interface components {
              * @description When the completion was created, in Unix seconds.
              */
             created: number;
-            /** @description The model that answered (see `ChatCompletion.model`). */
+            /** @description The `model` the request named, as it sent it (see `ChatCompletion.model`). */
             model: string;
             choices: components["schemas"]["CompletionChoice"][];
             usage: components["schemas"]["CompletionUsage"];
@@ -2757,13 +2758,13 @@ export interface components {
         };
         /**
          * @description One event of a streamed completion, sent as `data: <this JSON>\n\n`: the next piece of text in
-         *     `choices[].text`. A last chunk with empty `choices` carries `usage` (the proxy asks the engine
-         *     for it, for metering); the stream then ends with `data: [DONE]\n\n`.
+         *     `choices[].text`, with the usage so far (the proxy asks the engine for it, for metering); the
+         *     stream then ends with `data: [DONE]\n\n` (the proxy sends it: the engine does not).
          * @example {
          *       "id": "cmpl-5d1b7e0a9c3f4e2b8a6d4c1f",
          *       "object": "text_completion",
          *       "created": 1795269912,
-         *       "model": "dep-0192f1e4a7b8c9d0",
+         *       "model": "codestral-v0.1",
          *       "choices": [
          *         {
          *           "text": "\n    return",
@@ -2771,7 +2772,11 @@ export interface components {
          *           "finish_reason": null
          *         }
          *       ],
-         *       "usage": null
+         *       "usage": {
+         *         "prompt_tokens": 9,
+         *         "completion_tokens": 2,
+         *         "total_tokens": 11
+         *       }
          *     }
          */
         CompletionChunk: {
@@ -2784,9 +2789,10 @@ export interface components {
              * @description Unix seconds; the same on every chunk.
              */
             created: number;
+            /** @description The `model` the request named, as it sent it (see `ChatCompletion.model`). */
             model: string;
             choices: components["schemas"]["CompletionChoice"][];
-            /** @description `null` (or absent) except on the last chunk. */
+            /** @description The usage so far: the serving engine reports it on every chunk, the whole request's on the last. */
             usage?: components["schemas"]["CompletionUsage"] | null;
             system_fingerprint?: string | null;
         };
@@ -3718,7 +3724,7 @@ export interface components {
             /** @enum {string} */
             object: "list";
             data: components["schemas"]["Embedding"][];
-            /** @description The model that answered (see `ChatCompletion.model`). */
+            /** @description The `model` the request named, as it sent it (see `ChatCompletion.model`). */
             model: string;
             usage: components["schemas"]["EmbeddingUsage"];
         };
@@ -8523,7 +8529,7 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["ChatCompletion"];
                     /**
-                     * @example data: {"id":"chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d","object":"chat.completion.chunk","created":1795269912,"model":"dep-0192f1c62b9e7c4e","choices":[{"index":0,"delta":{"role":"assistant","content":"Paris"},"finish_reason":null}]}
+                     * @example data: {"id":"chatcmpl-9f3c2a7b1e4d4c0a8b6e2f1d","object":"chat.completion.chunk","created":1795269912,"model":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","choices":[{"index":0,"delta":{"role":"assistant","content":"Paris"},"finish_reason":null}]}
                      *
                      *     data: [DONE]
                      */
@@ -8818,7 +8824,7 @@ export interface operations {
                 content: {
                     "application/json": components["schemas"]["Completion"];
                     /**
-                     * @example data: {"id":"cmpl-5d1b7e0a9c3f4e2b8a6d4c1f","object":"text_completion","created":1795269912,"model":"dep-0192f1e4a7b8c9d0","choices":[{"text":"\n    return","index":0,"finish_reason":null}],"usage":null}
+                     * @example data: {"id":"cmpl-5d1b7e0a9c3f4e2b8a6d4c1f","object":"text_completion","created":1795269912,"model":"codestral-v0.1","choices":[{"text":"\n    return","index":0,"finish_reason":null}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}
                      *
                      *     data: [DONE]
                      */
@@ -9132,7 +9138,7 @@ export interface operations {
                      *           ]
                      *         }
                      *       ],
-                     *       "model": "dep-0192f1d25e6f7a8b",
+                     *       "model": "0192f1d2-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
                      *       "usage": {
                      *         "prompt_tokens": 11,
                      *         "total_tokens": 11

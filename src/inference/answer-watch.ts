@@ -35,6 +35,8 @@ export class AnswerWatch {
   #text = '';
   #textChars = 0;
   #lastBytes = '\n\n';
+  #done = false;
+  #failed = false;
 
   constructor(streaming: boolean) {
     this.#streaming = streaming;
@@ -91,9 +93,19 @@ export class AnswerWatch {
     return typeof tokens === 'number' && tokens >= 0 ? Math.floor(tokens) : undefined;
   }
 
+  /**
+   * Whether the stream ended as streams end: its `data: [DONE]` came (Xinference ends a
+   * completion's stream without it), or an error event, after which none comes.
+   */
+  get sawEnd(): boolean {
+    return this.#done || this.#failed;
+  }
+
   #event(data: string): void {
+    if (data === '[DONE]') this.#done = true;
     if (!data.startsWith('{')) return;
     let chunk: {
+      error?: unknown;
       usage?: unknown;
       choices?: Array<{ text?: unknown; delta?: { content?: unknown; reasoning_content?: unknown; tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } } | null> } } | null>;
     };
@@ -102,6 +114,7 @@ export class AnswerWatch {
     } catch {
       return;
     }
+    if (chunk.error) this.#failed = true;
     if (chunk.usage) this.#reported = toUsage(chunk.usage) ?? this.#reported;
     let generated = false;
     for (const choice of chunk.choices ?? []) {

@@ -200,6 +200,9 @@ export class Relay {
         const tail = swap?.end();
         if (rewrite) rest = rewritten(() => (tail?.length ? rewrite.push(tail) : '') + rewrite.end(), req);
         else if (tail) rest = tail;
+        // Every stream the contract serves ends with `[DONE]` (or an error event), as OpenAI's do;
+        // Xinference's completion streams end without it (`api/restful_api.py`, `create_completion`).
+        if (streaming && !answer.sawEnd) rest = `${rest}${answer.atEventBoundary ? '' : '\n\n'}${DONE}\n\n`;
       }
       if (ended === 'completed' && rest !== undefined) {
         clearTimeout(timer);

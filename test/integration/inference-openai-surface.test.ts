@@ -171,6 +171,17 @@ describe('POST /v1/completions', () => {
       if (chunk.usage) streamed = chunk.usage;
     }
     expect(pieces.filter(Boolean).length).toBeGreaterThan(1);
+    // Xinference ends a completion's stream without [DONE]: the proxy ends it as OpenAI's end.
+    const other = await apiKey(owner, [code.id]);
+    const raw = await fetch(`${app.url}/v1/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${other.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: CODE, prompt: 'Once upon a time', max_tokens: 3, stream: true }),
+    });
+    const events = (await raw.text()).split(/\r?\n\r?\n/).filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    expect(events.filter((event) => event === 'data: [DONE]')).toHaveLength(1);
+    expect(events.slice(0, -1).every((event) => (JSON.parse(event.slice('data: '.length)) as { model: string }).model === CODE)).toBe(true);
     // The client did not ask for usage: the proxy did, for metering.
     expect(streamed?.completion_tokens).toBe(6);
     const sent = JSON.parse(stub.requestsTo(COMPLETIONS).at(-1)?.body.toString('utf8') ?? '{}') as Record<string, unknown>;

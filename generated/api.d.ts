@@ -2427,7 +2427,10 @@ export interface components {
          *     }
          */
         ChatCompletionChunk: {
-            /** @description The same on every chunk of one completion. */
+            /**
+             * @description Identifies the completion: the same on every chunk of a text answer. A stream with tool calls
+             *     may give each chunk its own, as the serving engine's tool-call parsers do; do not join chunks by it.
+             */
             id: string;
             /** @enum {string} */
             object: "chat.completion.chunk";

@@ -233,7 +233,7 @@ describe('GPU seconds of a deployment, metered by the workers', () => {
 
     expect((await remove(id)).response.status).toBe(200);
     await until(id, 'terminated');
-    const { running_since: since, running_until: stopped } = await app.db('deployments').where({ id }).first();
+    const { running_since: since, running_until: stopped } = await app.db('deployment_replicas').where({ deployment_id: id }).first();
     const ran = (stopped.getTime() - since.getTime()) / 1000;
     await waitUntil(async () => (await tickedSecondsOf(id)) === ran, () => `the meter job to close the ${ran} seconds it ran`);
     const intervals = await intervalsOf(id);

@@ -276,6 +276,18 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
      select id, instance_id, 1, created_at from deployments where status = 'running' and instance_id is not null;
      update deployments d set gpu_allocation_id = a.id from gpu_allocations a where a.deployment_id = d.id and a.status = 'active';`,
   );
+  // From the migrations of 2026-12-01 on, a deployment serves through its replica (one here, ready, on
+  // its allocation), which holds the GPU seconds bookkeeping the deployment held before.
+  const { rows: [replicaTable] } = await q("select to_regclass('deployment_replicas') is not null as present");
+  const replicas = (replicaTable as { present: boolean }).present;
+  if (replicas) {
+    await q(
+      `insert into deployment_replicas (deployment_id, organization_id, ordinal, engine_model_uid, gpu_allocation_id, status, created_at)
+       select d.id, d.organization_id, 0, d.engine_model_uid, a.id, 'ready', a.created_at
+       from deployments d join gpu_allocations a on a.id = d.gpu_allocation_id where d.status = 'running'`,
+    );
+  }
+  const metered = replicas ? { table: 'deployment_replicas', serving: 'ready' } : { table: 'deployments', serving: 'running' };
   const { rows: running } = await q(
     `select (organization_id = (select org_id from bench_owners where n = 1)) as heavy, count(*)::int as n
      from deployments where status = 'running' group by 1`,
@@ -285,12 +297,20 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
   const heavyMinutes = heavyRunning ? Math.max(1, Math.round(shape.gpuIntervals / 2 / heavyRunning)) : 0;
   const typicalMinutes = typicalRunning ? Math.max(1, Math.round((shape.gpuIntervals - shape.gpuIntervals / 2) / typicalRunning)) : 0;
   await q(
-    `update deployments set running_since = date_trunc('minute', $3::timestamptz) - make_interval(mins => case when organization_id = (select org_id from bench_owners where n = 1) then $1::int else $2::int end),
+    `update ${metered.table} set running_since = date_trunc('minute', $3::timestamptz) - make_interval(mins => case when organization_id = (select org_id from bench_owners where n = 1) then $1::int else $2::int end),
                             accrued_until = date_trunc('minute', $3::timestamptz)
-     where status = 'running'`,
+     where status = '${metered.serving}'`,
     [heavyMinutes, typicalMinutes, now],
   );
-  await q(`update deployments set created_at = least(created_at, running_since), status_changed_at = running_since where status = 'running'`);
+  if (replicas) {
+    await q(
+      `update deployment_replicas set created_at = least(created_at, running_since), ready_at = running_since where status = 'ready';
+       update deployments d set created_at = least(d.created_at, r.running_since), status_changed_at = r.running_since
+       from deployment_replicas r where r.deployment_id = d.id and d.status = 'running'`,
+    );
+  } else {
+    await q(`update deployments set created_at = least(created_at, running_since), status_changed_at = running_since where status = 'running'`);
+  }
   stepEnd('deployments', t, `${fmt(shape.deployments)} deployments (${fmt(heavyRunning + typicalRunning)} running on ${fmt(instances)} instances)`);
 
   // One running deployment per organization carries its dedicated-deployment usage.
@@ -325,19 +345,26 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
   const intervalsLoad = await withoutSecondaryIndexes(client, 'gpu_usage_intervals');
   // The running deployments' GPU services (the view the metering reads), once, with fresh statistics:
   // joined per interval, the view's plan on unanalyzed tables grows with running deployments times instances.
-  await q('analyze deployments, gpu_allocations, instances');
+  await q(`analyze deployments, gpu_allocations, instances${replicas ? ', deployment_replicas' : ''}`);
   await q(
-    `create temp table bench_running as
-       select d.id, d.organization_id, d.running_since, d.accrued_until, s.service_key
-       from deployments d join deployment_gpu_services s on s.deployment_id = d.id
-       where d.status = 'running' and s.service_key is not null`,
+    replicas
+      ? `create temp table bench_running as
+           select r.deployment_id as id, r.id as replica_id, r.organization_id, r.running_since, r.accrued_until, s.service_key
+           from deployment_replicas r join deployment_gpu_services s on s.replica_id = r.id
+           where r.status = 'ready' and s.service_key is not null`
+      : `create temp table bench_running as
+           select d.id, null::uuid as replica_id, d.organization_id, d.running_since, d.accrued_until, s.service_key
+           from deployments d join deployment_gpu_services s on s.deployment_id = d.id
+           where d.status = 'running' and s.service_key is not null`,
   );
   await q('analyze bench_running');
   // The key a deployment stores as it enters running (migrations of 2026-11-26 on).
   const { rows: [serviceKeyColumn] } = await q(
     "select exists (select 1 from information_schema.columns where table_name = 'deployments' and column_name = 'gpu_service_key') as present",
   );
-  if ((serviceKeyColumn as { present: boolean }).present) {
+  if (replicas) {
+    await q('update deployment_replicas r set gpu_service_key = b.service_key from bench_running b where b.replica_id = r.id');
+  } else if ((serviceKeyColumn as { present: boolean }).present) {
     await q('update deployments d set gpu_service_key = r.service_key from bench_running r where r.id = d.id');
   }
   if (shape.gpuIntervals > 0 && heavyRunning + typicalRunning > 0) {
@@ -348,8 +375,8 @@ export async function seed(client: pg.Client, shape: Shape, options: { batchRows
       const fromMinute = Math.ceil((longest * (intervalWindows - w)) / intervalWindows);
       const toMinute = Math.ceil((longest * (intervalWindows - w - 1)) / intervalWindows);
       await q(
-        `insert into gpu_usage_intervals (deployment_id, organization_id, service_key, started_at, ended_at, usage_report_id, reported_at)
-         select d.id, d.organization_id, d.service_key, t, t + interval '1 minute', r.id, r.reported_at
+        `insert into gpu_usage_intervals (deployment_id, ${replicas ? 'replica_id, ' : ''}organization_id, service_key, started_at, ended_at, usage_report_id, reported_at)
+         select d.id, ${replicas ? 'd.replica_id, ' : ''}d.organization_id, d.service_key, t, t + interval '1 minute', r.id, r.reported_at
          from bench_running d
          cross join lateral generate_series(greatest(d.running_since, d.accrued_until - make_interval(mins => $1::int)),
                                             d.accrued_until - make_interval(mins => $2::int + 1), interval '1 minute') t

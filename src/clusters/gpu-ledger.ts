@@ -84,5 +84,16 @@ export async function releaseGpus(db: Db, holder: GpuHolder): Promise<void> {
   await GpuAllocationRow.query(db)
     .where('deploymentId' in holder ? { deployment_id: holder.deploymentId } : { hosted_model_endpoint_id: holder.hostedEndpointId })
     .where({ status: 'active' })
-    .patch({ status: 'released', released_at: db.fn.now() });
+    .patch(released(db));
+}
+
+/** Releases these allocations (one already released stays as it is). */
+export async function releaseAllocations(db: Db, allocationIds: readonly string[]): Promise<void> {
+  if (!allocationIds.length) return;
+  await GpuAllocationRow.query(db).whereIn('id', allocationIds).where({ status: 'active' }).patch(released(db));
+}
+
+/** What releasing an allocation writes. */
+function released(db: Db) {
+  return { status: 'released' as const, released_at: db.fn.now() };
 }

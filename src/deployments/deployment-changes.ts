@@ -6,14 +6,14 @@ import { inTransaction } from '../db/query.ts';
 import { statusChangeMessage } from '../events/event-messages.ts';
 import { insertDeploymentEvent, latestEvent, type NewDeploymentEvent } from '../events/events.repository.ts';
 import { addDeliveriesOf } from '../webhooks/webhooks.repository.ts';
-import type { DeploymentStatus } from './deployment-states.ts';
-import { insertDeploymentRow, lockDeploymentIn, updateDeploymentStatus, type NewDeployment, type StatusMove } from './deployments.repository.ts';
+import { replicasOnMove, type DeploymentStatus } from './deployment-states.ts';
+import { insertDeploymentRow, lockDeploymentIn, moveReplicas, updateDeploymentStatus, type NewDeployment, type StatusMove } from './deployments.repository.ts';
 
 type Db = Knex | Knex.Transaction;
 
 /**
  * What goes with every change of a deployment, in one transaction (the caller's, or one of its
- * own): the row, the event in its log, a delivery to each organization webhook endpoint that takes
+ * own): the row, its replicas, the event in its log, a delivery to each organization webhook endpoint that takes
  * the event's type, and a notification every process receives once it commits (the event streams).
  * The repositories below write one table each; this is the one place that composes them.
  */
@@ -36,12 +36,16 @@ export async function insertDeployment(db: Db, deployment: NewDeployment): Promi
 
 /**
  * Moves the deployment to `to` only if it is still in one of the statuses `from` (compare and set),
- * with `changes`; false when it had moved on. The caller takes `to` from the state machine.
+ * with `changes`, and its replicas with it (`replicasOnMove`: made ready as it enters running,
+ * stopped with their GPUs released as it is terminated); false when it had moved on. The caller
+ * takes `to` from the state machine.
  */
 export async function moveDeployment(db: Db, id: string, move: StatusMove): Promise<boolean> {
   return inTransaction(db, async (trx) => {
     const before = await lockDeploymentIn(trx, id, move.from);
     if (!before) return false;
+    const replicas = replicasOnMove(move.to);
+    if (replicas) await moveReplicas(trx, id, replicas);
     await updateDeploymentStatus(trx, id, move);
     await recordEvent(trx, {
       deployment_id: id,

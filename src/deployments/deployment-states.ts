@@ -77,3 +77,53 @@ export function isFinal(status: DeploymentStatus): boolean {
 
 /** Statuses that hold or may soon hold resources; they count against `max_active_resources`. */
 export const ACTIVE_STATUSES: readonly DeploymentStatus[] = ['requested', 'provisioning', 'starting', 'running', 'terminating'];
+
+/**
+ * A deployment's replica (docs/decisions/2026-11-29-elastic-deployments.md): one engine model on
+ * GPUs of its own. `starting` from its placement until its model answers, `ready` while it serves,
+ * `draining` while the requests it serves finish (it gets no new one), `stopping` until the engine
+ * confirms its model gone, `stopped` once it is and its GPUs are released, `failed` when its model
+ * failed and the engine has not confirmed it gone (its GPUs are still held: a cleanup is due).
+ */
+export type ReplicaStatus = 'starting' | 'ready' | 'draining' | 'stopping' | 'stopped' | 'failed';
+
+/**
+ * What moves a replica: its model answers (`ready`), it is to be deleted (`stop`), its model failed
+ * (`fail`), or the engine confirmed its model gone and its GPUs were released (`stopped`).
+ */
+export type ReplicaEvent = 'ready' | 'stop' | 'fail' | 'stopped';
+
+/** A move of replicas: those in one of the statuses `from` go to `to`. */
+export interface ReplicaMove {
+  from: readonly ReplicaStatus[];
+  to: ReplicaStatus;
+}
+
+/** The replica state machine: each event, the statuses that allow it and the one it leads to. */
+const REPLICA_MOVES: { readonly [event in ReplicaEvent]: ReplicaMove } = {
+  ready: { from: ['starting'], to: 'ready' },
+  stop: { from: ['starting', 'ready', 'draining', 'failed'], to: 'stopping' },
+  fail: { from: ['starting', 'ready', 'draining'], to: 'failed' },
+  stopped: { from: ['starting', 'ready', 'draining', 'stopping', 'failed'], to: 'stopped' },
+};
+
+/** The move `event` makes of a replica. */
+export function replicaMove(event: ReplicaEvent): ReplicaMove {
+  return REPLICA_MOVES[event];
+}
+
+/** The statuses in which a replica holds GPUs it is billed for: from the moment it serves until it stops serving. */
+export const METERED_REPLICA_STATUSES: readonly ReplicaStatus[] = ['ready', 'draining'];
+
+/**
+ * What a deployment's move does to its replicas: entering `running` makes them ready, a DELETE stops
+ * them, a failure fails those still live, and `terminated` (the engine confirmed the models gone)
+ * stops them, their GPUs released with the move. For now every replica moves with its deployment.
+ */
+const REPLICAS_ON_MOVE: { readonly [to in DeploymentStatus]?: ReplicaEvent } = { running: 'ready', terminating: 'stop', failed: 'fail', terminated: 'stopped' };
+
+/** The replicas' move that goes with a deployment's move to `to`, if any. */
+export function replicasOnMove(to: DeploymentStatus): ReplicaMove | undefined {
+  const event = REPLICAS_ON_MOVE[to];
+  return event && replicaMove(event);
+}

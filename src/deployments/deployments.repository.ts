@@ -1,16 +1,16 @@
 import type { Knex } from 'knex';
-import { bookGpus, lockGpuLedger, placementOptions, releaseGpus, type PlacementOption } from '../clusters/gpu-ledger.ts';
+import { bookGpus, lockGpuLedger, placementOptions, releaseAllocations, type PlacementOption } from '../clusters/gpu-ledger.ts';
 import type { components } from '../../generated/api.d.ts';
+import { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
-import { GpuAllocationRow } from '../db/models/gpu-allocations.ts';
 import { isoTime, isoTimes, utcTextSql } from '../db/query.ts';
-import { ACTIVE_STATUSES, SERVING, type DeploymentStatus } from './deployment-states.ts';
+import { ACTIVE_STATUSES, METERED_REPLICA_STATUSES, type DeploymentStatus, type ReplicaMove, type ReplicaStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
 
 export type Deployment = components['schemas']['Deployment'];
 
-/** Every query of the deployments area: deployments, their GPU allocations, and placement on instances. */
+/** Every query of the deployments area: deployments, their replicas and GPU allocations, and placement on instances. */
 type Db = Knex | Knex.Transaction;
 
 /** A user's deployments in one organization: what the API shows them. */
@@ -170,9 +170,7 @@ export async function lockDeploymentIn(trx: Knex.Transaction, id: string, status
 
 /**
  * Writes the move of a locked deployment to `to`, with `changes`. The time of the move is
- * `status_changed_at`, and also `terminated_at` for a move to `terminated`. Entering and leaving
- * `running` also record the second it happened (`running_since`, `running_until`), the bounds of
- * its GPU seconds (src/metering/gpu-metering.ts).
+ * `status_changed_at`, and also `terminated_at` for a move to `terminated`.
  */
 export async function updateDeploymentStatus(trx: Knex.Transaction, id: string, move: StatusMove): Promise<void> {
   await DeploymentRow.query(trx)
@@ -182,26 +180,7 @@ export async function updateDeploymentStatus(trx: Knex.Transaction, id: string, 
       status: move.to,
       status_changed_at: trx.fn.now(),
       ...(move.to === 'terminated' ? { terminated_at: trx.fn.now() } : {}),
-      ...runningBounds(trx, move.to),
     });
-}
-
-/**
- * The second a deployment enters or leaves `running`. The clock is read when the row is written, not
- * when the transaction began: an accrual that locked the row first closed seconds up to its own
- * clock, and the update, re-evaluated once that lock is released, never ends before them. Entering
- * it also stores the price row's key of its GPUs (null when the service has no price yet: the GPU
- * meter makes one at the list price and stores it with its first accrual).
- */
-function runningBounds(db: Db, to: DeploymentStatus) {
-  const second = "date_trunc('second', clock_timestamp())";
-  if (to === SERVING) {
-    return {
-      running_since: db.raw(second),
-      gpu_service_key: db.raw('(select s.service_key from deployment_gpu_services s where s.deployment_id = deployments.id limit 1)'),
-    };
-  }
-  return { running_until: db.raw(`case when status = ? then ${second} else running_until end`, [SERVING]) };
 }
 
 /** The deployment's status if it is one of these, its row locked until the transaction ends; else undefined. */
@@ -224,9 +203,19 @@ export async function findFailedHoldingGpus(db: Db, before: Date): Promise<Array
     .select('d.id', 'd.status');
 }
 
-/** Deployments in `status` placed on a cluster. */
-export async function findPlacedIn(db: Db, status: DeploymentStatus): Promise<DeploymentRow[]> {
-  return DeploymentRow.query(db).where({ status }).whereNotNull('cluster_id');
+/** A deployment placed on a cluster, with the engine uids of its replicas in `ready` (by ordinal). */
+export type DeploymentWithReplicas = DeploymentRow & { replica_uids: string[] };
+
+/** Deployments in `status` placed on a cluster that have replicas ready, each with their engine uids. */
+export async function findWithReadyReplicas(db: Db, status: DeploymentStatus): Promise<DeploymentWithReplicas[]> {
+  return DeploymentRow.query(db)
+    .alias('d')
+    .join('deployment_replicas as r', 'r.deployment_id', 'd.id')
+    .where({ 'd.status': status, 'r.status': 'ready' })
+    .whereNotNull('d.cluster_id')
+    .groupBy('d.id')
+    .select('d.*', db.raw('array_agg(r.engine_model_uid order by r.ordinal) as replica_uids'))
+    .castTo<DeploymentWithReplicas[]>();
 }
 
 /**
@@ -317,28 +306,84 @@ export async function insertAllocation(db: Db, allocation: { deployment_id: stri
   return bookGpus(db, { deploymentId: allocation.deployment_id }, allocation.instance_id, allocation.gpu_count);
 }
 
-export async function holdsGpus(db: Db, deploymentId: string): Promise<boolean> {
-  return Boolean(await GpuAllocationRow.query(db).where({ deployment_id: deploymentId, status: 'active' }).select('id').first());
-}
-
-/** Releases the deployment's active allocation. */
-export async function releaseAllocation(db: Db, deploymentId: string): Promise<void> {
-  await releaseGpus(db, { deploymentId });
-}
-
-/** What launching a placed deployment needs: its allocation's GPUs, its worker, the model's type. */
-export type PlacedDeployment = DeploymentRow & { gpu_count: number; engine_worker: string; model_type: string };
+/** What launching a placed deployment needs: the model's type besides the deployment's launch columns. */
+export type PlacedDeployment = DeploymentRow & { model_type: string };
 
 export async function findPlacedDeployment(db: Db, id: string): Promise<PlacedDeployment | undefined> {
   return DeploymentRow.query(db)
     .alias('d')
-    .join('gpu_allocations as a', 'a.id', 'd.gpu_allocation_id')
-    .join('instances as i', 'i.id', 'd.instance_id')
     .join('deployable_models as m', 'm.id', 'd.deployable_model_id')
     .where('d.id', id)
-    .select('d.*', 'a.gpu_count', 'i.engine_worker', 'm.model_type')
+    .whereNotNull('d.cluster_id')
+    .select('d.*', 'm.model_type')
     .first()
     .castTo<PlacedDeployment | undefined>();
+}
+
+// ---- replicas
+
+/** A replica as launching it needs: its engine uid, its allocation's GPUs and the engine worker they are on. */
+export type PlacedReplica = Pick<DeploymentReplicaRow, 'id' | 'ordinal' | 'engine_model_uid'> & { gpu_count: number; engine_worker: string };
+
+/** Stores a new replica (`starting`) of a deployment, on the GPUs of its allocation. */
+export async function insertReplica(
+  trx: Knex.Transaction,
+  replica: Pick<DeploymentReplicaRow, 'deployment_id' | 'organization_id' | 'ordinal' | 'engine_model_uid' | 'gpu_allocation_id'>,
+): Promise<void> {
+  await DeploymentReplicaRow.query(trx).insert(replica);
+}
+
+/** The deployment's replicas in one of `statuses` (all of them without), by ordinal. */
+export async function findReplicasOf(db: Db, deploymentId: string, statuses?: readonly ReplicaStatus[]): Promise<DeploymentReplicaRow[]> {
+  const query = DeploymentReplicaRow.query(db).where({ deployment_id: deploymentId }).orderBy('ordinal');
+  return statuses ? query.whereIn('status', statuses) : query;
+}
+
+/** The deployment's replicas in `status`, with what launching them needs, by ordinal. */
+export async function findPlacedReplicas(db: Db, deploymentId: string, status: ReplicaStatus): Promise<PlacedReplica[]> {
+  return DeploymentReplicaRow.query(db)
+    .alias('r')
+    .join('gpu_allocations as a', 'a.id', 'r.gpu_allocation_id')
+    .join('instances as i', 'i.id', 'a.instance_id')
+    .where({ 'r.deployment_id': deploymentId, 'r.status': status })
+    .orderBy('r.ordinal')
+    .select('r.id', 'r.ordinal', 'r.engine_model_uid', 'a.gpu_count', 'i.engine_worker')
+    .castTo<PlacedReplica[]>();
+}
+
+/**
+ * Moves the deployment's replicas in one of `move.from` to `move.to` (the caller holds the
+ * deployment's row lock: the deployment's row, then its replicas, then the ledger); the number moved.
+ * The seconds a replica serves are recorded as GPU seconds are metered (src/metering/gpu-metering.ts):
+ * entering `ready` writes `running_since` (and the price row's key of its GPUs, null when the service
+ * has no price yet: the GPU meter makes one at the list price and stores it with its first accrual),
+ * leaving `ready` or `draining` for good writes `running_until`. The clock is read when the row is
+ * written, not when the transaction began: an accrual that locked the deployment first closed
+ * seconds up to its own clock, and this update, run once that lock is released, never ends before
+ * them. A move to `stopped` releases the replicas' GPUs in the ledger.
+ */
+export async function moveReplicas(trx: Knex.Transaction, deploymentId: string, move: ReplicaMove): Promise<number> {
+  const second = "date_trunc('second', clock_timestamp())";
+  const leavesMetered = !METERED_REPLICA_STATUSES.includes(move.to);
+  const moved = await DeploymentReplicaRow.query(trx)
+    .where({ deployment_id: deploymentId })
+    .whereIn('status', move.from)
+    .patch({
+      status: move.to,
+      ...(move.to === 'ready'
+        ? {
+            ready_at: trx.fn.now(),
+            running_since: trx.raw(second),
+            gpu_service_key: trx.raw('(select s.service_key from deployment_gpu_services s where s.replica_id = deployment_replicas.id limit 1)'),
+          }
+        : {}),
+      ...(leavesMetered ? { running_until: trx.raw(`case when status in (${METERED_REPLICA_STATUSES.map((status) => `'${status}'`).join(', ')}) then ${second} else running_until end`) } : {}),
+      ...(move.to === 'stopped' ? { stopped_at: trx.fn.now() } : {}),
+    })
+    .returning('gpu_allocation_id')
+    .castTo<Array<Pick<DeploymentReplicaRow, 'gpu_allocation_id'>>>();
+  if (move.to === 'stopped') await releaseAllocations(trx, moved.map((replica) => replica.gpu_allocation_id));
+  return moved.length;
 }
 
 // ---- mapping

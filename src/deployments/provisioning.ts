@@ -4,33 +4,40 @@ import type { Logger } from 'pino';
 import { EngineError, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
+import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
 import { sendLater, type JobDefinition } from '../jobs/queue.ts';
 import {
   allows,
   nextStatus,
+  replicaMove,
   SERVING,
   statusesAllowing,
   transition,
   type DeploymentEvent,
   type DeploymentStatus,
   type FailureStage,
+  type ReplicaStatus,
 } from './deployment-states.ts';
 import {
   findDeployment,
   findFailedHoldingGpus,
   findPlacedDeployment,
-  findPlacedIn,
+  findPlacedReplicas,
+  findReplicasOf,
   findUnmovedSince,
-  holdsGpus,
+  findWithReadyReplicas,
   insertAllocation,
+  insertReplica,
   lockInStatus,
   lockPlacementCandidates,
+  moveReplicas,
   recordEngineHealth,
-  releaseAllocation,
   toCandidate,
+  type DeploymentWithReplicas,
   type PlacedDeployment,
+  type PlacedReplica,
 } from './deployments.repository.ts';
 import { moveDeployment, recordProvisioningStep } from './deployment-changes.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
@@ -68,9 +75,23 @@ interface DeploymentJob {
   strayLaunch?: boolean;
 }
 
-/** The engine's id of a deployment's model: fixed by the deployment id, so a retried launch is recognised. */
-export function engineModelUid(deploymentId: string): string {
-  return `dep-${deploymentId.replaceAll('-', '')}`;
+/**
+ * The engine's id of a deployment's replica: fixed by the deployment id and the replica's ordinal, so
+ * a retried launch is recognised. Replica 0 is the deployment's model as it was always named,
+ * `dep-<id>`; replica k > 0 is `dep-<id>-r<k>` (docs/decisions/2026-11-29-elastic-deployments.md).
+ */
+export function engineModelUid(deploymentId: string, ordinal = 0): string {
+  const uid = `dep-${deploymentId.replaceAll('-', '')}`;
+  return ordinal === 0 ? uid : `${uid}-r${ordinal}`;
+}
+
+/** The replicas whose model the engine may still have: all but the stopped ones. */
+const LIVE_REPLICAS: readonly ReplicaStatus[] = ['starting', 'ready', 'draining', 'stopping', 'failed'];
+
+/** What the provision step launches: the placed deployment and its replicas still starting. */
+interface Placed {
+  deployment: PlacedDeployment;
+  replicas: PlacedReplica[];
 }
 
 /**
@@ -78,10 +99,12 @@ export function engineModelUid(deploymentId: string): string {
  * terminate) keyed by the deployment id. Each step re-reads the deployment under its row lock and
  * acts only from the state it expects, so a retried or duplicated step does nothing twice; a
  * reconciler resumes steps a dead worker left and notices engines that lost a running model.
- * Lock order: the deployment's row first, then what the step books or releases; a deadlock or
- * serialization failure runs again (`retryingTransaction`; see
- * docs/decisions/2026-11-28-one-lock-order-and-retried-transactions.md). GPUs are freed only once
- * the engine confirms the model gone (docs/engine.md, Termination).
+ * Lock order: the deployment's row first, then its replicas, then what the step books or releases
+ * in the GPU ledger; a deadlock or serialization failure runs again (`retryingTransaction`; see
+ * docs/decisions/2026-11-28-one-lock-order-and-retried-transactions.md). A deployment serves
+ * through its replicas (`deployment_replicas`, one today), each an engine model on GPUs of its own:
+ * each step acts on each of them, and a replica's GPUs are freed only once the engine confirms its
+ * model gone (docs/engine.md, Termination).
  */
 export class Provisioner {
   readonly #db: Knex;
@@ -96,24 +119,27 @@ export class Provisioner {
     this.#settings = deps.settings;
   }
 
-  /** requested → provisioning (instance chosen, GPUs allocated) → launch → starting. */
+  /** requested → provisioning (instance chosen, GPUs allocated, replica 0 made) → each replica launched → starting. */
   async provision(deploymentId: string, log: Logger, lastAttempt: boolean): Promise<void> {
     const placed = await this.#place(deploymentId, log);
     if (!placed) return;
+    const { deployment } = placed;
     try {
-      const client = await this.#clusters.clientOf(placed.cluster_id as string);
-      const outcome = await client.launch({
-        modelUid: placed.engine_model_uid as string,
-        modelName: placed.model_name,
-        modelType: placed.model_type,
-        modelEngine: placed.model_engine,
-        modelFormat: placed.model_format,
-        modelSizeInBillions: Number(placed.model_size_in_billions),
-        quantization: placed.quantization,
-        gpuCount: placed.gpu_count,
-        workerAddress: placed.engine_worker,
-      });
-      log.info({ deployment_id: deploymentId, outcome }, 'model launched');
+      const client = await this.#clusters.clientOf(deployment.cluster_id as string);
+      for (const replica of placed.replicas) {
+        const outcome = await client.launch({
+          modelUid: replica.engine_model_uid,
+          modelName: deployment.model_name,
+          modelType: deployment.model_type,
+          modelEngine: deployment.model_engine,
+          modelFormat: deployment.model_format,
+          modelSizeInBillions: Number(deployment.model_size_in_billions),
+          quantization: deployment.quantization,
+          gpuCount: replica.gpu_count,
+          workerAddress: replica.engine_worker,
+        });
+        log.info({ deployment_id: deploymentId, replica: replica.ordinal, outcome }, 'model launched');
+      }
     } catch (error) {
       if (!(error instanceof EngineError)) throw error;
       const transient = error.kind === 'unavailable' || error.kind === 'credentials';
@@ -122,7 +148,7 @@ export class Provisioner {
       await this.fail(deploymentId, stage, `The engine refused to launch the model: ${error.message}`, log);
       return;
     }
-    const moved = await this.#move(deploymentId, placed.status, 'launched');
+    const moved = await this.#move(deploymentId, deployment.status, 'launched');
     if (moved) {
       await this.#soon(AWAIT_READY_QUEUE, deploymentId, 0);
       return;
@@ -138,12 +164,14 @@ export class Provisioner {
    */
   async awaitReady(deploymentId: string, log: Logger): Promise<void> {
     const deployment = await findDeployment(this.#db, deploymentId);
-    if (!deployment || !allows(deployment.status, 'ready') || !deployment.cluster_id || !deployment.engine_model_uid) return;
+    if (!deployment || !allows(deployment.status, 'ready') || !deployment.cluster_id) return;
+    const replicas = await findReplicasOf(this.#db, deploymentId, ['starting']);
+    if (!replicas.length) return;
     let state: ModelState;
     let reported = true;
     try {
       const client = await this.#clusters.clientOf(deployment.cluster_id);
-      state = await client.state(deployment.engine_model_uid);
+      state = worstState(await Promise.all(replicas.map((replica) => client.state(replica.engine_model_uid))));
     } catch (error) {
       if (!(error instanceof EngineError && error.kind === 'credentials')) throw error;
       // The cluster's calls are stopped until an operator fixes its credentials: look again later.
@@ -177,16 +205,19 @@ export class Provisioner {
     const deployment = await findDeployment(this.#db, deploymentId);
     if (!deployment) return;
     if (strayLaunch) {
-      // A launch that landed after its deployment had left provisioning: only the engine is cleaned.
-      if ((await this.#stopOnEngine(deployment)) === 'pending') {
+      // A launch that landed after its deployment had left provisioning: only the engine is cleaned,
+      // whatever its replicas' rows say (the model may have come after they were stopped).
+      if ((await this.#stopOnEngine(deployment, await findReplicasOf(this.#db, deploymentId))) === 'pending') {
         await sendLater(this.#boss, TERMINATE_QUEUE, { deploymentId, strayLaunch: true }, { singletonKey: `${deploymentId}:stray`, afterSeconds: this.#settings.readinessPollSeconds });
       }
       return;
     }
+    const live = await findReplicasOf(this.#db, deploymentId, LIVE_REPLICAS);
     const terminating = allows(deployment.status, 'cleaned_up');
-    const cleanup = deployment.status === 'failed' && (await holdsGpus(this.#db, deploymentId));
+    // A failed deployment's live replicas are those whose GPUs are still held.
+    const cleanup = deployment.status === 'failed' && live.length > 0;
     if (!terminating && !cleanup) return;
-    if ((await this.#stopOnEngine(deployment)) === 'pending') {
+    if ((await this.#stopOnEngine(deployment, live)) === 'pending') {
       log.info({ deployment_id: deploymentId }, 'waiting for the engine to finish launching the model before deleting it');
       await recordProvisioningStep(this.#db, deploymentId, {
         status: deployment.status,
@@ -200,9 +231,10 @@ export class Provisioner {
     await retryingTransaction(this.#db, async (trx) => {
       const status = await lockInStatus(trx, deploymentId, [deployment.status]);
       if (!status) return;
-      await releaseAllocation(trx, deploymentId);
+      // Terminated: its replicas stop with it (moveDeployment); a failed one's cleanup stops them alone.
       const to = transition(status, 'cleaned_up');
       if (to) await moveDeployment(trx, deploymentId, { from: status, to });
+      else await moveReplicas(trx, deploymentId, replicaMove('stopped'));
     });
     log.info({ deployment_id: deploymentId }, cleanup ? 'failed deployment cleaned up: its GPUs are free' : 'deployment terminated');
   }
@@ -216,14 +248,15 @@ export class Provisioner {
     if (!deployment || !allows(deployment.status, 'fail')) return;
     let stopped = false;
     try {
-      stopped = (await this.#stopOnEngine(deployment)) === 'stopped';
+      stopped = (await this.#stopOnEngine(deployment, await findReplicasOf(this.#db, deploymentId, LIVE_REPLICAS))) === 'stopped';
     } catch (error) {
       log.warn({ deployment_id: deploymentId, err: String(error) }, 'could not stop the model; its GPUs stay allocated until the engine confirms');
     }
     const failed = await retryingTransaction(this.#db, async (trx) => {
       const status = await lockInStatus(trx, deploymentId, statusesAllowing('fail'));
       if (!status) return false;
-      if (stopped) await releaseAllocation(trx, deploymentId);
+      // Replicas the engine confirmed gone stop (their GPUs released); the others fail with the deployment, their GPUs held.
+      if (stopped) await moveReplicas(trx, deploymentId, replicaMove('stopped'));
       return moveDeployment(trx, deploymentId, {
         from: status,
         to: nextStatus(status, 'fail'),
@@ -253,7 +286,7 @@ export class Provisioner {
     for (const { id } of holding) await this.#boss.send(TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
     if (stuck.length || holding.length) log.info({ resumed: stuck.length, cleanups: holding.length }, 'reconciler resumed deployments');
 
-    const running = await findPlacedIn(this.#db, SERVING);
+    const running = await findWithReadyReplicas(this.#db, SERVING);
     for (const deployment of running) {
       try {
         await this.#checkRunning(deployment, log);
@@ -304,9 +337,10 @@ export class Provisioner {
     if (gone) await releaseGpus(this.#db, { hostedEndpointId: endpoint.id });
   }
 
-  async #checkRunning(deployment: DeploymentRow, log: Logger): Promise<void> {
+  /** A running deployment's ready replicas on their engine: the deployment is as healthy as its least healthy replica. */
+  async #checkRunning(deployment: DeploymentWithReplicas, log: Logger): Promise<void> {
     const client = await this.#clusters.clientOf(deployment.cluster_id as string);
-    const state = await client.state(deployment.engine_model_uid as string);
+    const state = worstState(await Promise.all(deployment.replica_uids.map((uid) => client.state(uid))));
     if (state.state === 'ready') {
       if (deployment.engine_unhealthy_since) {
         await recordEngineHealth(this.#db, deployment.id, deployment.status, null);
@@ -331,7 +365,7 @@ export class Provisioner {
   }
 
   /** Chooses the instance and allocates GPUs once; returns what the launch needs, or nothing to do. */
-  async #place(deploymentId: string, log: Logger): Promise<PlacedDeployment | undefined> {
+  async #place(deploymentId: string, log: Logger): Promise<Placed | undefined> {
     return retryingTransaction(this.#db, async (trx) => {
       const deployment = await findDeployment(trx, deploymentId, { forUpdate: true });
       if (!deployment) return undefined;
@@ -340,11 +374,16 @@ export class Provisioner {
       } else if (!allows(deployment.status, 'launched')) {
         return undefined;
       }
-      return findPlacedDeployment(trx, deploymentId);
+      const placed = await findPlacedDeployment(trx, deploymentId);
+      return placed && { deployment: placed, replicas: await findPlacedReplicas(trx, deploymentId, 'starting') };
     });
   }
 
-  /** requested → provisioning: the cheapest instance with room gets the GPUs; false when none has (→ failed). */
+  /**
+   * requested → provisioning: the cheapest instance with room gets the GPUs, booked for the
+   * deployment's replica 0 (the deployment shows its placement); false when none has (→ failed).
+   * The replica is a new row: no other transaction waits on it, so it goes after the ledger.
+   */
   async #allocate(trx: Knex.Transaction, deployment: DeploymentRow, log: Logger): Promise<boolean> {
     const required = requiredGpuMemoryGb(Number(deployment.model_size_in_billions), deployment.quantization);
     const candidates = (await lockPlacementCandidates(trx)).map(toCandidate);
@@ -360,6 +399,8 @@ export class Provisioner {
     }
     const { placement } = selection;
     const allocationId = await insertAllocation(trx, { deployment_id: deployment.id, instance_id: placement.instanceId, gpu_count: placement.gpuCount });
+    const engineUid = engineModelUid(deployment.id, 0);
+    await insertReplica(trx, { deployment_id: deployment.id, organization_id: deployment.organization_id, ordinal: 0, engine_model_uid: engineUid, gpu_allocation_id: allocationId });
     return moveDeployment(trx, deployment.id, {
       from: deployment.status,
       to: nextStatus(deployment.status, 'placed'),
@@ -369,7 +410,7 @@ export class Provisioner {
         gpu_allocation_id: allocationId,
         selected_instance_type: placement.instanceType.name,
         selection_reason: placement.reason,
-        engine_model_uid: engineModelUid(deployment.id),
+        engine_model_uid: engineUid,
       },
     });
   }
@@ -384,12 +425,22 @@ export class Provisioner {
     await sendLater(this.#boss, queue, { deploymentId }, { singletonKey: deploymentId, afterSeconds });
   }
 
-  /** Whether the engine confirms the deployment's model is gone (`pending` while it is launching). */
-  async #stopOnEngine(deployment: DeploymentRow): Promise<'stopped' | 'pending'> {
-    if (!deployment.cluster_id || !deployment.engine_model_uid) return 'stopped';
+  /** Whether the engine confirms the models of these replicas of the deployment gone (`pending` while one is launching). */
+  async #stopOnEngine(deployment: DeploymentRow, replicas: readonly DeploymentReplicaRow[]): Promise<'stopped' | 'pending'> {
+    if (!deployment.cluster_id || !replicas.length) return 'stopped';
     const client = await this.#clusters.clientOf(deployment.cluster_id);
-    return client.stop(deployment.engine_model_uid);
+    let outcome: 'stopped' | 'pending' = 'stopped';
+    for (const replica of replicas) if ((await client.stop(replica.engine_model_uid)) === 'pending') outcome = 'pending';
+    return outcome;
   }
+}
+
+/**
+ * The state of a deployment's replicas' models taken together, as the worst of them: a failed or
+ * lost model first, then one not ready; ready when all are.
+ */
+function worstState(states: readonly ModelState[]): ModelState {
+  return states.find((s) => s.state === 'error' || s.state === 'missing') ?? states.find((s) => s.state !== 'ready') ?? { state: 'ready' };
 }
 
 /** The provisioning jobs: each step keyed by deployment id (one queued at a time), and the reconciler. */

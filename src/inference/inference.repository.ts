@@ -1,19 +1,27 @@
 import type { Knex } from 'knex';
 import type pg from 'pg';
 import { DeploymentRow, notTerminatedSql } from '../db/models/deployments.ts';
+import { SERVING } from '../deployments/deployment-states.ts';
 import type { UsageRecordRow } from '../db/models/usage-records.ts';
 
 /** Every query of the inference area: what a caller may route to, and the usage records. */
 type Db = Knex | Knex.Transaction;
 
-/** A deployment of the caller's organization with its cluster, as routing sees it. */
+/** A replica a request may be sent to: its id and the engine's id of its model. */
+export interface ReadyReplica {
+  id: string;
+  engine_model_uid: string;
+}
+
+/** A deployment of the caller's organization with its cluster and its ready replicas, as routing sees it. */
 export interface Candidate {
   id: string;
   organization_id: number;
   user_id: number;
   model_name: string;
   status: string;
-  engine_model_uid: string | null;
+  /** Its replicas in `ready`, by ordinal (none unless it is running). */
+  replicas: ReadyReplica[];
   cluster_id: string | null;
   endpoint: string | null;
   sealed_credential: string | null;
@@ -28,7 +36,9 @@ export type CandidateScope = { userId: number; organizationId: number } | { orga
 /**
  * The scope's deployments that are not terminated, with their clusters, newest first: the
  * organization's from the partial index `deployments_live_by_organization` (the user's among them
- * for a session, or from `deployments_by_owner` when the planner judges that smaller).
+ * for a session, or from `deployments_by_owner` when the planner judges that smaller). A running
+ * one's ready replicas come in the same query, from the replicas' (deployment, ordinal) key; the
+ * others' replicas are not looked up.
  */
 export async function findRoutingCandidates(db: Db, scope: CandidateScope): Promise<Candidate[]> {
   const query = DeploymentRow.query(db)
@@ -42,7 +52,7 @@ export async function findRoutingCandidates(db: Db, scope: CandidateScope): Prom
       'd.user_id',
       'd.model_name',
       'd.status',
-      'd.engine_model_uid',
+      db.raw(READY_REPLICAS),
       'd.cluster_id',
       'd.created_at',
       'c.endpoint',
@@ -53,6 +63,12 @@ export async function findRoutingCandidates(db: Db, scope: CandidateScope): Prom
   if ('userId' in scope) query.where('d.user_id', scope.userId);
   return query.castTo<Candidate[]>();
 }
+
+/** A candidate's ready replicas as a JSON array (`ReadyReplica`), looked up only for a running deployment. */
+const READY_REPLICAS = `case when d.status = '${SERVING}' then
+    coalesce((select json_agg(json_build_object('id', r.id, 'engine_model_uid', r.engine_model_uid) order by r.ordinal)
+              from deployment_replicas r where r.deployment_id = d.id and r.status = 'ready'), '[]'::json)
+  else '[]'::json end as replicas`;
 
 /** The columns of a usage record the service writes (the rest are the database's). */
 export type NewUsageRecord = Pick<

@@ -9,7 +9,7 @@ import { AppError } from '../errors.ts';
 import { hostedCallRefusal, loadGuardInputs, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
 import { modelTraits, type ModelTraits } from '../catalog/catalog.repository.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
-import { findRoutingCandidates, type Candidate } from './inference.repository.ts';
+import { findRoutingCandidates, type Candidate, type ReadyReplica } from './inference.repository.ts';
 
 export type { Candidate } from './inference.repository.ts';
 
@@ -19,6 +19,9 @@ export interface Target {
   deploymentId: string | null;
   organizationId: number;
   modelName: string;
+  /** The deployment's replica the request goes to; null for a hosted model. */
+  replicaId: string | null;
+  /** The engine's id of the model the request goes to (the replica's). */
   engineModelUid: string;
   clusterId: string;
   /** The engine's base URL and the cluster credential to send it. */
@@ -67,7 +70,7 @@ const UNKNOWN_TRAITS: ModelTraits = { contextLength: null, abilities: [] };
  * the candidates (the caller's organization's deployments, or for a session the user's own), or
  * throws the refusal the caller gets. `model` is a deployment id, or a model name unambiguous among
  * the caller's running deployments (a key's scoped ones). A deployment serves only while it is
- * running and its cluster is usable: a cluster whose engine refused the platform's credentials
+ * running with a replica ready and its cluster is usable: a cluster whose engine refused the platform's credentials
  * (in `unusableClusters`, or `credentials_invalid`) is not called at all, since every refused
  * bearer counts toward the engine's ban of the platform's address.
  */
@@ -89,7 +92,7 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
     }
   }
   if (!chosen) throw notFound(model);
-  if (chosen.status !== SERVING || !chosen.endpoint || !chosen.engine_model_uid || !chosen.cluster_id) {
+  if (chosen.status !== SERVING || !chosen.endpoint || !chosen.replicas.length || !chosen.cluster_id) {
     if (!maySoonServe(chosen.status as DeploymentStatus)) {
       throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
         inference: { code: 'deployment_stopped', param: 'model' },
@@ -107,6 +110,16 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
     });
   }
   return chosen;
+}
+
+/**
+ * The replica of a chosen deployment (one `chooseTarget` returned: it has one ready at least) a
+ * request goes to: its first ready replica, the only one while a deployment has one.
+ */
+export function chooseReplica(chosen: Candidate): ReadyReplica {
+  const [first] = chosen.replicas;
+  if (!first) throw new Error(`deployment ${chosen.id} has no ready replica`);
+  return first;
 }
 
 /**
@@ -152,11 +165,13 @@ export class InferenceRouter {
       if (!(error instanceof AppError) || !HOSTED_FALLBACK.has(error.inference?.code) || isUuid(model)) throw error;
       return (await this.#hosted(principal, model)) ?? Promise.reject(error);
     }
+    const replica = chooseReplica(chosen);
     return {
       deploymentId: chosen.id,
       organizationId: chosen.organization_id,
       modelName: chosen.model_name,
-      engineModelUid: chosen.engine_model_uid as string,
+      replicaId: replica.id,
+      engineModelUid: replica.engine_model_uid,
       clusterId: chosen.cluster_id as string,
       endpoint: chosen.endpoint as string,
       authorization: this.#clusters.authorizationHeader(chosen.sealed_credential),
@@ -285,6 +300,7 @@ export class InferenceRouter {
       deploymentId: null,
       organizationId,
       modelName: route.model_name,
+      replicaId: null,
       engineModelUid: route.engine_model_uid,
       clusterId: route.cluster_id,
       endpoint: route.endpoint,

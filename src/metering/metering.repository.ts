@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { BillingAccountRow } from '../db/models/billing-accounts.ts';
+import { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
 import { GpuUsageIntervalRow } from '../db/models/gpu-usage-intervals.ts';
 import { PriceRow } from '../db/models/prices.ts';
@@ -51,21 +52,40 @@ export async function addClusterGpuPrices(db: Db, clusterId: string): Promise<vo
 
 // ---- GPU seconds
 
-/** A deployment's metering columns. */
-export type MeteredDeployment = Pick<DeploymentRow, 'id' | 'organization_id' | 'running_since' | 'running_until' | 'accrued_until' | 'gpu_service_key'>;
+/** A replica's metering columns. */
+export type MeteredReplica = Pick<DeploymentReplicaRow, 'id' | 'running_since' | 'running_until' | 'accrued_until' | 'gpu_service_key'>;
 
-/** Deployments whose GPU seconds are still to be closed: running ones, and ones that left running since the last interval. */
+/**
+ * A replica with GPU seconds still to be closed: one serving, or one that stopped serving since its
+ * last interval. Spelled as the predicate of the partial indexes the meter and the usage summary
+ * read (`deployment_replicas_gpu_metering`, `deployment_replicas_metered_by_organization`).
+ */
+const SECONDS_TO_CLOSE = 'running_since is not null and (running_until is null or accrued_until is distinct from running_until)';
+
+/**
+ * Deployments with GPU seconds still to be closed: those with a replica serving, or one that
+ * stopped serving since its last interval.
+ */
 export async function findGpuMeteringDue(db: Db): Promise<string[]> {
-  const rows = await DeploymentRow.query(db)
-    .whereNotNull('running_since')
-    .where((q) => q.whereNull('running_until').orWhereRaw('accrued_until is distinct from running_until'))
-    .select('id');
-  return rows.map((row) => row.id);
+  const rows = await DeploymentReplicaRow.query(db).whereRaw(SECONDS_TO_CLOSE).distinct('deployment_id');
+  return rows.map((row) => row.deployment_id);
 }
 
-/** The deployment's metering columns, its row locked until the transaction ends (one accrual at a time). */
-export async function lockMeteredDeployment(trx: Knex.Transaction, id: string): Promise<MeteredDeployment | undefined> {
-  return DeploymentRow.query(trx).findById(id).forUpdate().select('id', 'organization_id', 'running_since', 'running_until', 'accrued_until', 'gpu_service_key');
+/**
+ * The deployment's organization, its row locked until the transaction ends (one accrual at a time,
+ * and no status change of its replicas in between), and the metering columns of its replicas with
+ * seconds still to be closed, locked after it (the deployment's row first, then its replicas).
+ */
+export async function lockMeteredReplicas(trx: Knex.Transaction, deploymentId: string): Promise<{ organizationId: number; replicas: MeteredReplica[] } | undefined> {
+  const deployment = await DeploymentRow.query(trx).findById(deploymentId).forUpdate().select('organization_id');
+  if (!deployment) return undefined;
+  const replicas = await DeploymentReplicaRow.query(trx)
+    .where({ deployment_id: deploymentId })
+    .whereRaw(SECONDS_TO_CLOSE)
+    .orderBy('ordinal')
+    .forUpdate()
+    .select('id', 'running_since', 'running_until', 'accrued_until', 'gpu_service_key');
+  return { organizationId: deployment.organization_id, replicas };
 }
 
 /** The database clock, truncated to the second, as it is now (not when the transaction began). */
@@ -75,29 +95,29 @@ export async function currentSecond(db: Db): Promise<Date> {
 }
 
 /**
- * The service key of the deployment's GPUs, adding its price row at the list price when it has
- * none; undefined for a deployment without GPUs placed.
+ * The service key of the replica's GPUs, adding its price row at the list price when it has none;
+ * undefined for a replica without GPUs placed.
  */
-export async function gpuServiceKeyOf(trx: Knex.Transaction, deploymentId: string): Promise<string | undefined> {
+export async function gpuServiceKeyOf(trx: Knex.Transaction, replicaId: string): Promise<string | undefined> {
   await trx.raw(
     `insert into prices (provider, region, resource_kind, instance_type, gpu_type, gpu_count, unit_amount_decimal, currency)
      select provider, region, resource_kind, instance_type, gpu_type, gpu_count_text, list_unit_amount, currency
-     from deployment_gpu_services where deployment_id = ? and service_key is null
+     from deployment_gpu_services where replica_id = ? and service_key is null
      on conflict (service_key) do nothing`,
-    [deploymentId],
+    [replicaId],
   );
   // A new statement: it sees the row whether this transaction or a concurrent one added it.
-  const { rows } = await trx.raw<{ rows: Array<{ service_key: string }> }>('select service_key from deployment_gpu_services where deployment_id = ?', [deploymentId]);
+  const { rows } = await trx.raw<{ rows: Array<{ service_key: string }> }>('select service_key from deployment_gpu_services where replica_id = ?', [replicaId]);
   return rows[0]?.service_key ?? undefined;
 }
 
 /**
- * Stores a closed interval. The caller holds the deployment's lock and starts where the last one
- * ended, so a second interval at the same second or an overlap is a bug: the table refuses it.
+ * Stores a closed interval. The caller holds the deployment's lock and starts where the replica's
+ * last one ended, so a second interval at the same second or an overlap is a bug: the table refuses it.
  */
 export async function insertGpuInterval(
   trx: Knex.Transaction,
-  interval: Pick<GpuUsageIntervalRow, 'deployment_id' | 'organization_id' | 'service_key' | 'started_at' | 'ended_at'>,
+  interval: Pick<GpuUsageIntervalRow, 'deployment_id' | 'replica_id' | 'organization_id' | 'service_key' | 'started_at' | 'ended_at'>,
 ): Promise<void> {
   await GpuUsageIntervalRow.query(trx).insert(interval);
 }
@@ -112,10 +132,10 @@ export async function billingPeriodBounds(db: Db, organizationId: number): Promi
   return [account?.current_period_start, account?.current_period_end].filter((bound): bound is Date => bound instanceof Date).sort((a, b) => a.getTime() - b.getTime());
 }
 
-/** Records how far the deployment's GPU seconds are closed, and the service they are priced as when given. */
-export async function recordAccruedUntil(trx: Knex.Transaction, id: string, until: Date, serviceKey?: string): Promise<void> {
-  await DeploymentRow.query(trx)
-    .findById(id)
+/** Records how far the replica's GPU seconds are closed, and the service they are priced as when given. */
+export async function recordAccruedUntil(trx: Knex.Transaction, replicaId: string, until: Date, serviceKey?: string): Promise<void> {
+  await DeploymentReplicaRow.query(trx)
+    .findById(replicaId)
     .patch({ accrued_until: until, ...(serviceKey ? { gpu_service_key: serviceKey } : {}) });
 }
 
@@ -137,7 +157,7 @@ const HOUR_MS = 3_600_000;
 
 /**
  * The organization's usage in `period`, per priced service, in exact numeric: GPU seconds (closed
- * intervals, and running seconds up to `now`, clipped to the period) and hosted-model tokens. The
+ * intervals, and the seconds of serving replicas up to `now`, clipped to the period) and hosted-model tokens. The
  * estimated amount is rounded to the cent, the exact one not (an invoice rounds once per meter line).
  * Whole hours come from the rollups and their unfolded deltas, only the edge hours from raw rows, so
  * a call's cost does not grow with usage; prepared, since planning it took longer than running it
@@ -183,15 +203,15 @@ const USAGE_TOTALS = `with rolled_up as (
        union all
        ${edgeUsage('lastEdge')}
        union all
-       select d.gpu_service_key,
-              extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
-       from deployments d
-       -- The key stored when it entered running (or by the meter's first accrual, when its price row
-       -- was made then): looking each deployment's allocation up through deployment_gpu_services
-       -- cost 6 to 9 ms of planning and 13 ms for 800 running deployments.
-       where d.organization_id = :organization and d.gpu_service_key is not null and d.running_since is not null
-         and (d.running_until is null or d.accrued_until is distinct from d.running_until)
-         and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)
+       select r.gpu_service_key,
+              extract(epoch from least(coalesce(r.running_until, :now), :end) - greatest(coalesce(r.accrued_until, r.running_since), :start))::bigint
+       from deployment_replicas r
+       -- The key stored when it became ready (or by the meter's first accrual, when its price row was
+       -- made then): looking each replica's allocation up through deployment_gpu_services cost 6 to 9
+       -- ms of planning and 13 ms for 800 running deployments.
+       where r.organization_id = :organization and r.gpu_service_key is not null and r.running_since is not null
+         and (r.running_until is null or r.accrued_until is distinct from r.running_until)
+         and least(coalesce(r.running_until, :now), :end) > greatest(coalesce(r.accrued_until, r.running_since), :start)
      )
      select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
             p.gpu_type, p.gpu_count, p.currency, sum(used.quantity)::text as total_quantity,

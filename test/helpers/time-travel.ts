@@ -38,10 +38,16 @@ export async function expireRateLimit(app: Db, key: string): Promise<void> {
   if (updated !== 1) throw new Error(`no rate limit counter ${key}`);
 }
 
-/** The running deployment entered `running` at `since` (a whole second), as if it had run since then. */
+/**
+ * The running deployment entered `running` at `since` (a whole second), as if it had run since then:
+ * its replica served from then on.
+ */
 export async function runningSince(app: Db, deploymentId: string, since: Date): Promise<void> {
-  const updated = await app.db('deployments').where({ id: deploymentId, status: 'running' }).whereNull('accrued_until').update({ running_since: since, status_changed_at: since });
-  if (updated !== 1) throw new Error(`deployment ${deploymentId} is not running, or its GPU seconds were already closed`);
+  await app.db.transaction(async (trx) => {
+    const deployments = await trx('deployments').where({ id: deploymentId, status: 'running' }).update({ status_changed_at: since });
+    const replicas = await trx('deployment_replicas').where({ deployment_id: deploymentId, status: 'ready' }).whereNull('accrued_until').update({ running_since: since, ready_at: since });
+    if (deployments !== 1 || replicas !== 1) throw new Error(`deployment ${deploymentId} is not running, or its GPU seconds were already closed`);
+  });
 }
 
 /** The webhook delivery completed this many days ago. */

@@ -41,6 +41,8 @@ const remove = (id: string) => owner.api.DELETE('/api/v1/model-deployments/{depl
 const until = (id: string, status: DeploymentStatus) => untilStatus(owner, id, status, 20_000);
 
 const activeAllocations = (deploymentId: string) => app.db('gpu_allocations').where({ deployment_id: deploymentId, status: 'active' });
+const replicasOf = (deploymentId: string, on: TestApp = app) => on.db('deployment_replicas').where({ deployment_id: deploymentId }).orderBy('ordinal');
+const allocationOf = (id: string, on: TestApp = app) => on.db('gpu_allocations').where({ id }).first('status', 'released_at');
 
 type EngineModel = { model_uid: string; status: string; orphan: boolean; replicas: Array<{ routed: boolean }> };
 const completedJob = (queue: string, deploymentId: string) =>
@@ -107,6 +109,7 @@ describe('provisioning on the cluster', () => {
   it('fails at instance selection when no instance type can hold the model', async () => {
     const failed = await until((await deploy(await unplaceableCombination(app))).id, 'failed');
     expect(failed.failure_stage).toBe('instance_selection');
+    expect(await replicasOf(failed.id)).toEqual([]);
   });
 
   it.each([
@@ -217,6 +220,59 @@ describe('provisioning on the cluster', () => {
   });
 });
 
+describe('the replicas of a deployment (one: replica 0)', () => {
+  it('serves through replica 0: starting on its GPUs while it loads, ready as the deployment runs, stopping on delete, stopped with its GPUs released once terminated', async () => {
+    simulator().setModelLoadMs(6000);
+    const created = await deploy({ model_name: 'qwen2.5-instruct', model_size_in_billions: 3 });
+    const starting = await until(created.id, 'starting');
+    simulator().setModelLoadMs(300);
+    const [loading] = await replicasOf(created.id);
+    expect(await replicasOf(created.id)).toHaveLength(1);
+    expect(loading).toMatchObject({
+      ordinal: 0,
+      status: 'starting',
+      engine_model_uid: starting.engine_model_uid,
+      gpu_allocation_id: starting.gpu_allocation_id,
+      organization_id: Number(starting.organization_id),
+      ready_at: null,
+      running_since: null,
+    });
+    expect(await allocationOf(loading.gpu_allocation_id)).toMatchObject({ status: 'active' });
+
+    await until(created.id, 'running');
+    const [ready] = await replicasOf(created.id);
+    expect(ready).toMatchObject({ status: 'ready', running_until: null, stopped_at: null, gpu_service_key: expect.stringMatching(/^local:simulator:gpu_instance:/) });
+    expect(ready.ready_at).toBeInstanceOf(Date);
+    expect(ready.running_since.getTime() % 1000).toBe(0);
+
+    await app.container.boss.offWork(TERMINATE_QUEUE);
+    expect((await remove(created.id)).response.status).toBe(200);
+    const [stopping] = await replicasOf(created.id);
+    expect(stopping).toMatchObject({ status: 'stopping', stopped_at: null });
+    expect(stopping.running_until.getTime()).toBeGreaterThanOrEqual(ready.running_since.getTime());
+    expect(await allocationOf(ready.gpu_allocation_id)).toMatchObject({ status: 'active' });
+
+    const terminate = jobDefinitions(app.container).find((job) => job.queue === TERMINATE_QUEUE);
+    if (!terminate) throw new Error('no terminate job');
+    await workOn(app.container.boss, terminate, app.container.log);
+    await until(created.id, 'terminated');
+    const [stopped] = await replicasOf(created.id);
+    expect(stopped).toMatchObject({ status: 'stopped', running_until: stopping.running_until });
+    expect(stopped.stopped_at).toBeInstanceOf(Date);
+    expect(await allocationOf(ready.gpu_allocation_id)).toMatchObject({ status: 'released', released_at: expect.any(Date) });
+    expect(simulator().running()).not.toContain(ready.engine_model_uid);
+  });
+
+  it('stops the replica of a deployment whose model failed to load, its GPUs released and no second of it metered', async () => {
+    simulator().failNextLaunch('error');
+    const failed = await until((await deploy({ model_name: 'glm4-chat' })).id, 'failed');
+    const [replica] = await replicasOf(failed.id);
+    expect(replica).toMatchObject({ status: 'stopped', engine_model_uid: failed.engine_model_uid, ready_at: null, running_since: null, running_until: null });
+    expect(replica.stopped_at).toBeInstanceOf(Date);
+    expect(await allocationOf(replica.gpu_allocation_id)).toMatchObject({ status: 'released' });
+  });
+});
+
 describe('GPU seconds of a deployment, metered by the workers', () => {
   const intervalsOf = (id: string) => app.db('gpu_usage_intervals').where({ deployment_id: id }).orderBy('started_at');
   const secondsOf = async (id: string) => (await intervalsOf(id)).reduce((sum, interval) => sum + Number(interval.quantity), 0);
@@ -233,7 +289,7 @@ describe('GPU seconds of a deployment, metered by the workers', () => {
 
     expect((await remove(id)).response.status).toBe(200);
     await until(id, 'terminated');
-    const { running_since: since, running_until: stopped } = await app.db('deployments').where({ id }).first();
+    const { running_since: since, running_until: stopped } = await app.db('deployment_replicas').where({ deployment_id: id }).first();
     const ran = (stopped.getTime() - since.getTime()) / 1000;
     await waitUntil(async () => (await tickedSecondsOf(id)) === ran, () => `the meter job to close the ${ran} seconds it ran`);
     const intervals = await intervalsOf(id);
@@ -264,5 +320,20 @@ describe('a deployment failed while its model loads', () => {
     await waitUntil(async () => (await slow.db('gpu_allocations').where({ deployment_id: id, status: 'active' })).length === 0, 'the cleanup to release the GPUs', 20_000);
     expect(slow.simulator?.gpus().flatMap((gpu) => gpu.holders).filter((holder) => holder.startsWith(uid))).toEqual([]);
     expect(slow.simulator?.terminations.map((t) => t.modelUid)).toContain(uid);
+  });
+
+  it('keeps its replica failed while the GPUs are held, and stopped once the cleanup released them', async () => {
+    const slowOwner = await registeredUser(slow);
+    const { data: created } = await slowOwner.api.POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct', model_size_in_billions: 0.5 } });
+    const id = created?.id ?? '';
+    await untilStatus(slowOwner, id, 'failed');
+    const [held] = await replicasOf(id, slow);
+    const heldAllocation = await allocationOf(held.gpu_allocation_id, slow);
+    // Read while the engine still loads the model: the replica failed, its GPUs held.
+    expect(engineModelOf(held.engine_model_uid, slow.simulator)?.replicas[0]?.routed).toBe(false);
+    expect(held).toMatchObject({ status: 'failed', stopped_at: null, running_since: null });
+    expect(heldAllocation).toMatchObject({ status: 'active' });
+    await waitUntil(async () => (await replicasOf(id, slow))[0]?.status === 'stopped', 'the cleanup to stop the replica', 20_000);
+    expect(await allocationOf(held.gpu_allocation_id, slow)).toMatchObject({ status: 'released' });
   });
 });

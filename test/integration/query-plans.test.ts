@@ -14,9 +14,9 @@ import { genericPlanOf, nodesOf, planOf, statementsOf, type PlanNode } from '../
 
 /**
  * "Listing and reads stay index-backed at a million deployments" (DESIGN.md §4, docs/scaling.md):
- * a million deployments, with the keys, members, invitations, webhook endpoints and events of the
- * largest tenant's organization in proportion, planned by Postgres after VACUUM ANALYZE (as
- * autovacuum leaves a table), and the plans of the queries the API's read routes run read. The SQL
+ * a million deployments (each with its replica), with the keys, members, invitations, webhook
+ * endpoints and events of the largest tenant's organization in proportion, planned by Postgres after
+ * VACUUM ANALYZE (as autovacuum leaves a table), and the plans of the queries the API's read routes run read. The SQL
  * is the repositories' own: their functions run on a knex instance whose `query` events (the
  * builders' `toSQL()` with their bindings) are recorded, then each is planned with EXPLAIN (FORMAT
  * JSON). No planner setting is changed (enable_seqscan stays on): the planner picks the index
@@ -101,6 +101,26 @@ beforeAll(async () => {
      join models m on m.n = d % m.total`,
     [DEPLOYMENTS, Math.round(DEPLOYMENTS * LARGE_SHARE), OWNERS],
   );
+  // Every deployment was placed: its replica 0 on GPUs of one instance, released once it stopped
+  // (the running ones' replicas ready, the others' stopped), as provisioning leaves them.
+  await db.raw(
+    `insert into clusters (name, provider, region, endpoint) values ('plan-cluster', 'aws', 'us-east-1', 'http://plan-cluster.example');
+     insert into instances (cluster_id, instance_type_id, engine_worker)
+     select c.id, t.id, 'worker-1:30001' from clusters c, instance_types t where c.name = 'plan-cluster' and t.name = 'g5.12xlarge'`,
+  );
+  await db.raw(
+    `with allocated as (
+       insert into gpu_allocations (deployment_id, instance_id, gpu_count, status, created_at, released_at)
+       select d.id, (select id from instances limit 1), 1, case when d.status = 'running' then 'active' else 'released' end,
+              d.created_at, case when d.status = 'running' then null else d.terminated_at end
+       from deployments d
+       returning id, deployment_id, created_at, released_at
+     )
+     insert into deployment_replicas (deployment_id, organization_id, ordinal, engine_model_uid, gpu_allocation_id, status, created_at, ready_at, stopped_at)
+     select d.id, d.organization_id, 0, 'dep-' || replace(d.id::text, '-', ''), a.id, case when a.released_at is null then 'ready' else 'stopped' end,
+            a.created_at, a.created_at, a.released_at
+     from allocated a join deployments d on d.id = a.deployment_id`,
+  );
   // The largest tenant's organization (owner 1's): more members, keys (each scoped to one of its
   // live deployments), invitations with their emails, webhook endpoints; every other organization a
   // little of each. Events: two for each of the largest tenant's deployments.
@@ -172,9 +192,11 @@ afterAll(async () => {
 });
 
 describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () => {
-  it('holds the deployments it was asked for', async () => {
+  it('holds the deployments it was asked for, each with its replica', async () => {
     const [{ count }] = (await db('deployments').count({ count: '*' })) as [{ count: string }];
     expect(Number(count)).toBe(DEPLOYMENTS);
+    const [{ count: replicas }] = (await db('deployment_replicas').count({ count: '*' })) as [{ count: string }];
+    expect(Number(replicas)).toBe(DEPLOYMENTS);
   });
 
   for (const [who, scope, page] of [
@@ -244,7 +266,7 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
 
 describe("the other read routes, for the largest tenant's organization", () => {
   /** The tables a route reads for an organization, which grow with the number of tenants. */
-  const TENANT_TABLES = ['deployments', 'api_keys', 'api_key_deployments', 'memberships', 'invitations', 'emails', 'webhook_endpoints', 'deployment_events'];
+  const TENANT_TABLES = ['deployments', 'deployment_replicas', 'api_keys', 'api_key_deployments', 'memberships', 'invitations', 'emails', 'webhook_endpoints', 'deployment_events'];
 
   it('API keys (GET /v1/organization/api-keys): the keys by organization, their scopes through them, each deployment by primary key', async () => {
     const [keys, scopes] = await plansOf(() => listKeysOf(db, large.organizationId).then(() => scopesInOrganization(db, large.organizationId)));
@@ -270,15 +292,18 @@ describe("the other read routes, for the largest tenant's organization", () => {
     // The user's own rows (deployments_by_owner) or the organization's live ones, whichever the planner finds fewer.
     ['a session of a typical user', () => typical, ['deployments_by_owner', 'deployments_live_by_organization']],
   ] as const) {
-    it(`models (GET /v1/models) and inference routing of ${who}: the live deployments from an index, no sequential scan`, async () => {
-      const [candidates] = await plansOf(() => findRoutingCandidates(db, scope()));
+    it(`models (GET /v1/models) and inference routing of ${who}: the live deployments from an index, each running one's ready replicas by its key, no sequential scan`, async () => {
+      const statements = await plansOf(() => findRoutingCandidates(db, scope()));
+      expect(statements).toHaveLength(1);
+      const [candidates] = statements;
       if (!candidates) throw new Error('one statement expected');
       expect(candidates.sql).toContain(`d.status <> 'terminated'`);
-      const read = howRead(candidates.plan);
+      const read = howRead(candidates.plan, ['deployments', 'deployment_replicas']);
       expect(read.sequentialScans).toEqual([]);
       const used = read.indexes.filter((index) => index?.startsWith('deployments_'));
       expect(used).toHaveLength(1);
       expect(indexes).toContain(used[0]);
+      expect(read.indexes).toContain('deployment_replicas_deployment_id_ordinal_key');
     });
   }
 
@@ -328,7 +353,7 @@ describe('the generic plans prepared statements settle on', () => {
     ["the organization's invitations", () => listInvitationsOf(db, large.organizationId)],
   ];
   /** The tables that grow with tenants (api_key_deployments, a key or two per organization here, may be read whole). */
-  const LARGE_TABLES = ['deployments', 'api_keys', 'memberships', 'invitations', 'emails', 'users'];
+  const LARGE_TABLES = ['deployments', 'deployment_replicas', 'api_keys', 'memberships', 'invitations', 'emails', 'users'];
   for (const [what, run] of reads) {
     it(`reads ${what} through every index of its custom plan, no large table scanned whole`, async () => {
       const statements = await statementsOf(db, run);

@@ -7,9 +7,10 @@ import { runningDeployment, startServices, type Services } from '../helpers/serv
 
 /**
  * The `gpu_instance_seconds` meter: GPU seconds of a running deployment closed in intervals whose
- * bounds come from the data (when it entered and left `running`), never from when a tick ran.
- * Deployments run on the cluster simulator; their time in `running` is simulated by moving
- * `running_since` back and ticking at chosen instants (`tick(log, at)`).
+ * bounds come from the data (when its replica entered and left `ready`, as the deployment entered
+ * and left `running`), never from when a tick ran. Deployments run on the cluster simulator; their
+ * time in `running` is simulated by moving their replica's `running_since` back and ticking at
+ * chosen instants (`tick(log, at)`).
  */
 let services: Services;
 let owner: SessionPrincipal;
@@ -23,6 +24,8 @@ const meter = () => services.container.gpuMeter;
 const tick = (at?: Date) => meter().tick(services.log, at);
 const intervalsOf = (id: string) =>
   services.db('gpu_usage_intervals').where({ deployment_id: id }).orderBy('started_at').select('started_at', 'ended_at', 'quantity', 'service_key');
+/** The deployment's replica (one today): its metering columns. */
+const replicaOf = async (id: string) => services.db('deployment_replicas').where({ deployment_id: id, ordinal: 0 }).first();
 const secondsOf = async (id: string) => (await intervalsOf(id)).reduce((sum, interval) => sum + Number(interval.quantity), 0);
 const plus = (at: Date, seconds: number) => new Date(at.getTime() + seconds * 1000);
 
@@ -38,7 +41,7 @@ describe('GPU seconds of a running deployment', () => {
   it('records the second a deployment enters running, with the status change', async () => {
     const before = Math.floor(Date.now() / 1000) * 1000;
     const id = await runningDeployment(services, owner);
-    const row = await findDeployment(services.db, id);
+    const row = await replicaOf(id);
     expect(row?.running_since?.getTime()).toBeGreaterThanOrEqual(before);
     expect((row?.running_since?.getTime() ?? 0.5) % 1000).toBe(0);
     expect(row?.running_until).toBeNull();
@@ -84,7 +87,7 @@ describe('GPU seconds of a running deployment', () => {
     await services.container.deployments.delete(owner, id);
     const stopped = await findDeployment(services.db, id);
     expect(stopped?.status).toBe('terminating');
-    const until = stopped?.running_until;
+    const until: Date | null | undefined = (await replicaOf(id))?.running_until;
     if (!until) throw new Error('leaving running recorded no running_until');
     expect(until.getTime() - since.getTime()).toBeGreaterThan(3600_000 - 60_000);
 
@@ -102,7 +105,7 @@ describe('GPU seconds of a running deployment', () => {
     const { id } = await services.container.deployments.create(owner, { model_name: 'qwen2.5-instruct' });
     await services.container.deployments.delete(owner, id);
     await tick();
-    expect(await findDeployment(services.db, id)).toMatchObject({ running_since: null, running_until: null });
+    expect(await services.db('deployment_replicas').where({ deployment_id: id }).whereNotNull('running_since')).toEqual([]);
     expect(await intervalsOf(id)).toEqual([]);
   });
 
@@ -110,8 +113,10 @@ describe('GPU seconds of a running deployment', () => {
     const { id, since } = await runningForAnHour();
     await tick(plus(since, 120));
     const [closed] = await intervalsOf(id);
+    const replica = await replicaOf(id);
     const interval = (start: Date, end: Date) => ({
       deployment_id: id,
+      replica_id: replica.id,
       organization_id: owner.organization?.id ?? 0,
       service_key: closed?.service_key,
       started_at: start,

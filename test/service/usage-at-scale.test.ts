@@ -63,12 +63,12 @@ async function rawUsageTotals(organizationId: number, period: Period, now: Date)
        where organization_id = :organization and started_at < :end and ended_at > :start
        union all
        select s.service_key,
-              extract(epoch from least(coalesce(d.running_until, :now), :end) - greatest(coalesce(d.accrued_until, d.running_since), :start))::bigint
-       from deployments d
-       join deployment_gpu_services s on s.deployment_id = d.id
-       where d.organization_id = :organization and s.service_key is not null and d.running_since is not null
-         and (d.running_until is null or d.accrued_until is distinct from d.running_until)
-         and least(coalesce(d.running_until, :now), :end) > greatest(coalesce(d.accrued_until, d.running_since), :start)
+              extract(epoch from least(coalesce(r.running_until, :now), :end) - greatest(coalesce(r.accrued_until, r.running_since), :start))::bigint
+       from deployment_replicas r
+       join deployment_gpu_services s on s.replica_id = r.id
+       where r.organization_id = :organization and s.service_key is not null and r.running_since is not null
+         and (r.running_until is null or r.accrued_until is distinct from r.running_until)
+         and least(coalesce(r.running_until, :now), :end) > greatest(coalesce(r.accrued_until, r.running_since), :start)
        union all
        select p.service_key, u.quantity
        from usage_records u
@@ -119,13 +119,13 @@ describe('usage at scale', () => {
     // GPU intervals: one running deployment's seconds closed in intervals of a second to three
     // hours, one after the other, across hours and months.
     const deploymentId = await runningDeployment(services, owner);
-    const { service_key: serviceKey } = await services.db('deployment_gpu_services').where({ deployment_id: deploymentId }).first();
+    const { service_key: serviceKey, replica_id: replicaId } = await services.db('deployment_gpu_services').where({ deployment_id: deploymentId }).first();
     await upsertPrice(services.db, parseServiceKey(serviceKey), '0.000279');
     const lengths = fc.sample(fc.integer({ min: 1, max: 3 * 3600 }), { numRuns: 1500, seed: 19 });
     const intervals = [];
     for (let start = begin - 2 * HOUR, i = 0; start < finish; i++) {
       const end = start + (lengths[i % lengths.length] ?? 60) * SECOND;
-      intervals.push({ deployment_id: deploymentId, organization_id: organizationId, service_key: serviceKey, started_at: new Date(start), ended_at: new Date(end) });
+      intervals.push({ deployment_id: deploymentId, replica_id: replicaId, organization_id: organizationId, service_key: serviceKey, started_at: new Date(start), ended_at: new Date(end) });
       start = end + (i % 7 === 0 ? 600 * SECOND : 0);
     }
     for (let i = 0; i < intervals.length; i += 500) await services.db('gpu_usage_intervals').insert(intervals.slice(i, i + 500));
@@ -278,13 +278,13 @@ describe('usage at scale', () => {
       await services.db.client.releaseConnection(connection);
     }
     const nodes = nodesOf(plan);
-    const usageTables = /^(usage_records|usage_rollup|gpu_usage_intervals|deployments$)/;
+    const usageTables = /^(usage_records|usage_rollup|gpu_usage_intervals|deployments$|deployment_replicas$)/;
     expect(nodes.filter((node) => node['Node Type'] === 'Seq Scan' && usageTables.test(node['Relation Name'] ?? ''))).toEqual([]);
     const indexes = new Set(nodes.map((node) => node['Index Name']).filter((name) => name !== undefined));
     expect(indexes).toContain('usage_rollups_pkey');
     expect(indexes).toContain('usage_rollup_deltas_organization');
     expect(indexes).toContain('gpu_usage_intervals_span');
-    expect(indexes).toContain('deployments_metered_by_organization');
+    expect(indexes).toContain('deployment_replicas_metered_by_organization');
     expect([...indexes].some((name) => /^usage_records_.*_organization_id_created_at_/.test(name ?? ''))).toBe(true);
   });
 });

@@ -12,7 +12,7 @@ import { runningSince } from '../helpers/time-travel.ts';
 /**
  * The usage summary of an organization for its current period: GPU seconds (closed intervals and the
  * seconds of running deployments not closed yet) and hosted-model tokens, per service, priced from
- * the price table in exact decimals. Time is simulated: deployments' `running_since` moved back, and
+ * the price table in exact decimals. Time is simulated: replicas' `running_since` moved back, and
  * the meter's ticks and the summary computed at chosen instants.
  */
 let services: Services;
@@ -76,7 +76,10 @@ describe('the usage summary', () => {
     const id = await runningDeployment(services, owner);
     await runningSince(services, id, at('2026-10-03T00:00:00Z'));
     const key = await serviceKeyOf(id);
-    const stored = () => services.db('deployments').where({ id }).first('gpu_service_key', 'updated_at');
+    const stored = async () => ({
+      ...(await services.db('deployment_replicas').where({ deployment_id: id }).first('gpu_service_key')),
+      ...(await services.db('deployments').where({ id }).first('updated_at')),
+    });
     const before = await stored();
     expect(before.gpu_service_key).toBe(key);
     const quantities = async (instant: Date) =>
@@ -96,10 +99,10 @@ describe('the usage summary', () => {
     await runningSince(services, id, at('2026-10-04T00:00:00Z'));
     const key = await serviceKeyOf(id);
     // As if the service had no price row yet when the deployment entered running.
-    await services.db('deployments').where({ id }).update({ gpu_service_key: null });
+    await services.db('deployment_replicas').where({ deployment_id: id }).update({ gpu_service_key: null });
     expect((await summaryOf(owner, at('2026-10-04T00:10:00Z'))).usage_totals).toEqual([]);
     await tick(at('2026-10-04T00:05:00Z'));
-    expect((await services.db('deployments').where({ id }).first('gpu_service_key')).gpu_service_key).toBe(key);
+    expect((await services.db('deployment_replicas').where({ deployment_id: id }).first('gpu_service_key')).gpu_service_key).toBe(key);
     const [total] = (await summaryOf(owner, at('2026-10-04T00:10:00Z'))).usage_totals;
     expect([total?.service_key, total?.total_quantity]).toEqual([key, '600']);
   });

@@ -5,11 +5,15 @@ import {
   isFinal,
   maySoonServe,
   nextStatus,
+  replicaMove,
+  replicasOnMove,
   statusesAllowing,
   transition,
   type DeploymentEvent,
   type DeploymentStatus,
+  type ReplicaEvent,
 } from '../../src/deployments/deployment-states.ts';
+import { engineModelUid } from '../../src/deployments/provisioning.ts';
 
 const STATUSES: DeploymentStatus[] = ['requested', 'provisioning', 'starting', 'running', 'failed', 'terminating', 'terminated'];
 const EVENTS: DeploymentEvent[] = ['placed', 'launched', 'ready', 'fail', 'delete', 'cleaned_up'];
@@ -71,5 +75,39 @@ describe('the deployment state machine', () => {
 
   it('counts against the limit every status but failed and terminated', () => {
     expect(STATUSES.filter((status) => !ACTIVE_STATUSES.includes(status))).toEqual(['failed', 'terminated']);
+  });
+});
+
+describe('the replicas of a deployment', () => {
+  const REPLICA_EVENTS: ReplicaEvent[] = ['ready', 'stop', 'fail', 'stopped'];
+
+  it('allows exactly these moves of a replica, and brings none back once stopped', () => {
+    const allowed = REPLICA_EVENTS.map((event) => `${replicaMove(event).from.join('|')} -${event}-> ${replicaMove(event).to}`);
+    expect(allowed).toEqual([
+      'starting -ready-> ready',
+      'starting|ready|draining|failed -stop-> stopping',
+      'starting|ready|draining -fail-> failed',
+      'starting|ready|draining|stopping|failed -stopped-> stopped',
+    ]);
+  });
+
+  it('moves the replicas with their deployment: ready as it runs, stopping on delete, failed with it, stopped as it is terminated', () => {
+    const moves = Object.fromEntries(STATUSES.map((status) => [status, replicasOnMove(status)?.to ?? null]));
+    expect(moves).toEqual({
+      requested: null,
+      provisioning: null,
+      starting: null,
+      running: 'ready',
+      failed: 'failed',
+      terminating: 'stopping',
+      terminated: 'stopped',
+    });
+  });
+
+  it('names replica 0 as the deployment’s model always was, and replica k by its ordinal', () => {
+    const id = '0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21';
+    expect(engineModelUid(id)).toBe('dep-0192f1c62b9e7c4e9b1a5d0c8e6f7a21');
+    expect(engineModelUid(id, 0)).toBe('dep-0192f1c62b9e7c4e9b1a5d0c8e6f7a21');
+    expect(engineModelUid(id, 2)).toBe('dep-0192f1c62b9e7c4e9b1a5d0c8e6f7a21-r2');
   });
 });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { AppError } from '../../src/errors.ts';
 import { inferenceStatus } from '../../src/http/problem.ts';
-import { chooseTarget, type Caller, type Candidate } from '../../src/inference/routing.ts';
+import { chooseReplica, chooseTarget, type Caller, type Candidate } from '../../src/inference/routing.ts';
 
 const ids = {
   chat: '0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21',
@@ -18,7 +18,7 @@ function candidate(id: string, overrides: Partial<Candidate> = {}): Candidate {
     user_id: 1,
     model_name: 'qwen2.5-instruct',
     status: 'running',
-    engine_model_uid: `dep-${id.replaceAll('-', '')}`,
+    replicas: [{ id: `replica-of-${id}`, engine_model_uid: `dep-${id.replaceAll('-', '')}` }],
     cluster_id: 'cluster-1',
     endpoint: 'http://engine.test',
     sealed_credential: 'sealed',
@@ -31,7 +31,7 @@ function candidate(id: string, overrides: Partial<Candidate> = {}): Candidate {
 const candidates = [
   candidate(ids.chat),
   candidate(ids.embed, { model_name: 'bge-m3' }),
-  candidate(ids.loading, { model_name: 'whisper-large-v3', status: 'starting', engine_model_uid: null }),
+  candidate(ids.loading, { model_name: 'whisper-large-v3', status: 'starting', replicas: [] }),
   candidate(ids.failed, { model_name: 'FLUX.1-schnell', status: 'failed' }),
 ];
 const session: Caller = { kind: 'session' };
@@ -81,5 +81,20 @@ describe('the inference router’s choice of target', () => {
     expect(refusal(() => chooseTarget(session, ids.chat, invalid))).toEqual({ code: 'engine_unavailable', status: 503, retryAfter: '60' });
     expect(refusal(() => chooseTarget(session, ids.chat, candidates, new Set(['cluster-1'])))).toEqual({ code: 'engine_unavailable', status: 503, retryAfter: '60' });
     expect(chooseTarget(session, ids.chat, candidates, new Set(['another-cluster'])).id).toBe(ids.chat);
+  });
+
+  it('answers 503 for a running deployment with no replica ready, as for one not running yet', () => {
+    const noneReady = [candidate(ids.chat, { replicas: [] })];
+    expect(refusal(() => chooseTarget(session, ids.chat, noneReady))).toEqual({ code: 'deployment_not_running', status: 503, retryAfter: '10' });
+  });
+
+  it('sends a request to the deployment’s first ready replica, by its engine uid', () => {
+    const two = candidate(ids.chat, {
+      replicas: [
+        { id: 'replica-0', engine_model_uid: 'dep-a' },
+        { id: 'replica-1', engine_model_uid: 'dep-a-r1' },
+      ],
+    });
+    expect(chooseReplica(chooseTarget(session, ids.chat, [two]))).toEqual({ id: 'replica-0', engine_model_uid: 'dep-a' });
   });
 });

@@ -18,7 +18,7 @@ export class DeploymentRow extends BaseModel {
   declare cluster_id: string | null;
   declare instance_id: string | null;
   declare gpu_allocation_id: string | null;
-  /** The engine's id of the model, fixed by the deployment id once placed. */
+  /** The engine's id of its first replica's model (`deployment_replicas`), fixed by the deployment id once placed. */
   declare engine_model_uid: string | null;
   declare selected_instance_type: string | null;
   declare selection_reason: string | null;
@@ -27,14 +27,6 @@ export class DeploymentRow extends BaseModel {
   declare status_changed_at: Date;
   /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
   declare engine_unhealthy_since: Date | null;
-  /** The whole second it entered `running` (written with that status change); null if it never ran. */
-  declare running_since: Date | null;
-  /** The whole second it left `running`; null while it runs or if it never ran. */
-  declare running_until: Date | null;
-  /** How far its GPU seconds are closed in `gpu_usage_intervals`; null before the first interval. */
-  declare accrued_until: Date | null;
-  /** The price row's key of its GPUs, written when it entered `running` (or by the GPU meter, when that made the price row). */
-  declare gpu_service_key: string | null;
   declare created_at: Date;
   declare updated_at: Date;
   declare terminated_at: Date | null;

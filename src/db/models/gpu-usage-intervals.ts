@@ -1,13 +1,14 @@
 import { BaseModel } from '../base-model.ts';
 
 /**
- * `gpu_usage_intervals`: GPU seconds of a running deployment, closed `[started_at, ended_at)` in
- * whole seconds; a deployment's intervals never overlap (the table's constraints).
+ * `gpu_usage_intervals`: GPU seconds of a deployment's replica, closed `[started_at, ended_at)` in
+ * whole seconds; a replica's intervals never overlap (the table's constraints).
  */
 export class GpuUsageIntervalRow extends BaseModel {
   static override tableName = 'gpu_usage_intervals';
   declare id: string;
   declare deployment_id: string;
+  declare replica_id: string;
   declare organization_id: number;
   declare service_key: string;
   declare started_at: Date;

@@ -2,11 +2,11 @@ import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import Stripe from 'stripe';
-import { array, createdFilter, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
+import { array, bool, createdFilter, listRoute, mergeMetadata, record, requiredStr, retrieveRoute, str, unknownParameter, type Context, type PathParams, type Route } from './api.ts';
 import { checkoutRoutes } from './checkout.ts';
 import { catalogRoutes } from './catalog.ts';
 import { customerRoutes } from './customers.ts';
-import { invalidRequest, StripeApiError, unknownParam } from './errors.ts';
+import { invalidRequest, invalidValue, StripeApiError, unknownParam } from './errors.ts';
 import { decodeForm, type FormParams } from './form.ts';
 import { servePage } from './pages.ts';
 import { build, newId, StripeStore, type StripeObject } from './store.ts';
@@ -50,6 +50,13 @@ export interface StripeEmulator {
   webhookSecrets: string[];
   /** The signing secrets of the event destinations created at start, in their order. */
   eventDestinationSecrets: string[];
+  /**
+   * Points the event destination created at start number `index` (in their order) at `url`, keeping
+   * its signing secret. For tests, which learn their app's port only after the emulator started;
+   * Stripe's own update (`POST /v2/core/event_destinations/:id`) is a v2 request with a JSON body,
+   * which the emulator does not serve.
+   */
+  pointEventDestination(index: number, url: string): void;
   apiVersion: string;
   /** Every delivery attempt so far (tests poll it). */
   deliveries: readonly Delivery[];
@@ -160,7 +167,7 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
     secrets.set(created.id, secret);
     return secret;
   });
-  const eventDestinationSecrets = (options.eventDestinations ?? []).map((destination) => {
+  const eventDestinations = (options.eventDestinations ?? []).map((destination) => {
     const secret = destination.secret ?? newWebhookSecret();
     const created = store.put<EventDestination>({
       id: newId('ed_test', 44),
@@ -172,7 +179,7 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
       webhook_endpoint: { url: destination.url },
     });
     secrets.set(created.id, secret);
-    return secret;
+    return { destination: created, secret };
   });
   options.log.info({ url: baseUrl }, 'Stripe emulator (local stand-in) started');
 
@@ -182,7 +189,12 @@ export async function startStripeEmulator(options: StripeEmulatorOptions): Promi
     secretKey,
     publishableKey,
     webhookSecrets,
-    eventDestinationSecrets,
+    eventDestinationSecrets: eventDestinations.map(({ secret }) => secret),
+    pointEventDestination: (index, url) => {
+      const created = eventDestinations[index];
+      if (!created) throw new Error(`no event destination ${index} was created at start`);
+      created.destination.webhook_endpoint.url = url;
+    },
     apiVersion: EMULATOR_API_VERSION,
     deliveries: webhooks.deliveries,
     stop: async () => {
@@ -216,6 +228,33 @@ function eventRoutes(secrets: Map<string, string>): Route[] {
       },
     },
     retrieveRoute('/v1/webhook_endpoints/:id', 'webhook_endpoint'),
+    // https://docs.stripe.com/api/webhook_endpoints/update: the signing secret stays the one made at creation.
+    {
+      method: 'POST',
+      path: '/v1/webhook_endpoints/:id',
+      params: ['url', 'enabled_events', 'disabled', 'description', 'metadata'],
+      handle(ctx, params, path) {
+        const endpoint = ctx.store.get<Stripe.WebhookEndpoint>(path.id, 'webhook_endpoint');
+        const url = str(params, 'url');
+        if (url !== undefined && !URL.canParse(url)) throw invalidRequest('Invalid URL: URL must be publicly accessible or a valid URL.', { param: 'url' });
+        const events = array(params, 'enabled_events')?.map(String);
+        if (params.enabled_events !== undefined && !events?.length) {
+          throw invalidValue(
+            'enabled_events',
+            "You passed an empty string for 'enabled_events'. We assume empty values are an attempt to unset a parameter; however 'enabled_events' cannot be unset. You should remove 'enabled_events' from your request or supply a non-empty value.",
+          );
+        }
+        const disabled = bool(params, 'disabled');
+        const description = str(params, 'description');
+        // Changed in place: a delivery still being retried goes to the endpoint's URL as it now is.
+        if (url !== undefined) endpoint.url = url;
+        if (events) endpoint.enabled_events = events;
+        if (disabled !== undefined) endpoint.status = disabled ? 'disabled' : 'enabled';
+        if (description !== undefined) endpoint.description = description || null;
+        if (params.metadata !== undefined) endpoint.metadata = mergeMetadata(endpoint.metadata, record(params, 'metadata'));
+        return endpoint;
+      },
+    },
     listRoute<Stripe.WebhookEndpoint>('/v1/webhook_endpoints', 'webhook_endpoint', {}),
     {
       method: 'DELETE',

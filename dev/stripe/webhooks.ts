@@ -76,7 +76,16 @@ export class WebhookSender {
     };
     const event = this.store.put({ ...notification, data });
     const message = { id: notification.id, type, payload: JSON.stringify(notification, null, 2) };
-    for (const destination of destinations) this.deliver(message, { id: destination.id, url: destination.webhook_endpoint.url }, 1);
+    for (const destination of destinations) {
+      // The URL is read at each attempt, as a webhook endpoint's is: a retry goes where the destination now points.
+      const endpoint = {
+        id: destination.id,
+        get url() {
+          return destination.webhook_endpoint.url;
+        },
+      };
+      this.deliver(message, endpoint, 1);
+    }
     return event;
   }
 

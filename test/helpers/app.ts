@@ -16,7 +16,6 @@ import { startLocalCluster } from '../../dev/local-cluster.ts';
 import { startRuntime } from '../../src/runtime.ts';
 import { createTestDatabase } from './database.ts';
 import { Inbox } from './inbox.ts';
-import { freePort } from './net.ts';
 import { createStripeClient } from '../../src/adapters/stripe.ts';
 import { EVENT_NOTIFICATIONS_PATH, THIN_EVENT_TYPES, WEBHOOK_PATH } from '../../dev/local-stripe.ts';
 import { startStripeEmulator, type StripeEmulator } from '../../dev/stripe/stripe-emulator.ts';
@@ -103,14 +102,16 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   const log = lines ? createLogger('debug', { write: (line: string) => void lines.push(line) }) : createLogger('silent');
   const service = await startRuntime({ config, log, databaseUrl: database.url, smtpUrl: inbox.url });
   const simulator = options.cluster ? await startLocalCluster({ clusters: service.container.clusters, log, ...options.cluster }) : undefined;
+  const url = `http://127.0.0.1:${service.port}`;
+  if (stripe) await pointStripeAt(stripe, url);
   return {
-    url: `http://127.0.0.1:${service.port}`,
+    url,
     metricsUrl: service.metricsPort === undefined ? undefined : `http://127.0.0.1:${service.metricsPort}`,
     db: service.container.db,
     container: service.container,
     inbox,
     simulator,
-    stripe: stripe && { emulator: stripe.emulator, sdk: createStripeClient({ secretKey: stripe.emulator.secretKey, apiUrl: stripe.emulator.url }) },
+    stripe: stripe && { emulator: stripe.emulator, sdk: stripe.sdk },
     env: settings,
     workers: config.role !== 'api',
     databaseUrl: database.url,
@@ -125,23 +126,26 @@ export async function startTestApp(env: Record<string, string> = {}, options: Te
   };
 }
 
+/** Where the emulator's endpoints point until the app listens: a closed port, so a delivery there fails and is retried. */
+const NOT_YET_LISTENING = 'http://127.0.0.1:9';
+
 /**
- * The emulator with a webhook endpoint to the app's route on a port chosen before the app listens
- * there (the endpoint's URL and signing secret are set when the emulator starts, as in the Dashboard).
+ * The emulator with a webhook endpoint and an event destination for the app, and the SDK on it. The
+ * app's port is known only once it listens, so they point nowhere until `pointStripeAt` (their
+ * signing secrets, which the app's settings need at start, are made with them and kept).
  */
-async function startStripeForApp(): Promise<{ emulator: StripeEmulator; env: Record<string, string> }> {
-  const port = await freePort();
+async function startStripeForApp(): Promise<{ emulator: StripeEmulator; sdk: Stripe; env: Record<string, string> }> {
   // Retries come quickly here: a test waits for the second attempt, not for Stripe's hours.
   const emulator = await startStripeEmulator({
     log: createLogger('silent'),
-    webhooks: [{ url: `http://127.0.0.1:${port}${WEBHOOK_PATH}` }],
-    eventDestinations: [{ url: `http://127.0.0.1:${port}${EVENT_NOTIFICATIONS_PATH}`, enabledEvents: THIN_EVENT_TYPES }],
+    webhooks: [{ url: `${NOT_YET_LISTENING}${WEBHOOK_PATH}` }],
+    eventDestinations: [{ url: `${NOT_YET_LISTENING}${EVENT_NOTIFICATIONS_PATH}`, enabledEvents: THIN_EVENT_TYPES }],
     webhookRetryDelaysMs: [100, 200, 400, 800, 1600],
   });
   return {
     emulator,
+    sdk: createStripeClient({ secretKey: emulator.secretKey, apiUrl: emulator.url }),
     env: {
-      PORT: String(port),
       STRIPE_SECRET_KEY: emulator.secretKey,
       STRIPE_PUBLISHABLE_KEY: emulator.publishableKey,
       STRIPE_WEBHOOK_SECRET: emulator.webhookSecrets[0] ?? '',
@@ -149,6 +153,12 @@ async function startStripeForApp(): Promise<{ emulator: StripeEmulator; env: Rec
       STRIPE_API_URL: emulator.url,
     },
   };
+}
+
+/** Points the emulator's webhook endpoint (as an operator would, through the API) and event destination at the app listening at `appUrl`. */
+async function pointStripeAt(stripe: { emulator: StripeEmulator; sdk: Stripe }, appUrl: string): Promise<void> {
+  for (const endpoint of (await stripe.sdk.webhookEndpoints.list()).data) await stripe.sdk.webhookEndpoints.update(endpoint.id, { url: `${appUrl}${WEBHOOK_PATH}` });
+  stripe.emulator.pointEventDestination(0, `${appUrl}${EVENT_NOTIFICATIONS_PATH}`);
 }
 
 /**

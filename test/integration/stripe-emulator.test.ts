@@ -328,6 +328,33 @@ describe.runIf(onEmulator)('Stripe emulator: Checkout, invoices and webhooks (em
     expect(() => port.verifyWebhook(payload, stale)).toThrow(/signature/i);
   });
 
+  it('updates a webhook endpoint: its URL and events change, its signing secret stays; unknown parameters and ids are refused', async () => {
+    const moved = await new WebhookReceiver().start();
+    try {
+      const created = await stripe.webhookEndpoints.create({ url: 'http://127.0.0.1:9/nowhere', enabled_events: ['invoice.paid'] });
+      const updated = await stripe.webhookEndpoints.update(created.id, { url: moved.url, enabled_events: ['customer.created'], description: 'moved', metadata: { run } });
+      expect(updated).toMatchObject({ id: created.id, url: moved.url, enabled_events: ['customer.created'], description: 'moved', metadata: { run }, status: 'enabled' });
+      expect(await stripe.webhookEndpoints.retrieve(created.id)).toMatchObject({ url: moved.url, enabled_events: ['customer.created'] });
+
+      // The endpoint now gets customer.created at its new URL, signed with the secret it was created with, and nothing else.
+      const customer = await newCustomer('moved-endpoint');
+      await waitUntil(async () => moved.about(customer.id).length > 0, 'customer.created at the updated URL', 5_000);
+      const [webhook] = moved.about(customer.id);
+      expect(stripe.webhooks.constructEvent(webhook?.payload ?? '', webhook?.signature ?? '', created.secret ?? '').type).toBe('customer.created');
+      await stripe.customers.update(customer.id, { name: 'renamed' });
+      await eventsAbout(customer.id, ['customer.updated']);
+      expect(moved.about(customer.id).map((received) => received.event.type)).toEqual(['customer.created']);
+
+      expect(await stripe.webhookEndpoints.update(created.id, { disabled: true })).toMatchObject({ status: 'disabled' });
+      const unknown = { url: moved.url, api_version: '2020-08-27' } as Stripe.WebhookEndpointUpdateParams;
+      await expect(stripe.webhookEndpoints.update(created.id, unknown)).rejects.toMatchObject({ statusCode: 400, code: 'parameter_unknown', param: 'api_version' });
+      await expect(stripe.webhookEndpoints.update('we_doesnotexist', { url: moved.url })).rejects.toMatchObject({ statusCode: 404, code: 'resource_missing' });
+      await stripe.webhookEndpoints.del(created.id);
+    } finally {
+      await moved.stop();
+    }
+  });
+
   it('retries a delivery that got no 2xx until the endpoint takes it, signing each attempt', async () => {
     receiver.refuseNext(2);
     const customer = await newCustomer('retried');

@@ -100,7 +100,7 @@ test: $(INSTALLED)
 	vitest run $(VITEST_ARGS)
 
 ## test-fast: the unit, service and contract tiers, without the breaking-change gate and the generator
-## matrix (Optic, orval and hey-api runs): about 30 s, to run often; `make test` runs everything
+## matrix (Optic, orval and hey-api runs): about 40 s, to run often; `make test` runs everything
 test-fast: $(INSTALLED)
 	vitest run test/unit test/service test/contract --exclude test/contract/api-gate.test.ts --exclude test/contract/generator-matrix.test.ts $(VITEST_ARGS)
 

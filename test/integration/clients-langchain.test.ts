@@ -22,7 +22,7 @@ import {
 
 /**
  * LangChain's OpenAI package (`ChatOpenAI`, `OpenAIEmbeddings`, on the official openai SDK)
- * through the gateway to the cluster simulator (issue 35, point 6): invoke, stream with usage
+ * through the gateway to the cluster simulator: invoke, stream with usage
  * metadata, tools bound and called, structured output, embeddings, each checked against what the
  * gateway relayed and metered.
  */

@@ -23,7 +23,7 @@ import { inferenceClient } from '../helpers/inference-client.ts';
 
 /**
  * The official `openai` SDK's everyday calls through the gateway to the cluster simulator, over
- * HTTP on loopback (issue 35, point 6): what a customer's code does, and that the SDK reads each
+ * HTTP on loopback: what a customer's code does, and that the SDK reads each
  * answer as the gateway relayed it (the arguments it parses, the usage it reports, the model it
  * names). The Vercel AI SDK and LangChain have suites of their own beside this one.
  */

@@ -23,7 +23,7 @@ import {
 
 /**
  * The Vercel AI SDK (`ai` with the `@ai-sdk/openai` provider) through the gateway to the cluster
- * simulator (issue 35, point 6): text, streams with usage, tool calls over several steps,
+ * simulator: text, streams with usage, tool calls over several steps,
  * structured output and embeddings, each checked against what the gateway relayed and metered.
  * The provider's `openai(modelId)` speaks OpenAI's Responses API, which the gateway does not
  * serve; `openai.chat(modelId)` speaks chat completions, as an OpenAI-compatible server needs.

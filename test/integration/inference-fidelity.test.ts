@@ -226,7 +226,7 @@ describe('embeddings as base64 (M13)', () => {
   });
 });
 
-describe('the model name asked for (#35)', () => {
+describe('the model name asked for', () => {
   it('answers chat, every chunk of a stream and embeddings with the name the caller sent, never the engine’s uid', async () => {
     for (const model of [chat.id, 'qwen2.5-instruct']) {
       const answer = await client().chat.completions.create({ model, messages: hello, max_tokens: 3 });

@@ -13,7 +13,7 @@ import { waitUntil } from '../helpers/net.ts';
 import { operatorCli } from '../helpers/operator-cli.ts';
 
 /**
- * The OpenAI surface beyond chat, as the official openai client meets it (issue 35): one model
+ * The OpenAI surface beyond chat, as the official openai client meets it: one model
  * retrieved with the listing's visibility, the legacy completions for the models whose Xinference
  * specification has `generate`, metered as chat is, and OpenAI's answer to a URL the service does
  * not have. The deployments' engine is a stub in front of the cluster simulator that passes every

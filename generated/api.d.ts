@@ -3549,7 +3549,7 @@ export interface components {
          *     status, `to_status`, is unchanged).
          * @enum {string}
          */
-        DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step";
+        DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled";
         /**
          * @description The step at which provisioning failed.
          * @enum {string}
@@ -5205,7 +5205,7 @@ export interface components {
          * @description The type of a webhook event: a deployment event's type, or `webhook.test` (sent on request, to one endpoint).
          * @enum {string}
          */
-        WebhookEventType: "deployment.status_changed" | "deployment.provisioning_step" | "webhook.test";
+        WebhookEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled" | "webhook.test";
         /** @description The webhook acknowledgement. */
         WebhookReceived: {
             /** @enum {boolean} */

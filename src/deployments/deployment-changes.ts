@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { announceChange, CHANGE_CHANNELS } from '../db/change-listener.ts';
-import type { DeploymentEventRow } from '../db/models/deployment-events.ts';
+import type { DeploymentEventRow, DeploymentScale } from '../db/models/deployment-events.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { inTransaction } from '../db/query.ts';
 import { statusChangeMessage } from '../events/event-messages.ts';
@@ -84,6 +84,28 @@ export async function recordProvisioningStep(
       step: step.step,
       progress: step.progress,
       message: step.message,
+    });
+    return true;
+  });
+}
+
+/**
+ * Records a scale action of the deployment (`deployment.scaled`: the desired replicas before and
+ * after, and why) if it is still in `status`, under its row lock, with its webhook deliveries and
+ * notification; false when the deployment had moved on. The caller writes the new count.
+ */
+export async function recordScale(db: Db, id: string, event: { status: DeploymentStatus; scale: DeploymentScale; message: string }): Promise<boolean> {
+  return inTransaction(db, async (trx) => {
+    const row = await lockDeploymentIn(trx, id, event.status);
+    if (!row) return false;
+    await recordEvent(trx, {
+      deployment_id: id,
+      organization_id: row.organization_id,
+      type: 'deployment.scaled',
+      from_status: null,
+      to_status: event.status,
+      scale: event.scale,
+      message: event.message,
     });
     return true;
   });

@@ -7,7 +7,7 @@ type Db = Knex | Knex.Transaction;
 
 /** What an appended event says; its id and time come from Postgres. */
 export type NewDeploymentEvent = Pick<DeploymentEventRow, 'deployment_id' | 'organization_id' | 'type' | 'from_status' | 'to_status'> &
-  Partial<Pick<DeploymentEventRow, 'step' | 'progress' | 'failure_stage' | 'message'>>;
+  Partial<Pick<DeploymentEventRow, 'step' | 'progress' | 'failure_stage' | 'message' | 'scale'>>;
 
 /** Stores an event of the log (src/deployments/deployment-changes.ts says when, and what goes with it). */
 export async function insertDeploymentEvent(trx: Knex.Transaction, event: NewDeploymentEvent): Promise<DeploymentEventRow> {

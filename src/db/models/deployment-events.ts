@@ -1,6 +1,13 @@
 import type { components } from '../../../generated/api.d.ts';
 import { BaseModel } from '../base-model.ts';
 
+/** What a `deployment.scaled` event records (stored as jsonb). */
+export interface DeploymentScale {
+  from: number;
+  to: number;
+  reason: 'load' | 'idle' | 'request' | 'settings' | 'capacity_shortfall' | 'replica_failed';
+}
+
 /** `deployment_events`: the log of a deployment's status changes and provisioning steps (src/events/). */
 export class DeploymentEventRow extends BaseModel {
   static override tableName = 'deployment_events';
@@ -16,5 +23,7 @@ export class DeploymentEventRow extends BaseModel {
   declare progress: number | null;
   declare failure_stage: components['schemas']['DeploymentFailureStage'] | null;
   declare message: string | null;
+  /** On a `deployment.scaled` event: the desired replicas before and after, and why. */
+  declare scale: DeploymentScale | null;
   declare created_at: Date;
 }

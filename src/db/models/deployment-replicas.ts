@@ -23,6 +23,8 @@ export class DeploymentReplicaRow extends BaseModel {
   declare created_at: Date;
   /** When it first served. */
   declare ready_at: Date | null;
+  /** When it stopped taking new requests (`draining`); null before. */
+  declare draining_since: Date | null;
   /** When the engine confirmed its model gone and its GPUs were released. */
   declare stopped_at: Date | null;
   /** The whole second it entered `ready` (written with that status change); null if it never served. */

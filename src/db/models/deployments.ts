@@ -27,6 +27,18 @@ export class DeploymentRow extends BaseModel {
   declare status_changed_at: Date;
   /** When the engine first reported this running model not ready (auto-recovery); null when healthy. */
   declare engine_unhealthy_since: Date | null;
+  /** The fewest replicas it keeps (0: it scales to zero when idle). */
+  declare min_replicas: number;
+  /** The most replicas the autoscaler adds. */
+  declare max_replicas: number;
+  /** Requests in flight per replica the autoscaler aims at. */
+  declare target_concurrency: number;
+  /** With `min_replicas` 0: seconds without a request before the last replica is released. */
+  declare scale_to_zero_after_seconds: number;
+  /** The instance type asked for at creation; null when the platform chooses. */
+  declare instance_type: string | null;
+  /** How many replicas the autoscaler wants now (src/deployments/scaling.ts). */
+  declare desired_replicas: number;
   declare created_at: Date;
   declare updated_at: Date;
   declare terminated_at: Date | null;

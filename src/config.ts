@@ -58,6 +58,11 @@ const schema = z.object({
   DEPLOYMENT_STUCK_AFTER_SECONDS: z.coerce.number().min(0).default(60),
   DEPLOYMENT_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(1800),
   READINESS_POLL_SECONDS: z.coerce.number().min(0.1).default(2),
+  AUTOSCALER_INTERVAL_SECONDS: z.coerce.number().min(0.2).default(1),
+  SCALE_DOWN_COOLDOWN_SECONDS: z.coerce.number().min(0).default(60),
+  REPLICA_DRAIN_TIMEOUT_SECONDS: z.coerce.number().min(1).default(600),
+  COLD_START_TIMEOUT_SECONDS: z.coerce.number().min(1).default(300),
+  COLD_START_MAX_HELD_REQUESTS: z.coerce.number().int().min(1).default(256),
   INFERENCE_CONNECT_TIMEOUT_SECONDS: z.coerce.number().positive().default(5),
   INFERENCE_FIRST_BYTE_TIMEOUT_SECONDS: z.coerce.number().positive().default(600),
   INFERENCE_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().default(60),
@@ -158,6 +163,19 @@ export interface Config {
     readinessPollSeconds: number;
     /** How long a running model may stay not ready on its engine (auto-recovery) before it fails. */
     recoveryGraceSeconds: number;
+  };
+  /** Replicas on load and scale to zero (src/deployments/scaling.ts, src/inference/cold-start.ts). */
+  scaling: {
+    /** How often the autoscaler decides each running deployment's replicas. */
+    intervalSeconds: number;
+    /** How long the load must want fewer replicas before one is drained. */
+    scaleDownCooldownSeconds: number;
+    /** The longest a draining replica waits for its requests before its model is stopped anyway. */
+    drainTimeoutSeconds: number;
+    /** The longest a request waits for a deployment to scale up from zero (a caller's `X-Scale-Up-Timeout` shortens it). */
+    coldStartTimeoutSeconds: number;
+    /** Requests one API process holds for one deployment during a cold start; more answer 503 at once. */
+    coldStartMaxHeld: number;
   };
   /** Limits on each relay of an inference request to its engine. */
   inference: {
@@ -316,6 +334,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       startTimeoutSeconds: e.DEPLOYMENT_START_TIMEOUT_SECONDS,
       readinessPollSeconds: e.READINESS_POLL_SECONDS,
       recoveryGraceSeconds: e.DEPLOYMENT_RECOVERY_GRACE_SECONDS ?? e.DEPLOYMENT_START_TIMEOUT_SECONDS,
+    },
+    scaling: {
+      intervalSeconds: e.AUTOSCALER_INTERVAL_SECONDS,
+      scaleDownCooldownSeconds: e.SCALE_DOWN_COOLDOWN_SECONDS,
+      drainTimeoutSeconds: e.REPLICA_DRAIN_TIMEOUT_SECONDS,
+      coldStartTimeoutSeconds: e.COLD_START_TIMEOUT_SECONDS,
+      coldStartMaxHeld: e.COLD_START_MAX_HELD_REQUESTS,
     },
     inference: {
       connectTimeoutMs: e.INFERENCE_CONNECT_TIMEOUT_SECONDS * 1000,

@@ -32,6 +32,9 @@ import { UsageRecorder } from './inference/usage.ts';
 import { USAGE_JOURNAL_KEY_PURPOSE, UsageJournal } from './inference/usage-journal.ts';
 import { KeyLimiter } from './inference/key-limiter.ts';
 import { createInferenceService } from './inference/inference.service.ts';
+import { ColdStarts } from './inference/cold-start.ts';
+import { DeploymentLoad } from './inference/deployment-load.ts';
+import { Scaler, scalingJobs } from './deployments/scaling.ts';
 import { GpuMeter, meterGpuSecondsJob } from './metering/gpu-metering.ts';
 import { paymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
@@ -89,7 +92,10 @@ export function createContainer(deps: ContainerDeps) {
   });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
-  const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement } });
+  const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling });
+  const deploymentLoad = new DeploymentLoad(db, deps.log);
+  const coldStarts = new ColdStarts({ db, boss, load: deploymentLoad, settings: config.scaling, log: deps.log });
+  const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement }, load: deploymentLoad, coldStarts });
   const journal = deps.usageJournalDir === undefined ? undefined : new UsageJournal(deps.usageJournalDir, deps.log, keyring.key(USAGE_JOURNAL_KEY_PURPOSE));
   const usage = new UsageRecorder(deps.usageDb ?? db, deps.log, { metrics, journal });
   const keyLimiter = new KeyLimiter(db, deps.log);
@@ -135,6 +141,9 @@ export function createContainer(deps: ContainerDeps) {
     clusters,
     deployments,
     provisioner,
+    scaler,
+    deploymentLoad,
+    coldStarts,
     apiKeys,
     router,
     usage,
@@ -163,6 +172,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     passwordResetJob({ db: c.db, outbox: c.outbox, webAppUrl: c.config.webAppUrl }),
     expireInvitationsJob(c.invitations),
     ...provisioningJobs(c.provisioner, c.boss, c.config.provisioning),
+    ...scalingJobs(c.scaler, c.boss, c.config.scaling),
     meterGpuSecondsJob(c.gpuMeter),
     billingEventJob(c.billingWebhooks),
     spendingAlertsJob(c.spendingAlerts),

@@ -11,6 +11,7 @@ import { closeServer, listen } from './http/server.ts';
 import { CHANGE_CHANNELS, ChangeListener } from './db/change-listener.ts';
 import { createJobQueue, startJobQueue, stopJobQueue } from './jobs/queue.ts';
 import { startReconciler } from './deployments/provisioning.ts';
+import { startAutoscaler } from './deployments/scaling.ts';
 import { Lifecycle } from './lifecycle.ts';
 import { defaultUsageJournalDir } from './inference/usage-journal.ts';
 import { loadOpenApiDocument } from './openapi-document.ts';
@@ -77,6 +78,7 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     () => stopJobQueue(boss, config.shutdownTimeoutMs),
   );
   if (work) await startReconciler(boss);
+  if (work) await startAutoscaler(boss);
   // Deployments by status are the same from every process: the workers report them.
   if (work) container.metrics?.watchDeployments(db);
 
@@ -97,6 +99,8 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     });
     // A cluster whose engine refused its credentials in another process is not called from this one either.
     changes.subscribe(CHANGE_CHANNELS.cluster, { changed: (payload) => container.router.clusterChanged(payload), resync: () => container.router.forgetAll() });
+    // A replica that became ready releases the requests held for it; one that drains gets no new request.
+    changes.subscribe(CHANGE_CHANNELS.replicas, { changed: (deploymentId) => container.router.replicasChanged(deploymentId), resync: () => container.router.forgetAll() });
   }
   if (work) {
     const dispatcher = container.webhookDispatcher;
@@ -125,7 +129,11 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
     await container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
     await lifecycle.started('key limit shares', () => container.keyLimiter.stop());
+    container.deploymentLoad.start();
+    await lifecycle.started('deployment load reports', () => container.deploymentLoad.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
+    // Released before the server closes: requests held for a cold start are routed anew (a 503 if still at zero).
+    await lifecycle.started('cold-start holds', async () => container.coldStarts.releaseAll());
     // Stopped before the server closes: open event streams would hold it until its timeout.
     await lifecycle.started('deployment event streams', () => container.eventStreams.closeAll());
     // Stopped first: /readyz answers 503 for the drain time while requests are still served, so a

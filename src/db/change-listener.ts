@@ -16,6 +16,8 @@ export const CHANGE_CHANNELS = {
    * triggers: migrations/20261128110000_access_change_notifications.ts); payload: the user's id.
    */
   accessChanged: 'access_changed',
+  /** A deployment's replica became ready or stopped taking requests (src/deployments/scaling.ts); payload: the deployment's id. */
+  replicas: 'deployment_replicas_changed',
   /** A cluster's status changed (its engine refused its credentials, or it is active again); payload: `<id> <status>`. */
   cluster: 'cluster_status_changed',
 } as const;

@@ -88,10 +88,11 @@ export const ACTIVE_STATUSES: readonly DeploymentStatus[] = ['requested', 'provi
 export type ReplicaStatus = 'starting' | 'ready' | 'draining' | 'stopping' | 'stopped' | 'failed';
 
 /**
- * What moves a replica: its model answers (`ready`), it is to be deleted (`stop`), its model failed
+ * What moves a replica: its model answers (`ready`), the autoscaler takes it out of routing
+ * (`drain`: the requests it serves finish), it is to be deleted (`stop`), its model failed
  * (`fail`), or the engine confirmed its model gone and its GPUs were released (`stopped`).
  */
-export type ReplicaEvent = 'ready' | 'stop' | 'fail' | 'stopped';
+export type ReplicaEvent = 'ready' | 'drain' | 'stop' | 'fail' | 'stopped';
 
 /** A move of replicas: those in one of the statuses `from` go to `to`. */
 export interface ReplicaMove {
@@ -102,6 +103,7 @@ export interface ReplicaMove {
 /** The replica state machine: each event, the statuses that allow it and the one it leads to. */
 const REPLICA_MOVES: { readonly [event in ReplicaEvent]: ReplicaMove } = {
   ready: { from: ['starting'], to: 'ready' },
+  drain: { from: ['ready'], to: 'draining' },
   stop: { from: ['starting', 'ready', 'draining', 'failed'], to: 'stopping' },
   fail: { from: ['starting', 'ready', 'draining'], to: 'failed' },
   stopped: { from: ['starting', 'ready', 'draining', 'stopping', 'failed'], to: 'stopped' },

@@ -360,14 +360,14 @@ export async function findPlacedReplicas(db: Db, deploymentId: string, status: R
  * leaving `ready` or `draining` for good writes `running_until`. The clock is read when the row is
  * written, not when the transaction began: an accrual that locked the deployment first closed
  * seconds up to its own clock, and this update, run once that lock is released, never ends before
- * them. A move to `stopped` releases the replicas' GPUs in the ledger.
+ * them. A move to `stopped` releases the replicas' GPUs in the ledger. `only`: these replicas (ids) alone.
  */
-export async function moveReplicas(trx: Knex.Transaction, deploymentId: string, move: ReplicaMove): Promise<number> {
+export async function moveReplicas(trx: Knex.Transaction, deploymentId: string, move: ReplicaMove, only?: readonly string[]): Promise<number> {
   const second = "date_trunc('second', clock_timestamp())";
   const leavesMetered = !METERED_REPLICA_STATUSES.includes(move.to);
-  const moved = await DeploymentReplicaRow.query(trx)
-    .where({ deployment_id: deploymentId })
-    .whereIn('status', move.from)
+  const replicas = DeploymentReplicaRow.query(trx).where({ deployment_id: deploymentId }).whereIn('status', move.from);
+  if (only) replicas.whereIn('id', only);
+  const moved = await replicas
     .patch({
       status: move.to,
       ...(move.to === 'ready'
@@ -378,6 +378,7 @@ export async function moveReplicas(trx: Knex.Transaction, deploymentId: string, 
           }
         : {}),
       ...(leavesMetered ? { running_until: trx.raw(`case when status in (${METERED_REPLICA_STATUSES.map((status) => `'${status}'`).join(', ')}) then ${second} else running_until end`) } : {}),
+      ...(move.to === 'draining' ? { draining_since: trx.fn.now() } : {}),
       ...(move.to === 'stopped' ? { stopped_at: trx.fn.now() } : {}),
     })
     .returning('gpu_allocation_id')

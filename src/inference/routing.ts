@@ -10,6 +10,8 @@ import { hostedCallRefusal, loadGuardInputs, type DeploymentGuardSettings } from
 import { modelTraits, type ModelTraits } from '../catalog/catalog.repository.ts';
 import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repository.ts';
 import { findRoutingCandidates, type Candidate, type ReadyReplica } from './inference.repository.ts';
+import { notServingYet, type ColdStarts } from './cold-start.ts';
+import type { DeploymentLoad } from './deployment-load.ts';
 
 export type { Candidate } from './inference.repository.ts';
 
@@ -70,7 +72,7 @@ const UNKNOWN_TRAITS: ModelTraits = { contextLength: null, abilities: [] };
  * the candidates (the caller's organization's deployments, or for a session the user's own), or
  * throws the refusal the caller gets. `model` is a deployment id, or a model name unambiguous among
  * the caller's running deployments (a key's scoped ones). A deployment serves only while it is
- * running with a replica ready and its cluster is usable: a cluster whose engine refused the platform's credentials
+ * running (with a replica ready, or held for one: `resolve`) and its cluster is usable: a cluster whose engine refused the platform's credentials
  * (in `unusableClusters`, or `credentials_invalid`) is not called at all, since every refused
  * bearer counts toward the engine's ban of the platform's address.
  */
@@ -92,7 +94,7 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
     }
   }
   if (!chosen) throw notFound(model);
-  if (chosen.status !== SERVING || !chosen.endpoint || !chosen.replicas.length || !chosen.cluster_id) {
+  if (chosen.status !== SERVING || !chosen.endpoint || !chosen.cluster_id) {
     if (!maySoonServe(chosen.status as DeploymentStatus)) {
       throw new AppError('NOT_FOUND', `The deployment ${chosen.id} is ${chosen.status} and will not serve again; deploy anew.`, {
         inference: { code: 'deployment_stopped', param: 'model' },
@@ -113,13 +115,18 @@ export function chooseTarget(caller: Caller, model: unknown, candidates: readonl
 }
 
 /**
- * The replica of a chosen deployment (one `chooseTarget` returned: it has one ready at least) a
- * request goes to: its first ready replica, the only one while a deployment has one.
+ * The replica of a chosen deployment a request goes to: the ready one with the fewest requests in
+ * flight from this process (`inFlight`), the first by ordinal among equals; undefined when none is
+ * ready (scaled to zero, or its replicas being replaced: the request is held for a cold start).
  */
-export function chooseReplica(chosen: Candidate): ReadyReplica {
-  const [first] = chosen.replicas;
-  if (!first) throw new Error(`deployment ${chosen.id} has no ready replica`);
-  return first;
+export function chooseReplica(chosen: Candidate, inFlight: (replicaId: string) => number = () => 0): ReadyReplica | undefined {
+  let best: ReadyReplica | undefined;
+  let fewest = Number.POSITIVE_INFINITY;
+  for (const replica of chosen.replicas) {
+    const count = inFlight(replica.id);
+    if (count < fewest) [best, fewest] = [replica, count];
+  }
+  return best;
 }
 
 /**
@@ -147,14 +154,26 @@ export class InferenceRouter {
   /** Each organization's answer to `hostedCallRefusal`, for BILLING_CACHE_MS (concurrent misses share one read). */
   readonly #billingVerdicts = new Map<number, { at: number; refusal: Promise<AppError | undefined> }>();
 
-  constructor(deps: { db: Knex; clusters: ClustersService; log: Logger; billing?: DeploymentGuardSettings }) {
+  /** This process's requests by deployment and replica (the autoscaler's load), and the cold-start holds; absent in tests of routing alone. */
+  readonly #load: DeploymentLoad | undefined;
+  readonly #coldStarts: ColdStarts | undefined;
+
+  constructor(deps: { db: Knex; clusters: ClustersService; log: Logger; billing?: DeploymentGuardSettings; load?: DeploymentLoad; coldStarts?: ColdStarts }) {
     this.#db = deps.db;
+    this.#load = deps.load;
+    this.#coldStarts = deps.coldStarts;
     this.#clusters = deps.clusters;
     this.#log = deps.log;
     this.#billing = deps.billing ?? { enforcement: false };
   }
 
-  async resolve(principal: Principal, model: unknown): Promise<Target> {
+  /**
+   * The target of a call naming `model`. A deployment's request is counted in flight on the chosen
+   * replica from here: the caller calls `done` with the target once its answer has ended. A running
+   * deployment with no replica ready holds the request for its cold start (`ColdStarts`), at most
+   * `scaleUpTimeoutSeconds` when the caller sent `X-Scale-Up-Timeout`.
+   */
+  async resolve(principal: Principal, model: unknown, options: { scaleUpTimeoutSeconds?: number | undefined } = {}): Promise<Target> {
     if (typeof model !== 'string' || !model) throw missingModel();
     let chosen: Candidate;
     try {
@@ -165,7 +184,17 @@ export class InferenceRouter {
       if (!(error instanceof AppError) || !HOSTED_FALLBACK.has(error.inference?.code) || isUuid(model)) throw error;
       return (await this.#hosted(principal, model)) ?? Promise.reject(error);
     }
-    const replica = chooseReplica(chosen);
+    let replica = this.#replicaOf(chosen);
+    if (!replica) {
+      if (!this.#coldStarts) throw notServingYet(chosen.id, 'has no replica ready');
+      await this.#coldStarts.hold(chosen.id, options.scaleUpTimeoutSeconds);
+      // Routed anew: the replica that became ready, or the refusal of what the deployment became.
+      this.#cache.clear();
+      chosen = chooseTarget(principal, model, await this.#candidates(principal), this.#unusable());
+      replica = this.#replicaOf(chosen);
+      if (!replica) throw notServingYet(chosen.id, 'has no replica ready');
+    }
+    this.#load?.begin(chosen.id, replica.id);
     return {
       deploymentId: chosen.id,
       organizationId: chosen.organization_id,
@@ -177,6 +206,22 @@ export class InferenceRouter {
       authorization: this.#clusters.authorizationHeader(chosen.sealed_credential),
       ...(await this.#traits(chosen.model_name)),
     };
+  }
+
+  /** The request to `target` has ended (its answer done, or it failed): it is no longer in flight. */
+  done(target: Target): void {
+    if (target.deploymentId && target.replicaId) this.#load?.end(target.deploymentId, target.replicaId);
+  }
+
+  /** A deployment's replicas changed (CHANGE_CHANNELS.replicas, from any process): routes are read anew, so a draining replica gets no new request. */
+  replicasChanged(deploymentId: string): void {
+    this.#cache.clear();
+    this.#coldStarts?.replicasChanged(deploymentId);
+  }
+
+  #replicaOf(chosen: Candidate): ReadyReplica | undefined {
+    const load = this.#load;
+    return chooseReplica(chosen, load ? (replicaId) => load.inFlightOn(chosen.id, replicaId) : undefined);
   }
 
   /**
@@ -223,6 +268,7 @@ export class InferenceRouter {
   /** Changes may have been missed (the change listener reconnected): every cached read is dropped. */
   forgetAll(): void {
     this.#cache.clear();
+    this.#coldStarts?.resync();
   }
 
   /** The running deployments the caller may call, then the hosted models it may call, for `GET /v1/models`. */

@@ -83,12 +83,13 @@ describe('the inference router’s choice of target', () => {
     expect(chooseTarget(session, ids.chat, candidates, new Set(['another-cluster'])).id).toBe(ids.chat);
   });
 
-  it('answers 503 for a running deployment with no replica ready, as for one not running yet', () => {
-    const noneReady = [candidate(ids.chat, { replicas: [] })];
-    expect(refusal(() => chooseTarget(session, ids.chat, noneReady))).toEqual({ code: 'deployment_not_running', status: 503, retryAfter: '10' });
+  it('chooses a running deployment with no replica ready (the gateway holds the request for its cold start), and no replica of it', () => {
+    const noneReady = candidate(ids.chat, { replicas: [] });
+    expect(chooseTarget(session, ids.chat, [noneReady]).id).toBe(ids.chat);
+    expect(chooseReplica(noneReady)).toBeUndefined();
   });
 
-  it('sends a request to the deployment’s first ready replica, by its engine uid', () => {
+  it('sends a request to the ready replica with the fewest requests in flight, the first by ordinal among equals', () => {
     const two = candidate(ids.chat, {
       replicas: [
         { id: 'replica-0', engine_model_uid: 'dep-a' },
@@ -96,5 +97,14 @@ describe('the inference router’s choice of target', () => {
       ],
     });
     expect(chooseReplica(chooseTarget(session, ids.chat, [two]))).toEqual({ id: 'replica-0', engine_model_uid: 'dep-a' });
+    const inFlight = new Map([
+      ['replica-0', 3],
+      ['replica-1', 2],
+    ]);
+    expect(chooseReplica(two, (id) => inFlight.get(id) ?? 0)).toEqual({ id: 'replica-1', engine_model_uid: 'dep-a-r1' });
+    inFlight.set('replica-1', 3);
+    expect(chooseReplica(two, (id) => inFlight.get(id) ?? 0)?.id).toBe('replica-0');
+  });
+});
   });
 });

@@ -5244,6 +5244,8 @@ export interface components {
         "PageQuery.limit": number;
         /** @description Number of items to skip. */
         "PageQuery.offset": number;
+        /** @description Seconds, 0 to 3600. */
+        ScaleUpTimeout: number;
     };
     requestBodies: never;
     headers: {
@@ -6351,7 +6353,10 @@ export interface operations {
     createTranscription: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -6596,7 +6601,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -8478,7 +8486,10 @@ export interface operations {
     createChatCompletion: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -8725,7 +8736,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -8778,7 +8792,10 @@ export interface operations {
     createCompletion: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -9020,7 +9037,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -9073,7 +9093,10 @@ export interface operations {
     createEmbedding: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -9337,7 +9360,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -9390,7 +9416,10 @@ export interface operations {
     createImage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -9645,7 +9674,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -10731,7 +10763,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -10970,7 +11005,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the
@@ -13523,7 +13561,10 @@ export interface operations {
     createRerank: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description Seconds, 0 to 3600. */
+                "X-Scale-Up-Timeout"?: components["parameters"]["ScaleUpTimeout"];
+            };
             path?: never;
             cookie?: never;
         };
@@ -13798,7 +13839,10 @@ export interface operations {
             };
             /**
              * @description 503 `server_error`. `code`: `deployment_not_running` (the deployment is `requested`,
-             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up), `engine_overloaded`
+             *     `provisioning` or `starting`; `Retry-After` estimates when it will be up; or it is scaled to zero
+             *     or has no replica ready, and none was ready within the cold-start hold: see `X-Scale-Up-Timeout`;
+             *     or more requests than `COLD_START_MAX_HELD_REQUESTS` already wait for it in the serving process;
+             *     `Retry-After` 5), `engine_overloaded`
              *     (the engine answered 503: busy, or the model still loading; `Retry-After` is the engine's when it
              *     sent one, else 10), `engine_unavailable` (the engine of the deployment's cluster refused the
              *     platform's credentials, so the proxy does not call it (each refused credential counts toward the

@@ -91,8 +91,8 @@ export function createContainer(deps: ContainerDeps) {
     loadTimeoutSeconds: config.provisioning.startTimeoutSeconds,
   });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
-  const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning });
   const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling });
+  const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning, replicaLost: (...lost) => scaler.replicaLost(...lost) });
   const deploymentLoad = new DeploymentLoad(db, deps.log);
   const coldStarts = new ColdStarts({ db, boss, load: deploymentLoad, settings: config.scaling, log: deps.log });
   const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement }, load: deploymentLoad, coldStarts });

@@ -203,8 +203,8 @@ export async function findFailedHoldingGpus(db: Db, before: Date): Promise<Array
     .select('d.id', 'd.status');
 }
 
-/** A deployment placed on a cluster, with the engine uids of its replicas in `ready` (by ordinal). */
-export type DeploymentWithReplicas = DeploymentRow & { replica_uids: string[] };
+/** A deployment placed on a cluster, with the ids and engine uids of its replicas in `ready` (by ordinal). */
+export type DeploymentWithReplicas = DeploymentRow & { replica_ids: string[]; replica_uids: string[] };
 
 /** Deployments in `status` placed on a cluster that have replicas ready, each with their engine uids. */
 export async function findWithReadyReplicas(db: Db, status: DeploymentStatus): Promise<DeploymentWithReplicas[]> {
@@ -214,7 +214,7 @@ export async function findWithReadyReplicas(db: Db, status: DeploymentStatus): P
     .where({ 'd.status': status, 'r.status': 'ready' })
     .whereNotNull('d.cluster_id')
     .groupBy('d.id')
-    .select('d.*', db.raw('array_agg(r.engine_model_uid order by r.ordinal) as replica_uids'))
+    .select('d.*', db.raw('array_agg(r.id order by r.ordinal) as replica_ids'), db.raw('array_agg(r.engine_model_uid order by r.ordinal) as replica_uids'))
     .castTo<DeploymentWithReplicas[]>();
 }
 

@@ -69,6 +69,9 @@ function stepOf(status: DeploymentStatus): string | undefined {
 /** Statuses a provisioning step moves on from: a deployment stuck in one has lost its step. */
 const STEPPED_STATUSES = [...new Set(STEPPED_EVENTS.flatMap(statusesAllowing))];
 
+/** Takes a replica the engine lost out of a deployment that still serves through others, and replaces it. */
+export type ReplicaLost = (deploymentId: string, replicaId: string, reason: string, log: Logger) => Promise<void>;
+
 interface DeploymentJob {
   deploymentId: string;
   /** A terminate job for a model launched after its deployment had left provisioning. */
@@ -112,8 +115,12 @@ export class Provisioner {
   readonly #clusters: ClustersService;
   readonly #settings: Config['provisioning'];
 
-  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; settings: Config['provisioning'] }) {
+  /** What takes a lost replica of a deployment that still serves out and replaces it (the scaler's). */
+  readonly #replicaLost: ReplicaLost | undefined;
+
+  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; settings: Config['provisioning']; replicaLost?: ReplicaLost }) {
     this.#db = deps.db;
+    this.#replicaLost = deps.replicaLost;
     this.#boss = deps.boss;
     this.#clusters = deps.clusters;
     this.#settings = deps.settings;
@@ -337,10 +344,23 @@ export class Provisioner {
     if (gone) await releaseGpus(this.#db, { hostedEndpointId: endpoint.id });
   }
 
-  /** A running deployment's ready replicas on their engine: the deployment is as healthy as its least healthy replica. */
+  /**
+   * A running deployment's ready replicas on their engine. A replica the engine lost or failed,
+   * while others serve, is taken out and replaced (the scale job: `Scaler.replicaLost`); otherwise
+   * the deployment is as healthy as its least healthy replica.
+   */
   async #checkRunning(deployment: DeploymentWithReplicas, log: Logger): Promise<void> {
     const client = await this.#clusters.clientOf(deployment.cluster_id as string);
-    const state = worstState(await Promise.all(deployment.replica_uids.map((uid) => client.state(uid))));
+    const states = await Promise.all(deployment.replica_uids.map((uid) => client.state(uid)));
+    const lost = deployment.replica_ids.filter((_id, i) => states[i]?.state === 'missing' || states[i]?.state === 'error');
+    if (lost.length && lost.length < states.length && this.#replicaLost) {
+      for (const [i, id] of deployment.replica_ids.entries()) {
+        const state = states[i];
+        if (state && lost.includes(id)) await this.#replicaLost(deployment.id, id, state.state === 'error' ? state.message : 'The engine no longer serves the replica.', log);
+      }
+      return;
+    }
+    const state = worstState(states);
     if (state.state === 'ready') {
       if (deployment.engine_unhealthy_since) {
         await recordEngineHealth(this.#db, deployment.id, deployment.status, null);

@@ -295,6 +295,15 @@ export class Scaler {
     await this.#replicaFailed(client, deployment.id, replica, reason, log);
   }
 
+  /** A ready replica the engine lost or failed, in a deployment that still serves through others (the reconciler found it): replaced. */
+  async replicaLost(deploymentId: string, replicaId: string, reason: string, log: Logger): Promise<void> {
+    const deployment = await findDeployment(this.#db, deploymentId);
+    const replica = (await liveReplicas(this.#db, deploymentId)).find((row) => row.id === replicaId);
+    if (!deployment?.cluster_id || !replica) return;
+    await this.#replicaFailed(await this.#clusters.clientOf(deployment.cluster_id), deploymentId, replica, reason, log);
+    await this.#boss.send(SCALE_QUEUE, { deploymentId }, { singletonKey: deploymentId });
+  }
+
   /** A replica that failed: its model stopped (its GPUs freed once the engine confirms), an event, and no new replica for a while. */
   async #replicaFailed(client: XinferenceClient, deploymentId: string, replica: DeploymentReplicaRow, reason: string, log: Logger): Promise<void> {
     const stopped = (await client.stop(replica.engine_model_uid).catch(() => 'pending' as const)) === 'stopped';

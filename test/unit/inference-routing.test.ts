@@ -106,5 +106,3 @@ describe('the inference router’s choice of target', () => {
     expect(chooseReplica(two, (id) => inFlight.get(id) ?? 0)?.id).toBe('replica-0');
   });
 });
-  });
-});

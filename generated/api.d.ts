@@ -90,7 +90,16 @@ export interface paths {
         /**
          * Create a deployment
          * @description Deploys a catalog model. The deployment starts as `requested` and is provisioned in the
-         *     background. Needs role member or above. Billing may block it (409).
+         *     background. Needs role member or above. Billing may block it (409); the active deployment
+         *     limit (`max_active_resources`) counts deployments, not replicas.
+         *
+         *     Scaling is optional: `min_replicas` (default 1), `max_replicas` (default `min_replicas`, or 1
+         *     when that is 0; below `min_replicas`: 422 `VALIDATION_FAILED` at `body/max_replicas`),
+         *     `target_concurrency` and `scale_to_zero_after_seconds` (see `ScalingSettings`), and
+         *     `instance_type` (one the plan lists; another name: 422 `VALIDATION_FAILED` naming those
+         *     offered). Provisioning starts `max(min_replicas, 1)` replicas (`replicas.desired`); with
+         *     `min_replicas` 0 the deployment scales to zero once idle, and the first request after that
+         *     waits for a cold start (held by the gateway, see `X-Scale-Up-Timeout`).
          */
         post: operations["createDeployment"];
         delete?: never;
@@ -116,6 +125,10 @@ export interface paths {
          *     instance type provisioning would choose now with its `selection_reason`, the other instance
          *     types that hold the model with their hourly prices, the hourly and 30-day cost of running on
          *     the chosen one, the free GPUs of the registered clusters, and each billing guard's verdict.
+         *     `scaling` prices the scaling settings on the chosen option, at `min_replicas` and at
+         *     `max_replicas` replicas, and says whether `max_replicas` replicas fit on the free GPUs of the
+         *     chosen instance type on its cluster now. With `instance_type`, only that type is considered
+         *     (the chosen option and the alternatives are of that type).
          *
          *     A request create would refuse with 422 `MODEL_NOT_DEPLOYABLE` is refused the same way here. A
          *     guard that would refuse the create (409) is not an error here: the plan answers 200 with that
@@ -156,7 +169,27 @@ export interface paths {
         delete: operations["deleteDeployment"];
         options?: never;
         head?: never;
-        patch?: never;
+        /**
+         * Update a deployment's scaling
+         * @description Changes a deployment's scaling settings: `min_replicas`, `max_replicas`, `target_concurrency`,
+         *     `scale_to_zero_after_seconds` (an omitted field keeps its value; at least one field, else 422
+         *     `VALIDATION_FAILED`). The bounds are checked against the stored settings: a `max_replicas`
+         *     below the stored `min_replicas` (or the reverse) answers 422 `VALIDATION_FAILED`. The launch and
+         *     the instance type are fixed at creation: `model_name`, `model_format`, `model_size_in_billions`,
+         *     `quantization` and `instance_type` with another value than the deployment's answer 422
+         *     `VALIDATION_FAILED` with an `errors[]` entry at `body/<field>` for each, saying it is fixed at
+         *     creation (the same value is accepted and ignored). No new error code: a new value of the
+         *     released `ErrorCode` enum would break generated clients.
+         *
+         *     The desired replicas (`replicas.desired`) move into the new bounds at once (a running
+         *     deployment at zero given `min_replicas` 1 or more wakes to it), recorded as a
+         *     `deployment.scaled` event with reason `settings` (and its webhook deliveries), and a running
+         *     deployment's replicas are then added or drained to that count in the background. A
+         *     `terminating` deployment answers 409 `DEPLOYMENT_DELETION_PENDING`, as delete does while its
+         *     cleanup runs; a `failed` or `terminated` one, which never serves again, 422 `VALIDATION_FAILED`
+         *     at `path/deployment_id`. Needs role member or above, as delete does.
+         */
+        patch: operations["updateDeployment"];
         trace?: never;
     };
     "/api/v1/model-deployments/{deployment_id}/events": {
@@ -168,12 +201,13 @@ export interface paths {
         };
         /**
          * Stream a deployment's events
-         * @description Follows a deployment: its status changes and provisioning steps (with progress while the model
-         *     loads), as server-sent events. The history comes first, then new events live, whichever API
+         * @description Follows a deployment: its status changes, provisioning steps (with progress while the model
+         *     loads) and scale actions, as server-sent events. The history comes first, then new events live, whichever API
          *     process or worker made them. To resume, send the last event id received as `Last-Event-ID`
          *     (an `EventSource` does so by itself when it reconnects): only later events are sent. Events
-         *     carry `event: deployment.status_changed` or `event: deployment.provisioning_step`, so an
-         *     `EventSource` receives them through `addEventListener` with those names (not `onmessage`).
+         *     carry `event: deployment.status_changed`, `event: deployment.provisioning_step` or
+         *     `event: deployment.scaled`, so an `EventSource` receives them through `addEventListener` with
+         *     those names (not `onmessage`).
          *     When the deployment is `failed` or `terminated` (final: only a DELETE of a failed deployment
          *     changes it again) and its events are all sent, one `event: end` (a `DeploymentEventStreamEnd`)
          *     ends the stream and the connection closes. An `EventSource` reconnects to a stream that closed:
@@ -3041,7 +3075,10 @@ export interface components {
              */
             repetition_penalty?: number | null;
         };
-        /** @description What to deploy. Unknown fields are rejected. */
+        /**
+         * @description What to deploy, and how it scales. Unknown fields are rejected. Every scaling setting is optional:
+         *     without them the deployment is one fixed replica, as before.
+         */
         CreateDeploymentRequest: {
             /** @description Catalog model name. */
             model_name: string;
@@ -3051,6 +3088,48 @@ export interface components {
             model_size_in_billions?: number | components["schemas"]["DecimalString"];
             /** @description Quantization; the catalog's default when omitted. */
             quantization?: string;
+            /**
+             * Format: int32
+             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
+             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
+             *     first request after that waits for a cold start (a replica placed and the model loaded, which
+             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
+             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
+             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
+             *     `deployment_not_running` with `Retry-After`.
+             */
+            min_replicas?: number;
+            /**
+             * Format: int32
+             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
+             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
+             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
+             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
+             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
+             */
+            max_replicas?: number;
+            /**
+             * Format: int32
+             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
+             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
+             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
+             *     after the load has stayed below the smaller count for a cool-down.
+             */
+            target_concurrency?: number;
+            /**
+             * Format: int32
+             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
+             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
+             */
+            scale_to_zero_after_seconds?: number;
+            /**
+             * @description The instance type to run on, one of those the plan lists (`capacity[].instance_type`, e.g.
+             *     `g5.12xlarge`): provisioning then places the deployment and every replica only on that type, even
+             *     when another is cheaper, and fails it (`instance_selection` or `capacity`) when that type cannot
+             *     hold the model or has no GPUs free. A name no registered cluster offers answers 422
+             *     `VALIDATION_FAILED` naming the offered ones. Omitted: the platform chooses the cheapest type that holds the model.
+             */
+            instance_type?: string;
         };
         /** @description An embeddings request (the hosted OpenAI schema). A top-level field not listed here answers 400 `unsupported_parameter`. */
         CreateEmbeddingRequest: {
@@ -3387,6 +3466,17 @@ export interface components {
          *       "selection_reason": "g5.xlarge is the cheapest instance type with free capacity and at least 20.2 GB of GPU memory (1 x A10G, 24 GB) at $0.000279/s.",
          *       "failure_stage": null,
          *       "failure_reason": null,
+         *       "min_replicas": 1,
+         *       "max_replicas": 3,
+         *       "target_concurrency": 4,
+         *       "scale_to_zero_after_seconds": 900,
+         *       "instance_type": null,
+         *       "replicas": {
+         *         "desired": 2,
+         *         "ready": 1,
+         *         "starting": 1,
+         *         "draining": 0
+         *       },
          *       "created_at": "2026-11-20T09:30:00Z",
          *       "updated_at": "2026-11-20T09:33:12Z",
          *       "terminated_at": null
@@ -3430,6 +3520,43 @@ export interface components {
             failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
             /** @description What went wrong, in words, when `status` is `failed`. */
             failure_reason: string | null;
+            /**
+             * Format: int32
+             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
+             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
+             *     first request after that waits for a cold start (a replica placed and the model loaded, which
+             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
+             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
+             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
+             *     `deployment_not_running` with `Retry-After`.
+             */
+            min_replicas: number;
+            /**
+             * Format: int32
+             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
+             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
+             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
+             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
+             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
+             */
+            max_replicas: number;
+            /**
+             * Format: int32
+             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
+             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
+             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
+             *     after the load has stayed below the smaller count for a cool-down.
+             */
+            target_concurrency: number;
+            /**
+             * Format: int32
+             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
+             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
+             */
+            scale_to_zero_after_seconds: number;
+            /** @description The instance type asked for at creation (provisioning places only on it); `null` when the platform chose (`selected_instance_type` says which). */
+            instance_type: string | null;
+            replicas: components["schemas"]["DeploymentReplicas"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3453,7 +3580,7 @@ export interface components {
             currency: components["schemas"]["CurrencyCode"];
         };
         /**
-         * @description One event of a deployment's log: every status change and provisioning step, appended in the
+         * @description One event of a deployment's log: every status change, provisioning step and scale action, appended in the
          *     same transaction as the change. `id` increases with each event; within one deployment, events
          *     are never seen out of order. The same object is the `data` of a webhook delivery.
          * @example {
@@ -3466,6 +3593,7 @@ export interface components {
          *       "step": "model_loading",
          *       "progress": 0.42,
          *       "failure_stage": null,
+         *       "scale": null,
          *       "message": "The engine is loading the model (42%).",
          *       "created_at": "2026-11-20T09:31:02Z"
          *     }
@@ -3506,9 +3634,11 @@ export interface components {
              * @enum {string|null}
              */
             failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
+            /** @description On a `deployment.scaled` event: the desired replicas before and after, and why; otherwise `null`. */
+            scale: components["schemas"]["DeploymentScale"] | null;
             /**
              * @description A sentence for people: why an instance was chosen (to `provisioning`), why it failed (to
-             *     `failed`), how far loading is. `null` when there is nothing to add.
+             *     `failed`), how far loading is, why the replicas changed. `null` when there is nothing to add.
              */
             message: string | null;
             /**
@@ -3544,9 +3674,11 @@ export interface components {
         };
         /**
          * @description What a deployment event records: `deployment.status_changed` (the deployment moved from
-         *     `from_status` to `to_status`; at creation `from_status` is `null`), or
+         *     `from_status` to `to_status`; at creation `from_status` is `null`),
          *     `deployment.provisioning_step` (a step of provisioning made progress: `step`, `progress`; the
-         *     status, `to_status`, is unchanged).
+         *     status, `to_status`, is unchanged), or `deployment.scaled` (the replicas the deployment wants
+         *     changed: `scale` says from how many to how many and why; the status is unchanged, and a
+         *     deployment scaled to zero stays `running`).
          * @enum {string}
          */
         DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled";
@@ -3589,8 +3721,10 @@ export interface components {
         DeploymentPlan: {
             launch: components["schemas"]["DeploymentPlanLaunch"];
             placement: components["schemas"]["DeploymentPlanPlacement"];
-            /** @description The cost of running on the chosen option; `null` when none can be chosen now. */
+            /** @description The cost of running one replica on the chosen option; `null` when none can be chosen now. */
             estimated_cost: components["schemas"]["DeploymentCostEstimate"] | null;
+            /** @description The scaling settings' cost at `min_replicas` and `max_replicas`, and whether `max_replicas` fits now. */
+            scaling: components["schemas"]["DeploymentPlanScaling"];
             /** @description The GPUs deployments may be placed on now: available instances of the active clusters for dedicated deployments, per cluster and instance type. */
             capacity: components["schemas"]["ClusterCapacity"][];
             /** @description Every guard's verdict, in the order create applies them. */
@@ -3665,6 +3799,32 @@ export interface components {
             /** @description The deployment's `failure_reason` as provisioning would write it; `null` when an option is chosen. */
             failure_reason: string | null;
         };
+        /** @description What the deployment's scaling settings come to on the chosen option. */
+        DeploymentPlanScaling: {
+            /**
+             * Format: int32
+             * @description The `min_replicas` create would store.
+             */
+            min_replicas: number;
+            /**
+             * Format: int32
+             * @description The `max_replicas` create would store (its default filled in).
+             */
+            max_replicas: number;
+            /** @description The cost of `min_replicas` replicas: what the deployment costs when idle (0 when it scales to zero). `null` when no option can be chosen now. */
+            at_min: components["schemas"]["DeploymentReplicaCost"] | null;
+            /** @description The cost of `max_replicas` replicas: the most it costs under load. `null` when no option can be chosen now. */
+            at_max: components["schemas"]["DeploymentReplicaCost"] | null;
+            /**
+             * @description Whether `max_replicas` replicas (each the chosen option's GPUs, on one instance) fit on the free
+             *     GPUs of the chosen option's instance type on its cluster now: the autoscaler adds replicas on
+             *     the deployment's cluster and instance type only. False when no option can be chosen. A plan
+             *     is of its moment: others may take those GPUs before the load comes.
+             */
+            max_replicas_fit: boolean;
+            /** @description Why, in one sentence (without counts of free GPUs, which would show other organizations' activity). */
+            max_replicas_fit_reason: string;
+        };
         /** @description The answer create would give instead of 201: the first refused guard's. */
         DeploymentRefusal: {
             /** @enum {number} */
@@ -3672,10 +3832,78 @@ export interface components {
             code: components["schemas"]["DeploymentGuardCode"];
             detail: string;
         };
+        /** @description What a number of replicas on the chosen option costs. */
+        DeploymentReplicaCost: {
+            /**
+             * Format: int32
+             * @description How many replicas.
+             */
+            replicas: number;
+            /** @description An hour of that many replicas running (the option's price × replicas × 3600), rounded to a ten-thousandth; 0 at 0 replicas. */
+            hourly_amount: components["schemas"]["BillingDecimal"];
+            /** @description 30 days (2,592,000 seconds) of that many running, rounded to the cent. */
+            thirty_day_amount: components["schemas"]["BillingDecimal"];
+            currency: components["schemas"]["CurrencyCode"];
+        };
+        /**
+         * @description How many replicas serve the deployment. Each replica is the model loaded on GPUs of its own, of
+         *     the deployment's instance type on its cluster; the gateway sends each request to the ready
+         *     replica with the fewest requests in flight. A deployment scaled to zero is `running` with
+         *     `desired` 0 and `ready` 0: it holds no GPU and is billed nothing, and its next request wakes it.
+         */
+        DeploymentReplicas: {
+            /**
+             * Format: int32
+             * @description How many replicas the autoscaler wants now, between `min_replicas` and `max_replicas` (0 once scaled to zero).
+             */
+            desired: number;
+            /**
+             * Format: int32
+             * @description Replicas loaded and taking requests.
+             */
+            ready: number;
+            /**
+             * Format: int32
+             * @description Replicas placed whose model is loading; they take requests once ready.
+             */
+            starting: number;
+            /**
+             * Format: int32
+             * @description Replicas being removed: they take no new request, finish those in flight, then stop and free their GPUs.
+             */
+            draining: number;
+        };
+        /** @description A scale action: the deployment's desired replicas before and after, and why. */
+        DeploymentScale: {
+            /**
+             * Format: int32
+             * @description Desired replicas before.
+             */
+            from: number;
+            /**
+             * Format: int32
+             * @description Desired replicas after.
+             */
+            to: number;
+            reason: components["schemas"]["DeploymentScaleReason"];
+        };
+        /**
+         * @description Why the desired replicas changed. `load`: the requests in flight and held per replica moved
+         *     away from `target_concurrency` (up at once, down after a cool-down). `idle`: no request came for
+         *     `scale_to_zero_after_seconds` with `min_replicas` 0 (to 0). `request`: a request arrived for a
+         *     deployment at zero (0 to 1: the cold start). `settings`: a change of `min_replicas` or
+         *     `max_replicas` (`updateDeployment`) moved the count into the new bounds. `capacity_shortfall`:
+         *     the cluster has no GPUs free for the replicas wanted; `to` is the count it could hold, and the
+         *     autoscaler tries again as GPUs free up. `replica_failed`: a replica failed and is replaced.
+         * @enum {string}
+         */
+        DeploymentScaleReason: "load" | "idle" | "request" | "settings" | "capacity_shortfall" | "replica_failed";
         /**
          * @description Where a deployment is in its life.
          *     `requested` → `provisioning` (instance type chosen, GPUs allocated) → `starting` (model launching
-         *     on the serving engine) → `running` (every replica loaded and the model answering). Any
+         *     on the serving engine) → `running` (the model answering; replicas are then added and removed
+         *     with the load, see `replicas`). A deployment scaled to zero stays `running`, with
+         *     `replicas.desired` 0 and `replicas.ready` 0: its next request wakes it. Any
          *     non-terminal state can move to `failed` (see `failure_stage`). DELETE moves a deployment to
          *     `terminating`; cleanup waits out a launch in progress, stops the model, and sets `terminated`
          *     once the engine confirms it gone.
@@ -4148,6 +4376,43 @@ export interface components {
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
+        /** @description The scaling settings as a request sets them: each optional. */
+        OptionalScalingSettings: {
+            /**
+             * Format: int32
+             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
+             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
+             *     first request after that waits for a cold start (a replica placed and the model loaded, which
+             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
+             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
+             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
+             *     `deployment_not_running` with `Retry-After`.
+             */
+            min_replicas?: number;
+            /**
+             * Format: int32
+             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
+             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
+             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
+             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
+             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
+             */
+            max_replicas?: number;
+            /**
+             * Format: int32
+             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
+             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
+             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
+             *     after the load has stayed below the smaller count for a cool-down.
+             */
+            target_concurrency?: number;
+            /**
+             * Format: int32
+             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
+             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
+             */
+            scale_to_zero_after_seconds?: number;
+        };
         /**
          * @description The caller's current organization, as the caller sees it.
          * @example {
@@ -4441,6 +4706,43 @@ export interface components {
              *     86400 (24 hours); `0` revokes it at once (a leaked secret).
              */
             previous_secret_valid_for_seconds?: number;
+        };
+        /** @description A deployment's scaling settings: what the autoscaler keeps to. Defaults keep one fixed replica. */
+        ScalingSettings: {
+            /**
+             * Format: int32
+             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
+             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
+             *     first request after that waits for a cold start (a replica placed and the model loaded, which
+             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
+             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
+             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
+             *     `deployment_not_running` with `Retry-After`.
+             */
+            min_replicas: number;
+            /**
+             * Format: int32
+             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
+             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
+             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
+             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
+             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
+             */
+            max_replicas: number;
+            /**
+             * Format: int32
+             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
+             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
+             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
+             *     after the load has stayed below the smaller count for a cool-down.
+             */
+            target_concurrency: number;
+            /**
+             * Format: int32
+             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
+             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
+             */
+            scale_to_zero_after_seconds: number;
         };
         /** @description The session itself. */
         SessionInfo: {
@@ -4773,6 +5075,59 @@ export interface components {
         /** @description Changes how invoices are collected. Unknown fields are rejected. */
         UpdateCollectionMethodRequest: {
             collection_method: components["schemas"]["CollectionMethod"];
+        };
+        /**
+         * @description A change to a deployment: its scaling settings (an omitted field keeps its value; at least one
+         *     field). The launch and the instance type are fixed at creation: `model_name`, `model_format`,
+         *     `model_size_in_billions`, `quantization` and `instance_type` are accepted only with the
+         *     deployment's own values (and then ignored); another value answers 422 `VALIDATION_FAILED` with
+         *     an `errors[]` entry at `body/<field>` for each (create a new deployment instead). Unknown fields are rejected.
+         */
+        UpdateDeploymentRequest: {
+            /**
+             * Format: int32
+             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
+             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
+             *     first request after that waits for a cold start (a replica placed and the model loaded, which
+             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
+             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
+             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
+             *     `deployment_not_running` with `Retry-After`.
+             */
+            min_replicas?: number;
+            /**
+             * Format: int32
+             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
+             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
+             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
+             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
+             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
+             */
+            max_replicas?: number;
+            /**
+             * Format: int32
+             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
+             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
+             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
+             *     after the load has stayed below the smaller count for a cool-down.
+             */
+            target_concurrency?: number;
+            /**
+             * Format: int32
+             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
+             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
+             */
+            scale_to_zero_after_seconds?: number;
+            /** @description Fixed at creation: only the deployment's own value is accepted. */
+            model_name?: string;
+            /** @description Fixed at creation: only the deployment's own value is accepted. */
+            model_format?: string;
+            /** @description Fixed at creation: only the deployment's own value (as a number or a numeric string) is accepted. */
+            model_size_in_billions?: number | components["schemas"]["DecimalString"];
+            /** @description Fixed at creation: only the deployment's own value is accepted. */
+            quantization?: string;
+            /** @description Fixed at creation: only the deployment's own value (the one asked for at creation) is accepted. */
+            instance_type?: string;
         };
         /** @description A member's new role. Unknown fields are rejected. */
         UpdateMemberRoleRequest: {
@@ -5706,6 +6061,17 @@ export interface operations {
                      *       "selection_reason": null,
                      *       "failure_stage": null,
                      *       "failure_reason": null,
+                     *       "min_replicas": 1,
+                     *       "max_replicas": 1,
+                     *       "target_concurrency": 4,
+                     *       "scale_to_zero_after_seconds": 900,
+                     *       "instance_type": null,
+                     *       "replicas": {
+                     *         "desired": 1,
+                     *         "ready": 0,
+                     *         "starting": 0,
+                     *         "draining": 0
+                     *       },
                      *       "created_at": "2026-11-20T09:30:00Z",
                      *       "updated_at": "2026-11-20T09:30:00Z",
                      *       "terminated_at": null
@@ -5757,7 +6123,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
+            /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields, `max_replicas` below `min_replicas`, and an `instance_type` no registered cluster offers) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5835,7 +6201,7 @@ export interface operations {
                     "application/json": components["schemas"]["Problem"];
                 };
             };
-            /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
+            /** @description 422: `VALIDATION_FAILED` (with `errors[]`, including unknown fields, `max_replicas` below `min_replicas`, and an `instance_type` no registered cluster offers) or `MODEL_NOT_DEPLOYABLE` (unknown or disabled model, or an unsupported format, size or quantization). */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -5894,6 +6260,17 @@ export interface operations {
                      *       "selection_reason": "g5.xlarge is the cheapest instance type with free capacity and at least 20.2 GB of GPU memory (1 x A10G, 24 GB) at $0.000279/s.",
                      *       "failure_stage": null,
                      *       "failure_reason": null,
+                     *       "min_replicas": 1,
+                     *       "max_replicas": 3,
+                     *       "target_concurrency": 4,
+                     *       "scale_to_zero_after_seconds": 900,
+                     *       "instance_type": null,
+                     *       "replicas": {
+                     *         "desired": 2,
+                     *         "ready": 2,
+                     *         "starting": 0,
+                     *         "draining": 0
+                     *       },
                      *       "created_at": "2026-11-20T09:30:00Z",
                      *       "updated_at": "2026-11-20T09:33:12Z",
                      *       "terminated_at": null
@@ -5994,6 +6371,17 @@ export interface operations {
                      *       "selection_reason": "g5.xlarge is the cheapest instance type with free capacity and at least 20.2 GB of GPU memory (1 x A10G, 24 GB) at $0.000279/s.",
                      *       "failure_stage": null,
                      *       "failure_reason": null,
+                     *       "min_replicas": 1,
+                     *       "max_replicas": 1,
+                     *       "target_concurrency": 4,
+                     *       "scale_to_zero_after_seconds": 900,
+                     *       "instance_type": null,
+                     *       "replicas": {
+                     *         "desired": 1,
+                     *         "ready": 0,
+                     *         "starting": 0,
+                     *         "draining": 1
+                     *       },
                      *       "created_at": "2026-11-20T09:30:00Z",
                      *       "updated_at": "2026-11-20T10:02:45Z",
                      *       "terminated_at": null
@@ -6046,6 +6434,115 @@ export interface operations {
                 };
             };
             /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    updateDeployment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UpdateDeploymentRequest"];
+            };
+        };
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Deployment"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 409 on update: `DEPLOYMENT_DELETION_PENDING`, the deployment is `terminating` (its cleanup is
+             *     running): its settings no longer change.
+             */
+            409: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 413: `PAYLOAD_TOO_LARGE`, the body is larger than the route accepts. */
+            413: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 422: `VALIDATION_FAILED` with `errors[]`: an empty body, unknown fields, bounds, `max_replicas`
+             *     below `min_replicas` once merged with the stored settings, a field fixed at creation sent with
+             *     another value than the deployment's (each at `body/<field>`, "is fixed at creation"), or a
+             *     deployment that is `failed` or `terminated` (at `path/deployment_id`).
+             */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
@@ -6121,7 +6618,7 @@ export interface operations {
                      *
                      *     id: 4182
                      *     event: deployment.provisioning_step
-                     *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
+                     *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"scale":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
                      */
                     "text/event-stream": components["schemas"]["DeploymentEvent"] | components["schemas"]["DeploymentEventStreamEnd"];
                 };

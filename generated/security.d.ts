@@ -81,6 +81,7 @@ export interface OperationSecurity {
   "updateApiKey": "CsrfToken" | "SessionCookie";
   "updateApiKeyLimitDefaults": "CsrfToken" | "SessionCookie";
   "updateCollectionMethod": "CsrfToken" | "SessionCookie";
+  "updateDeployment": "CsrfToken" | "SessionCookie";
   "updateMemberRole": "CsrfToken" | "SessionCookie";
   "updateOrganization": "CsrfToken" | "SessionCookie";
   "updateProfile": "CsrfToken" | "SessionCookie";

@@ -1,7 +1,7 @@
 import type { components } from '../../generated/api.d.ts';
 import type { DeploymentGuardVerdict } from '../billing/deployment-guard.ts';
-import type { GpuServicePrice, PlacementOption } from './deployments.repository.ts';
-import type { InstanceCapacity, PlacementChoice, PlacementPlan } from './instance-selection.ts';
+import type { GpuServicePrice, PlacementOption, ReplicaCost } from './deployments.repository.ts';
+import type { InstanceCapacity, Placement, PlacementChoice, PlacementPlan } from './instance-selection.ts';
 import type { ResolvedLaunch } from './launch-spec.ts';
 
 export type DeploymentPlan = components['schemas']['DeploymentPlan'];
@@ -17,6 +17,14 @@ export interface PlanFacts {
   clusters: ReadonlyArray<Pick<PlacementOption, 'cluster_id' | 'provider' | 'region'>>;
   guards: readonly DeploymentGuardVerdict[];
   refusal: Extract<DeploymentGuardVerdict, { verdict: 'refused' }> | undefined;
+  scaling: {
+    minReplicas: number;
+    maxReplicas: number;
+    /** The cost at `minReplicas` and at `maxReplicas` on the chosen option; null when none is chosen. */
+    costs: readonly ReplicaCost[] | null;
+    /** How many replicas fit on the free GPUs of the chosen option's instance type on its cluster now. */
+    fitting: number;
+  };
 }
 
 /** The plan as the API shows it (`DeploymentPlan`), from what create and provisioning decided. */
@@ -92,7 +100,28 @@ export function toDeploymentPlan(facts: PlanFacts): DeploymentPlan {
         max_free_gpus_per_instance: availableNow ? Math.ceil(group.gpus / Math.max(1, group.instances)) : 0,
       };
     }),
+    scaling: scalingOf(facts.scaling, selection.ok ? selection.placement : undefined),
     guards: facts.guards.map((verdict) => ({ ...verdict })),
     would_be_refused: refusal ? { status: 409, code: refusal.code, detail: refusal.detail } : null,
+  };
+}
+
+/** The plan's `scaling`: the costs at min and max, and whether max fits, in a sentence that shows no free GPU count. */
+function scalingOf(scaling: PlanFacts['scaling'], chosen: Placement | undefined): DeploymentPlan['scaling'] {
+  const [atMin, atMax] = scaling.costs ?? [];
+  const fit = chosen !== undefined && scaling.fitting >= scaling.maxReplicas;
+  const replicas = chosen && `${scaling.maxReplicas} ${scaling.maxReplicas === 1 ? 'replica' : 'replicas'} of ${chosen.gpuCount} x ${chosen.instanceType.gpuType}`;
+  const gpus = chosen && `The free GPUs of ${chosen.instanceType.name} on the chosen cluster`;
+  return {
+    min_replicas: scaling.minReplicas,
+    max_replicas: scaling.maxReplicas,
+    at_min: atMin ?? null,
+    at_max: atMax ?? null,
+    max_replicas_fit: fit,
+    max_replicas_fit_reason: !chosen
+      ? 'No instance type can take the deployment now, so no replica fits.'
+      : fit
+        ? `${gpus} hold ${replicas} now.`
+        : `${gpus} do not hold ${replicas} now: the autoscaler adds replicas as GPUs free up, and records each shortfall as a deployment.scaled event (reason capacity_shortfall).`,
   };
 }

@@ -1,7 +1,7 @@
 import type { Handlers } from '../http/types.ts';
 import type { DeploymentsService } from './deployments.service.ts';
 
-type DeploymentHandlers = Pick<Handlers, 'listDeployments' | 'getDeployment' | 'createDeployment' | 'planDeployment' | 'deleteDeployment'>;
+type DeploymentHandlers = Pick<Handlers, 'listDeployments' | 'getDeployment' | 'createDeployment' | 'planDeployment' | 'updateDeployment' | 'deleteDeployment'>;
 
 export function deploymentHandlers(deps: { deployments: DeploymentsService }): DeploymentHandlers {
   const { deployments } = deps;
@@ -10,6 +10,7 @@ export function deploymentHandlers(deps: { deployments: DeploymentsService }): D
     getDeployment: async (context) => ({ status: 200, body: await deployments.get(context.auth, context.params.deployment_id) }),
     createDeployment: async (context) => ({ status: 201, body: await deployments.create(context.auth, context.body) }),
     planDeployment: async (context) => ({ status: 200, body: await deployments.plan(context.auth, context.body) }),
+    updateDeployment: async (context) => ({ status: 200, body: await deployments.update(context.auth, context.params.deployment_id, context.body) }),
     deleteDeployment: async (context) => ({ status: 200, body: await deployments.delete(context.auth, context.params.deployment_id) }),
   };
 }

@@ -56,18 +56,46 @@ const SHOWN_COLUMNS = [
   'selection_reason',
   'failure_stage',
   'failure_reason',
+  'min_replicas',
+  'max_replicas',
+  'target_concurrency',
+  'scale_to_zero_after_seconds',
+  'instance_type',
+  'desired_replicas',
 ] as const satisfies ReadonlyArray<keyof DeploymentRow>;
 
-/** A deployment as a page lists it: what the API shows, its times as the API writes them. */
-export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number]> & { created_at: string; updated_at: string; terminated_at: string | null };
+/** How many of a deployment's replicas are in each status the API shows (`replicas` of a deployment). */
+export interface ReplicaCounts {
+  ready: number;
+  starting: number;
+  /** Draining or stopping: taking no new request, on their way out. */
+  draining: number;
+}
+
+/** A deployment with none: what a new one has. */
+export const NO_REPLICAS: ReplicaCounts = { ready: 0, starting: 0, draining: 0 };
+
+/**
+ * One aggregate over a deployment's replicas (under the alias `d`), read from the replicas' key
+ * `(deployment_id, ordinal)`: the counts of `ReplicaCounts` as integer columns.
+ */
+const REPLICA_COUNTS_SQL = `select count(*) filter (where r.status = 'ready')::int as ready,
+         count(*) filter (where r.status = 'starting')::int as starting,
+         count(*) filter (where r.status in ('draining', 'stopping'))::int as draining
+  from deployment_replicas r where r.deployment_id = d.id`;
+
+/** A deployment as a page lists it: what the API shows, its times as the API writes them, and its replicas' counts. */
+export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number]> & { created_at: string; updated_at: string; terminated_at: string | null } & ReplicaCounts;
 const LISTED_TIMES = ['created_at', 'updated_at', 'terminated_at'] as const satisfies ReadonlyArray<keyof ListedDeployment>;
 
 /**
  * A page of the scope's deployments, newest first (created_at desc, id desc), the scope's total, and
  * the position after the page's last row when more follow (else null). A deferred join: the page's
  * ids from an index-only scan of `deployments_by_owner`, then only those rows by primary key, in
- * order; one row more than `limit` says whether another page follows. `total` is the owner's counter
- * in `deployment_counts`, not a count (docs/scaling.md, Indexes that keep reads cheap).
+ * order; one row more than `limit` says whether another page follows. The replicas' counts are one
+ * correlated aggregate per row of the page (a lateral join on the replicas' key), never a join of the
+ * whole list. `total` is the owner's counter in `deployment_counts`, not a count (docs/scaling.md,
+ * Indexes that keep reads cheap).
  */
 export async function listDeploymentsOf(
   db: Db,
@@ -89,8 +117,12 @@ export async function listDeploymentsOf(
     // Date (and back, for the shown ones) was a fifth of the service's work for a page.
     db('deployments as d')
       .join(ids.as('page'), 'page.id', 'd.id')
+      .joinRaw(`cross join lateral (${REPLICA_COUNTS_SQL}) as replicas`)
       .select(
         ...SHOWN_COLUMNS.map((column) => `d.${column}`),
+        'replicas.ready',
+        'replicas.starting',
+        'replicas.draining',
         ...LISTED_TIMES.map((column) => db.raw(utcTextSql(`d.${column}`, column))),
         db.raw(`${POSITION_AT} as position_at`),
       )
@@ -114,6 +146,20 @@ export async function findDeploymentOf(db: Db, scope: Scope, id: string, options
   return options.forUpdate ? query.forUpdate().first() : query.first();
 }
 
+/** The replicas' counts of one deployment (one aggregate on the replicas' key). */
+export async function replicaCountsOf(db: Db, deploymentId: string): Promise<ReplicaCounts> {
+  const { rows } = await db.raw<{ rows: ReplicaCounts[] }>(`select counts.* from (select ?::uuid as id) d cross join lateral (${REPLICA_COUNTS_SQL}) counts`, [deploymentId]);
+  return rows[0] ?? NO_REPLICAS;
+}
+
+/** The scaling settings a deployment stores (`deployments` columns, as the API names them). */
+export type ScalingColumns = Pick<DeploymentRow, 'min_replicas' | 'max_replicas' | 'target_concurrency' | 'scale_to_zero_after_seconds'>;
+
+/** Writes a locked deployment's scaling settings and desired replicas. */
+export async function updateScaling(trx: Knex.Transaction, id: string, changes: ScalingColumns & Pick<DeploymentRow, 'desired_replicas'>): Promise<void> {
+  await DeploymentRow.query(trx).findById(id).patch(changes);
+}
+
 /** Stores a new deployment (`requested`). */
 export async function insertDeploymentRow(trx: Knex.Transaction, deployment: NewDeployment): Promise<DeploymentRow> {
   return DeploymentRow.query(trx).insert(deployment).returning('*');
@@ -122,7 +168,8 @@ export async function insertDeploymentRow(trx: Knex.Transaction, deployment: New
 export type NewDeployment = Pick<
   DeploymentRow,
   'user_id' | 'organization_id' | 'deployable_model_id' | 'model_name' | 'model_format' | 'model_size_in_billions' | 'quantization' | 'model_engine'
->;
+> &
+  Partial<ScalingColumns & Pick<DeploymentRow, 'instance_type' | 'desired_replicas'>>;
 
 /** How many of the organization's deployments count against its limit. */
 export async function countActiveDeployments(db: Db, organizationId: number): Promise<number> {
@@ -282,21 +329,49 @@ export interface GpuServicePrice {
 export async function gpuServicePrices(db: Db, services: ReadonlyArray<{ instanceId: string; gpuCount: number }>): Promise<GpuServicePrice[]> {
   if (services.length === 0) return [];
   const { rows } = await db.raw<{ rows: GpuServicePrice[] }>(
-    `with unit as (
-       select s.instance_id, s.gpu_count,
-              s.provider || ':' || s.region || ':' || s.resource_kind || ':' || s.instance_type || ':' || s.gpu_type || ':' || s.gpu_count_text as service_key,
-              coalesce(p.unit_amount_decimal, s.list_unit_amount) as amount, coalesce(p.currency, s.currency) as currency
-       from gpu_services s
-       join unnest(?::uuid[], ?::int[]) as wanted (instance_id, gpu_count) using (instance_id, gpu_count)
-       left join prices p on (p.provider, p.region, p.resource_kind, p.instance_type, p.gpu_type, p.gpu_count)
-         = (s.provider, s.region, s.resource_kind, s.instance_type, s.gpu_type, s.gpu_count_text)
-     )
+    `with unit as (${GPU_SERVICE_UNIT_SQL})
      select instance_id, gpu_count, service_key, currency,
             trim_scale(amount)::text as unit_amount_decimal,
             trim_scale(round(amount * 3600, 4))::text as hourly_amount,
             round(amount * 2592000, 2)::text as thirty_day_amount
      from unit`,
     [services.map((s) => s.instanceId), services.map((s) => s.gpuCount)],
+  );
+  return rows;
+}
+
+/** Each wanted (instance, GPU count) with its service key, and its price per second (`amount`) and currency. */
+const GPU_SERVICE_UNIT_SQL = `
+  select s.instance_id, s.gpu_count,
+         s.provider || ':' || s.region || ':' || s.resource_kind || ':' || s.instance_type || ':' || s.gpu_type || ':' || s.gpu_count_text as service_key,
+         coalesce(p.unit_amount_decimal, s.list_unit_amount) as amount, coalesce(p.currency, s.currency) as currency
+  from gpu_services s
+  join unnest(?::uuid[], ?::int[]) as wanted (instance_id, gpu_count) using (instance_id, gpu_count)
+  left join prices p on (p.provider, p.region, p.resource_kind, p.instance_type, p.gpu_type, p.gpu_count)
+    = (s.provider, s.region, s.resource_kind, s.instance_type, s.gpu_type, s.gpu_count_text)`;
+
+/** What `replicas` replicas on one service cost: an hour and 30 days of them, rounded as `gpuServicePrices` rounds one. */
+export interface ReplicaCost {
+  replicas: number;
+  hourly_amount: string;
+  thirty_day_amount: string;
+  currency: string;
+}
+
+/**
+ * The cost of each count in `replicas` running on `gpuCount` GPUs of an instance: its price ×
+ * replicas, an hour rounded to a ten-thousandth and 30 days to the cent, as one meter line rounds
+ * (every replica's GPU seconds go to the same service). 0 replicas cost 0.
+ */
+export async function replicaCosts(db: Db, service: { instanceId: string; gpuCount: number }, replicas: readonly number[]): Promise<ReplicaCost[]> {
+  const { rows } = await db.raw<{ rows: ReplicaCost[] }>(
+    `with unit as (${GPU_SERVICE_UNIT_SQL})
+     select n.replicas, unit.currency,
+            trim_scale(round(unit.amount * n.replicas * 3600, 4))::text as hourly_amount,
+            round(unit.amount * n.replicas * 2592000, 2)::text as thirty_day_amount
+     from unit cross join unnest(?::int[]) with ordinality as n (replicas, position)
+     order by n.position`,
+    [[service.instanceId], [service.gpuCount], [...replicas]],
   );
   return rows;
 }
@@ -389,7 +464,10 @@ export async function moveReplicas(trx: Knex.Transaction, deploymentId: string, 
 
 // ---- mapping
 
-export function toDeployment(row: DeploymentRow | ListedDeployment): Deployment {
+/** The deployment as the API shows it: a listed row carries its replicas' counts, a single row comes with them. */
+export function toDeployment(row: ListedDeployment): Deployment;
+export function toDeployment(row: DeploymentRow, replicas: ReplicaCounts): Deployment;
+export function toDeployment(row: DeploymentRow | ListedDeployment, replicas: ReplicaCounts = row as ListedDeployment): Deployment {
   return {
     id: row.id,
     user_id: String(row.user_id),
@@ -407,6 +485,12 @@ export function toDeployment(row: DeploymentRow | ListedDeployment): Deployment 
     selection_reason: row.selection_reason,
     failure_stage: row.failure_stage,
     failure_reason: row.failure_reason,
+    min_replicas: row.min_replicas,
+    max_replicas: row.max_replicas,
+    target_concurrency: row.target_concurrency,
+    scale_to_zero_after_seconds: row.scale_to_zero_after_seconds,
+    instance_type: row.instance_type,
+    replicas: { desired: row.desired_replicas, ready: replicas.ready, starting: replicas.starting, draining: replicas.draining },
     created_at: isoTime(row.created_at),
     updated_at: isoTime(row.updated_at),
     terminated_at: row.terminated_at === null ? null : isoTime(row.terminated_at),

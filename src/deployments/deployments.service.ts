@@ -8,27 +8,35 @@ import type { Keyring } from '../crypto.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { AppError } from '../errors.ts';
 import { enqueue } from '../jobs/queue.ts';
-import { transition } from './deployment-states.ts';
+import { SERVING, transition, type DeploymentStatus } from './deployment-states.ts';
 import { toDeploymentPlan, type DeploymentPlan } from './deployment-plan.ts';
 import {
   countActiveDeployments,
   findDeploymentOf,
   gpuServicePrices,
   listDeploymentsOf,
+  NO_REPLICAS,
   readPlacementCandidates,
+  replicaCosts,
+  replicaCountsOf,
   toCandidate,
   toDeployment,
+  updateScaling,
   type Deployment,
+  type PlacementOption,
   type Scope,
 } from './deployments.repository.ts';
-import { insertDeployment, moveDeployment } from './deployment-changes.ts';
-import { capacityOf, planPlacement, requiredGpuMemoryGb } from './instance-selection.ts';
+import { insertDeployment, moveDeployment, recordScale } from './deployment-changes.ts';
+import { capacityOf, offeredInstanceTypes, planPlacement, replicasThatFit, requiredGpuMemoryGb } from './instance-selection.ts';
+import { checkFixedFields, desiredWithin, initialReplicas, settingsOnCreate, settingsOnUpdate, settingsScaleMessage } from './scaling-settings.ts';
+import { requestScale } from './scaling.ts';
 import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { ListCursors } from './list-cursor.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
 import { readOnlySnapshot } from '../db/query.ts';
 
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
+type UpdateDeploymentRequest = components['schemas']['UpdateDeploymentRequest'];
 
 export interface Page<T> {
   items: T[];
@@ -45,8 +53,9 @@ export interface CursorPage<T> extends Page<T> {
 /**
  * Deployments as the API offers them, scoped to the caller (their own, in their current
  * organization). Creating stores a `requested` deployment and enqueues its provisioning in the same
- * transaction; planning answers what creating would do, writing nothing; deleting moves it to
- * `terminating` and enqueues the cleanup.
+ * transaction; planning answers what creating would do, writing nothing; updating changes its
+ * scaling settings and asks for its replicas to follow; deleting moves it to `terminating` and
+ * enqueues the cleanup.
  */
 export class DeploymentsService {
   readonly #db: Knex;
@@ -83,12 +92,14 @@ export class DeploymentsService {
   }
 
   async get(principal: SessionPrincipal, id: string): Promise<Deployment> {
-    return toDeployment(await this.#find(this.#db, principal, id));
+    return this.#shown(this.#db, await this.#find(this.#db, principal, id));
   }
 
   async create(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<Deployment> {
     const organization = requireOrganization(principal);
     const { model, launch } = await this.#resolve(principal, input);
+    const settings = settingsOnCreate(input);
+    if (input.instance_type !== undefined) checkInstanceType(input.instance_type, await readPlacementCandidates(this.#db));
 
     return this.#db.transaction(async (trx) => {
       // The billing account is locked before the count: concurrent creates are checked one after the other.
@@ -104,9 +115,12 @@ export class DeploymentsService {
         model_size_in_billions: String(launch.modelSizeInBillions),
         quantization: launch.quantization,
         model_engine: launch.modelEngine,
+        ...settings,
+        instance_type: input.instance_type ?? null,
+        desired_replicas: initialReplicas(settings),
       });
       await enqueue(this.#boss, trx, PROVISION_QUEUE, { deploymentId: deployment.id }, { singletonKey: deployment.id });
-      return toDeployment(deployment);
+      return toDeployment(deployment, NO_REPLICAS);
     });
   }
 
@@ -119,24 +133,58 @@ export class DeploymentsService {
   async plan(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<DeploymentPlan> {
     const organization = requireOrganization(principal);
     const { model, launch } = await this.#resolve(principal, input);
+    const settings = settingsOnCreate(input);
     const requiredGb = requiredGpuMemoryGb(launch.modelSizeInBillions, launch.quantization);
 
     return readOnlySnapshot(this.#db, async (trx) => {
-      const guards = deploymentGuardVerdicts(await loadGuardInputs(trx, organization.id), await countActiveDeployments(trx, organization.id), this.#billing);
       const rows = await readPlacementCandidates(trx);
+      if (input.instance_type !== undefined) checkInstanceType(input.instance_type, rows);
+      const guards = deploymentGuardVerdicts(await loadGuardInputs(trx, organization.id), await countActiveDeployments(trx, organization.id), this.#billing);
       const candidates = rows.map(toCandidate);
-      const placement = planPlacement(candidates, requiredGb);
+      const placement = planPlacement(candidates, requiredGb, input.instance_type);
       const prices = await gpuServicePrices(trx, placement.choices);
       const refusal = firstRefusal(guards);
+      const chosen = placement.selection.ok ? placement.selection.placement : undefined;
+      const replicas = [settings.min_replicas, settings.max_replicas];
       return toDeploymentPlan({
         launch: { ...launch, modelName: model.model_name, requiredGb },
         placement,
         prices,
+        scaling: {
+          minReplicas: settings.min_replicas,
+          maxReplicas: settings.max_replicas,
+          costs: chosen ? await replicaCosts(trx, chosen, replicas) : null,
+          fitting: chosen ? replicasThatFit(candidates, { clusterId: chosen.clusterId, instanceType: chosen.instanceType.name, gpuCount: chosen.gpuCount }) : 0,
+        },
         capacity: capacityOf(candidates),
         clusters: rows,
         guards,
         refusal,
       });
+    });
+  }
+
+  /**
+   * Changes the deployment's scaling settings, under its row lock: the fields fixed at creation may
+   * only be repeated, the bounds hold with the stored values, and the desired replicas move into
+   * them (a `deployment.scaled` event with reason `settings` when they do). A running deployment's
+   * replicas are asked to follow (the scale job, in the same transaction). 409 while a cleanup runs
+   * (as delete), 422 for a failed or terminated deployment, which never serves again.
+   */
+  async update(principal: SessionPrincipal, id: string, input: UpdateDeploymentRequest): Promise<Deployment> {
+    return this.#db.transaction(async (trx) => {
+      const deployment = await this.#find(trx, principal, id, true);
+      checkUpdatable(deployment.status);
+      checkFixedFields(deployment, input);
+      const settings = settingsOnUpdate(deployment, input);
+      const from = deployment.desired_replicas;
+      const to = desiredWithin(from, settings);
+      await updateScaling(trx, id, { ...settings, desired_replicas: to });
+      if (to !== from) {
+        await recordScale(trx, id, { status: deployment.status, scale: { from, to, reason: 'settings' }, message: settingsScaleMessage(from, to, settings) });
+      }
+      if (deployment.status === SERVING) await requestScale(this.#boss, trx, id);
+      return this.#shown(trx, await this.#find(trx, principal, id));
     });
   }
 
@@ -148,10 +196,10 @@ export class DeploymentsService {
       if (!to) {
         throw new AppError('DEPLOYMENT_DELETION_PENDING', 'The cleanup of this deployment is still running; try again when it has finished.');
       }
-      if (to === deployment.status) return toDeployment(deployment);
+      if (to === deployment.status) return this.#shown(trx, deployment);
       await moveDeployment(trx, id, { from: deployment.status, to });
       await enqueue(this.#boss, trx, TERMINATE_QUEUE, { deploymentId: id }, { singletonKey: id });
-      return toDeployment(await this.#find(trx, principal, id));
+      return this.#shown(trx, await this.#find(trx, principal, id));
     });
   }
 
@@ -170,6 +218,11 @@ export class DeploymentsService {
     return { model, launch: resolution.launch };
   }
 
+  /** The deployment as the API shows it, with its replicas' counts. */
+  async #shown(db: Knex | Knex.Transaction, row: DeploymentRow): Promise<Deployment> {
+    return toDeployment(row, await replicaCountsOf(db, row.id));
+  }
+
   #scope(principal: SessionPrincipal): Scope {
     return { userId: principal.user.id, organizationId: requireOrganization(principal).id };
   }
@@ -178,5 +231,30 @@ export class DeploymentsService {
     const row = await findDeploymentOf(db, this.#scope(principal), id, { forUpdate });
     if (!row) throw new AppError('NOT_FOUND', `Deployment ${id} was not found.`);
     return row;
+  }
+}
+
+/**
+ * 422 `VALIDATION_FAILED` at `body/instance_type` unless `name` is an instance type of the
+ * registered clusters' available instances (those the plan lists), naming them.
+ */
+function checkInstanceType(name: string, rows: readonly PlacementOption[]): void {
+  const offered = offeredInstanceTypes(rows.map(toCandidate));
+  if (offered.includes(name)) return;
+  const options = offered.length ? `one of ${offered.join(', ')}` : 'none: no cluster offers an instance now';
+  throw new AppError('VALIDATION_FAILED', `No registered cluster offers the instance type ${name}; the instance types offered now are ${options}.`, {
+    errors: [{ location: 'body/instance_type', message: `must be one of the instance types offered now: ${offered.join(', ') || '(none)'}` }],
+  });
+}
+
+/** A deployment's settings change until it stops for good: 409 while its cleanup runs, 422 once failed or terminated. */
+function checkUpdatable(status: DeploymentStatus): void {
+  if (status === 'terminating') {
+    throw new AppError('DEPLOYMENT_DELETION_PENDING', 'The deployment is being deleted: its settings no longer change.');
+  }
+  if (status === 'failed' || status === 'terminated') {
+    throw new AppError('VALIDATION_FAILED', `The deployment is ${status} and never serves again: its settings no longer change; create a new deployment.`, {
+      errors: [{ location: 'path/deployment_id', message: `is ${status}: its settings no longer change` }],
+    });
   }
 }

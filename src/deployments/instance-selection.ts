@@ -76,8 +76,10 @@ interface Fit {
   pricePerSecond: number;
 }
 
-function fitsOf(candidates: readonly Candidate[], requiredGb: number): Fit[] {
+/** The candidates with enough GPU memory, of the instance type asked for only when one is (`instanceType`). */
+function fitsOf(candidates: readonly Candidate[], requiredGb: number, instanceType?: string | null): Fit[] {
   return candidates.flatMap((candidate) => {
+    if (instanceType && candidate.instanceType.name !== instanceType) return [];
     const gpuCount = gpusNeeded(candidate.instanceType, requiredGb);
     if (gpuCount === undefined) return [];
     const pricePerSecond = (candidate.instanceType.pricePerSecond * gpuCount) / candidate.instanceType.gpuCount;
@@ -99,18 +101,21 @@ function bySelectionOrder(a: Fit, b: Fit): number {
 /**
  * The cheapest placement (by the deployment's share of the instance price) with enough GPU memory
  * and free GPUs; ties go to the instance with the most free GPUs left, then by id, so the same
- * inputs always give the same answer.
+ * inputs always give the same answer. With `instanceType` (the deployment's `instance_type`), only
+ * instances of that type are considered, whatever the others cost.
  */
-export function selectPlacement(candidates: readonly Candidate[], requiredGb: number): Selection {
-  return selectFrom(fitsOf(candidates, requiredGb), requiredGb);
+export function selectPlacement(candidates: readonly Candidate[], requiredGb: number, instanceType?: string | null): Selection {
+  return selectFrom(fitsOf(candidates, requiredGb, instanceType), requiredGb, instanceType);
 }
 
-function selectFrom(fitting: readonly Fit[], requiredGb: number): Selection {
+function selectFrom(fitting: readonly Fit[], requiredGb: number, instanceType?: string | null): Selection {
   if (fitting.length === 0) {
     return {
       ok: false,
       stage: 'instance_selection',
-      reason: `No instance type has ${requiredGb} GB of GPU memory on one instance for this model.`,
+      reason: instanceType
+        ? `The instance type asked for, ${instanceType}, has no ${requiredGb} GB of GPU memory on one instance of a registered cluster for this model.`
+        : `No instance type has ${requiredGb} GB of GPU memory on one instance for this model.`,
     };
   }
   const free = fitting.filter(hasRoom);
@@ -118,15 +123,18 @@ function selectFrom(fitting: readonly Fit[], requiredGb: number): Selection {
     return {
       ok: false,
       stage: 'capacity',
-      reason: `Every instance with at least ${requiredGb} GB of GPU memory is fully allocated; try again later.`,
+      reason: instanceType
+        ? `Every ${instanceType} instance (the instance type asked for) with at least ${requiredGb} GB of GPU memory is fully allocated; try again later.`
+        : `Every instance with at least ${requiredGb} GB of GPU memory is fully allocated; try again later.`,
     };
   }
   free.sort(bySelectionOrder);
   const best = free[0];
   if (!best) throw new Error('unreachable');
   const type = best.candidate.instanceType;
+  const why = instanceType ? 'is the instance type asked for, and has' : 'is the cheapest instance type with';
   const reason =
-    `${type.name} is the cheapest instance type with free capacity and at least ${requiredGb} GB of GPU memory ` +
+    `${type.name} ${why} free capacity and at least ${requiredGb} GB of GPU memory ` +
     `(${best.gpuCount} x ${type.gpuType}, ${best.gpuCount * type.gpuMemoryGb} GB) at $${best.pricePerSecond.toFixed(6)}/s.`;
   return {
     ok: true,
@@ -169,8 +177,8 @@ export interface PlacementPlan {
   choices: PlacementChoice[];
 }
 
-export function planPlacement(candidates: readonly Candidate[], requiredGb: number): PlacementPlan {
-  const fitting = fitsOf(candidates, requiredGb);
+export function planPlacement(candidates: readonly Candidate[], requiredGb: number, instanceType?: string | null): PlacementPlan {
+  const fitting = fitsOf(candidates, requiredGb, instanceType);
   const groups = new Map<string, Fit[]>();
   for (const fit of fitting) {
     const key = `${fit.candidate.clusterId}\u0000${fit.candidate.instanceType.name}`;
@@ -198,7 +206,23 @@ export function planPlacement(candidates: readonly Candidate[], requiredGb: numb
       a.instanceType.name.localeCompare(b.instanceType.name) ||
       a.clusterId.localeCompare(b.clusterId),
   );
-  return { selection: selectFrom(fitting, requiredGb), choices };
+  return { selection: selectFrom(fitting, requiredGb, instanceType), choices };
+}
+
+/**
+ * How many replicas of `gpuCount` GPUs each fit on the free GPUs of the instances of `instanceType`
+ * on `clusterId` now: a replica takes its GPUs from one instance, and the autoscaler places a
+ * deployment's replicas on its cluster and instance type only.
+ */
+export function replicasThatFit(candidates: readonly Candidate[], where: { clusterId: string; instanceType: string; gpuCount: number }): number {
+  return candidates
+    .filter((candidate) => candidate.clusterId === where.clusterId && candidate.instanceType.name === where.instanceType)
+    .reduce((sum, candidate) => sum + Math.floor(Math.max(0, candidate.freeGpus) / where.gpuCount), 0);
+}
+
+/** The instance type names of the candidates (the instance types the plan lists), sorted. */
+export function offeredInstanceTypes(candidates: readonly Candidate[]): string[] {
+  return [...new Set(candidates.map((candidate) => candidate.instanceType.name))].sort();
 }
 
 /** The GPUs of one instance type on one cluster, and how many are free now. */

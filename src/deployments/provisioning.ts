@@ -407,7 +407,7 @@ export class Provisioner {
   async #allocate(trx: Knex.Transaction, deployment: DeploymentRow, log: Logger): Promise<boolean> {
     const required = requiredGpuMemoryGb(Number(deployment.model_size_in_billions), deployment.quantization);
     const candidates = (await lockPlacementCandidates(trx)).map(toCandidate);
-    const selection = selectPlacement(candidates, required);
+    const selection = selectPlacement(candidates, required, deployment.instance_type);
     if (!selection.ok) {
       await moveDeployment(trx, deployment.id, {
         from: deployment.status,

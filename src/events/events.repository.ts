@@ -40,6 +40,7 @@ export function toDeploymentEvent(row: DeploymentEventRow): DeploymentEvent {
     step: row.step,
     progress: row.progress === null ? null : Number(row.progress),
     failure_stage: row.failure_stage,
+    scale: row.scale,
     message: row.message,
     created_at: row.created_at.toISOString(),
   };

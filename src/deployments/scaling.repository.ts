@@ -61,7 +61,7 @@ export interface ScalingState {
   desired_replicas: number;
   /** Requests in flight and held in every API process (fresh reports only). */
   load: number;
-  /** Seconds since the last request any process reported, or since the deployment last moved when none came since. */
+  /** Seconds since the last request any process reported, the deployment last moved, or a replica of it last became ready, whichever is latest. */
   idle_seconds: number;
   /** The latest request time a fresh report gave, to remember past the report's life. */
   reported_request_at: Date | null;
@@ -77,7 +77,7 @@ export async function readScalingStates(db: Db): Promise<ScalingState[]> {
   const { rows } = await db.raw<{ rows: ScalingState[] }>(
     `select d.id, d.min_replicas, d.max_replicas, d.target_concurrency, d.scale_to_zero_after_seconds, d.desired_replicas,
             coalesce(l.load, 0)::int as load, l.last_request_at as reported_request_at, a.fewer_wanted_since,
-            extract(epoch from now() - greatest(l.last_request_at, a.last_request_at, d.status_changed_at))::float8 as idle_seconds,
+            extract(epoch from now() - greatest(l.last_request_at, a.last_request_at, d.status_changed_at, r.last_ready_at))::float8 as idle_seconds,
             coalesce(r.ready, 0)::int as ready, coalesce(r.starting, 0)::int as starting, coalesce(r.leaving, 0)::int as leaving
      from deployments d
      left join lateral (
@@ -87,7 +87,7 @@ export async function readScalingStates(db: Db): Promise<ScalingState[]> {
      left join deployment_autoscaling a on a.deployment_id = d.id
      left join lateral (
        select count(*) filter (where status = 'ready') as ready, count(*) filter (where status = 'starting') as starting,
-              count(*) filter (where status in ('draining', 'stopping')) as leaving
+              count(*) filter (where status in ('draining', 'stopping')) as leaving, max(ready_at) as last_ready_at
        from deployment_replicas where deployment_id = d.id and status in ('starting', 'ready', 'draining', 'stopping')
      ) r on true
      where d.status = ?`,

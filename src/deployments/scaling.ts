@@ -62,13 +62,15 @@ export interface ScaleDecision {
  * The autoscaler's rule, pure: the desired replicas of a running deployment from its load (requests
  * in flight and held in every API process). Clamp(⌈load / target⌉, min, max); more at once; fewer
  * only once the load has wanted fewer for the cool-down (hysteresis in time: a load that comes back
- * starts the cool-down anew); zero only with `min_replicas` 0, no request in flight or held, and
- * none received for `scale_to_zero_after_seconds` (that idle time is its own cool-down). A
+ * starts the cool-down anew); zero only with `min_replicas` 0, no request in flight or held, no
+ * replica starting, and none received for `scale_to_zero_after_seconds` since a replica last became
+ * ready (that idle time is its own cool-down). A
  * deployment at zero with a request held wakes.
  */
 export function decideReplicas(state: ScalingState, now: Date, cooldownSeconds: number): ScaleDecision {
   const { desired_replicas: desired, min_replicas: min, max_replicas: max } = state;
-  const idle = state.load === 0 && state.idle_seconds >= state.scale_to_zero_after_seconds;
+  // A replica still starting is a cold start under way: the idle time counts from when it serves.
+  const idle = state.load === 0 && state.starting === 0 && state.idle_seconds >= state.scale_to_zero_after_seconds;
   let want = Math.min(max, Math.max(min, Math.ceil(state.load / state.target_concurrency)));
   // With min_replicas 0, one replica stays until the deployment is idle.
   if (want === 0 && desired > 0 && !idle) want = 1;

@@ -3877,12 +3877,12 @@ export interface components {
         DeploymentScale: {
             /**
              * Format: int32
-             * @description Desired replicas before.
+             * @description Desired replicas before (see the reasons that change nothing).
              */
             from: number;
             /**
              * Format: int32
-             * @description Desired replicas after.
+             * @description Desired replicas after (see the reasons that change nothing).
              */
             to: number;
             reason: components["schemas"]["DeploymentScaleReason"];
@@ -3892,12 +3892,16 @@ export interface components {
          *     away from `target_concurrency` (up at once, down after a cool-down). `idle`: no request came for
          *     `scale_to_zero_after_seconds` with `min_replicas` 0 (to 0). `request`: a request arrived for a
          *     deployment at zero (0 to 1: the cold start). `settings`: a change of `min_replicas` or
-         *     `max_replicas` (`updateDeployment`) moved the count into the new bounds. `capacity_shortfall`:
-         *     the cluster has no GPUs free for the replicas wanted; `to` is the count it could hold, and the
-         *     autoscaler tries again as GPUs free up. `replica_failed`: a replica failed and is replaced.
+         *     `max_replicas` (`updateDeployment`) moved the count into the new bounds. The next reasons change
+         *     nothing: `capacity_shortfall`: the deployment's cluster has no GPUs free for another replica of
+         *     its instance type (`from`: the replicas serving or starting, `to`: the count wanted); the
+         *     autoscaler tries again 30 s later and as GPUs free up. `spending_limit`: no replica is added (nor
+         *     a deployment at zero woken) while the organization's estimated spending has reached its monthly
+         *     limit (`from`, `to` as for a shortfall). `replica_failed`: a replica failed to start or the
+         *     engine lost it, and is replaced (`from` = `to`: the count wanted); the message says why.
          * @enum {string}
          */
-        DeploymentScaleReason: "load" | "idle" | "request" | "settings" | "capacity_shortfall" | "replica_failed";
+        DeploymentScaleReason: "load" | "idle" | "request" | "settings" | "capacity_shortfall" | "spending_limit" | "replica_failed";
         /**
          * @description Where a deployment is in its life.
          *     `requested` → `provisioning` (instance type chosen, GPUs allocated) → `starting` (model launching

@@ -118,6 +118,16 @@ export function hostedCallRefusal(inputs: GuardInputs, settings: DeploymentGuard
   return firstRefusal([paymentSetupVerdict(account, settings), spendingLimitVerdict(account, inputs.spent)]);
 }
 
+/**
+ * Whether a deployment may take more GPUs (a replica added on load, or woken from zero): refused
+ * once its organization's estimated spending has reached the monthly limit, as creating one is.
+ */
+export function scaleUpRefusal(inputs: GuardInputs): Refusal | undefined {
+  if (!inputs.account) return undefined;
+  const verdict = spendingLimitVerdict(inputs.account, inputs.spent);
+  return verdict.verdict === 'refused' ? verdict : undefined;
+}
+
 /** The first refusal: what create answers (409), or undefined when every guard lets it through. */
 export function firstRefusal(verdicts: readonly DeploymentGuardVerdict[]): Extract<DeploymentGuardVerdict, { verdict: 'refused' }> | undefined {
   return verdicts.find((verdict): verdict is Extract<DeploymentGuardVerdict, { verdict: 'refused' }> => verdict.verdict === 'refused');

@@ -10,6 +10,7 @@ import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
 import { enqueue, sendLater, type JobDefinition } from '../jobs/queue.ts';
+import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
 import { recordScale } from './deployment-changes.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
 import { findDeployment, findPlacedDeployment, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
@@ -96,6 +97,8 @@ export function scaleMessage(scale: DeploymentScale, detail: { load?: number; ta
       return `Scaled ${counts}: the scaling settings changed.`;
     case 'capacity_shortfall':
       return `Wanted ${scale.to} ${scale.to === 1 ? 'replica' : 'replicas'} (${scale.from} serving or starting): the cluster has no free GPUs for another; the autoscaler tries again as GPUs free up.`;
+    case 'spending_limit':
+      return `Wanted ${scale.to} ${scale.to === 1 ? 'replica' : 'replicas'} (${scale.from} serving or starting): no replica is added while the organization's spending limit is reached.`;
     case 'replica_failed':
       return `A replica failed to serve and was replaced (${scale.to} wanted).`;
   }
@@ -184,6 +187,13 @@ export class Scaler {
     if (serving.length === wanted) return [];
     const reported = await shortfallReportedAt(trx, deploymentId);
     if (reported && Date.now() - reported.getTime() < ADD_BACKOFF_SECONDS * 1000) return [];
+    const refusal = scaleUpRefusal(await loadGuardInputs(trx, deployment.organization_id));
+    if (refusal) {
+      const scale: DeploymentScale = { from: serving.length, to: wanted, reason: 'spending_limit' };
+      await recordScale(trx, deploymentId, { status: SERVING, scale, message: `${scaleMessage(scale)} ${refusal.detail}` });
+      await rememberScaling(trx, deploymentId, { shortfallReportedAt: new Date() });
+      return [];
+    }
     const added: DeploymentReplicaRow[] = [];
     for (let count = serving.length; count < wanted; count++) {
       const replica = await this.#book(trx, deployment);

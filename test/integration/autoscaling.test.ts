@@ -151,6 +151,26 @@ describe('replicas on load', () => {
   });
 });
 
+describe('guards on scaling up', () => {
+  it('adds no replica while the organization’s spending limit is reached, and an event says so', async () => {
+    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 1, max_replicas: 2, target_concurrency: 1 });
+    const limit = (monthly_spending_limit: string | null) => owner.api.PUT('/v1/billing/spending-limit', { body: { monthly_spending_limit, currency: 'usd' } });
+    expect((await limit('0')).response.status).toBe(200);
+    try {
+      const client = await clientFor(d);
+      await withEngine({ tokenLatencyMs: 150 }, async () => {
+        const load = Array.from({ length: 3 }, () => streamed(client, d.id, 30));
+        await waitUntil(async () => (await scaleEvents(d.id)).some((e) => e.reason === 'spending_limit'), 'a spending_limit scale event');
+        expect((await read(d.id)).replicas).toMatchObject({ desired: 2, ready: 1, starting: 0 });
+        expect(await activeAllocations(d.id)).toBe(1);
+        allFinished(await Promise.all(load));
+      });
+    } finally {
+      await limit(null);
+    }
+  });
+});
+
 describe('scale to zero', () => {
   it('releases the last replica after the idle time (no GPU held, none metered) and wakes on the next request, held until a replica is ready', async () => {
     const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });

@@ -5,7 +5,7 @@ import { BaseModel } from '../base-model.ts';
 export interface DeploymentScale {
   from: number;
   to: number;
-  reason: 'load' | 'idle' | 'request' | 'settings' | 'capacity_shortfall' | 'replica_failed';
+  reason: 'load' | 'idle' | 'request' | 'settings' | 'capacity_shortfall' | 'spending_limit' | 'replica_failed';
 }
 
 /** `deployment_events`: the log of a deployment's status changes and provisioning steps (src/events/). */

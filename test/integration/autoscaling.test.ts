@@ -151,6 +151,20 @@ describe('replicas on load', () => {
   });
 });
 
+describe('a deployment of several replicas', () => {
+  it('is deleted whole: every replica’s model stopped on the engine and all its GPUs released', async () => {
+    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 3, max_replicas: 3 });
+    await untilReplicas(d.id, { ready: 3 });
+    const uids = await app.db('deployment_replicas').where({ deployment_id: d.id }).pluck('engine_model_uid');
+    expect(uids).toHaveLength(3);
+    expect((await owner.api.DELETE('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: d.id } } })).response.status).toBe(200);
+    await waitUntil(async () => (await read(d.id)).status === 'terminated', 'terminated');
+    expect(await activeAllocations(d.id)).toBe(0);
+    expect(simulator().running().filter((uid) => uids.includes(uid))).toEqual([]);
+    expect(await app.db('deployment_replicas').where({ deployment_id: d.id }).pluck('status')).toEqual(['stopped', 'stopped', 'stopped']);
+  });
+});
+
 describe('guards on scaling up', () => {
   it('adds no replica while the organization’s spending limit is reached, and an event says so', async () => {
     const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 1, max_replicas: 2, target_concurrency: 1 });

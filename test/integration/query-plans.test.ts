@@ -206,17 +206,18 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
     [`the largest tenant, ${DEEP.toLocaleString('en')} rows deep by offset`, () => large, () => ({ limit: 100, offset: DEEP })],
     [`the largest tenant, ${DEEP.toLocaleString('en')} rows deep by cursor`, () => large, () => ({ limit: 100, offset: 0, after: deepPosition })],
   ] as const) {
-    it(`lists the deployments of ${who}: ids from an index-only scan of (user, organization, created_at, id), then the rows by primary key, nothing sorted or scanned whole`, async () => {
+    it(`lists the deployments of ${who}: ids from an index-only scan of (user, organization, created_at, id), then the rows by primary key and their replicas by their key, nothing sorted or scanned whole`, async () => {
       const statements = await statementsOf(db, () => listDeploymentsOf(db, scope(), page()));
       expect(statements).toHaveLength(2);
       const [countQuery, pageQuery] = statements.sort((a, b) => Number(a.sql.includes(' join ')) - Number(b.sql.includes(' join ')));
       if (!pageQuery || !countQuery) throw new Error('two statements expected');
       // The inner query reads only the index's columns: an index-only scan, however deep the page.
       expect(pageQuery.sql).toMatch(
-        /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" order by "page"."created_at" desc, "page"."id" desc$/,
+        /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" cross join lateral \(select count\(\*\) filter [\s\S]+ from deployment_replicas r where r\.deployment_id = d\.id\) as replicas order by "page"."created_at" desc, "page"."id" desc$/,
       );
       const plan = await planOf(planner, pageQuery);
-      expect(howRead(plan)).toEqual({ indexes: ['deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
+      // The replicas' counts: one aggregate per row of the page, read by the replicas' (deployment_id, ordinal) key.
+      expect(howRead(plan)).toEqual({ indexes: ['deployment_replicas_deployment_id_ordinal_key', 'deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
       expect(indexOnly(plan)).toEqual(['deployments_by_owner']);
 
       // `total` is the owner's counter row, whatever the number of deployments.

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
 import { listKeysOf, scopableDeployments, scopesInOrganization } from '../../src/api-keys/api-keys.repository.ts';
-import { findDeploymentOf, listDeploymentsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
+import { findDeploymentOf, listDeploymentsOf, replicaCountsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
 import { eventsAfter } from '../../src/events/events.repository.ts';
 import { findRoutingCandidates } from '../../src/inference/inference.repository.ts';
 import { listInvitationsOf, listOpenInvitationsTo } from '../../src/invitations/invitations.repository.ts';
@@ -348,6 +348,7 @@ describe('the generic plans prepared statements settle on', () => {
     [`the largest tenant's deployments ${DEEP.toLocaleString('en')} rows deep by cursor`, () => listDeploymentsOf(db, large, { limit: 100, offset: 0, after: deepPosition })],
     ["a typical user's first page of deployments", () => listDeploymentsOf(db, typical, { limit: 20, offset: 0 })],
     ['one deployment by its primary key', () => findDeploymentOf(db, typical, someId)],
+    ["one deployment's replicas' counts", () => replicaCountsOf(db, someId)],
     ["an API key's routing candidates", () => findRoutingCandidates(db, { organizationId: large.organizationId })],
     ["the organization's API keys and their scopes", () => listKeysOf(db, large.organizationId).then(() => scopesInOrganization(db, large.organizationId))],
     ["the organization's members", () => listMembers(db, large.organizationId)],

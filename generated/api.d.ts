@@ -4380,43 +4380,6 @@ export interface components {
             estimated_amount: components["schemas"]["BillingDecimal"];
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
-        /** @description The scaling settings as a request sets them: each optional. */
-        OptionalScalingSettings: {
-            /**
-             * Format: int32
-             * @description The fewest replicas the deployment keeps, 0 to 64 (default 1). With 0 it scales to zero once no
-             *     request came for `scale_to_zero_after_seconds`: it then holds no GPU and costs nothing, and the
-             *     first request after that waits for a cold start (a replica placed and the model loaded, which
-             *     takes the engine's load time): the gateway holds it, and those that follow, until a replica is
-             *     ready, for up to the server's scale-up timeout, which the caller may shorten with the
-             *     `X-Scale-Up-Timeout` header (seconds); past it the request answers 503
-             *     `deployment_not_running` with `Retry-After`.
-             */
-            min_replicas?: number;
-            /**
-             * Format: int32
-             * @description The most replicas the autoscaler runs, 1 to 64 and at least `min_replicas` (default on create:
-             *     `min_replicas`, or 1 when that is 0). The autoscaler adds a replica as soon as the requests in
-             *     flight and held exceed `target_concurrency` per replica, up to this count; when the cluster has
-             *     no GPUs free for one, it records a `deployment.scaled` event with reason `capacity_shortfall`
-             *     and keeps serving on the replicas it has. Each replica is billed as the deployment is (GPU seconds).
-             */
-            max_replicas?: number;
-            /**
-             * Format: int32
-             * @description Requests in flight per replica the autoscaler aims at, 1 to 1024 (default 4): it wants
-             *     ⌈(requests in flight + held) / target_concurrency⌉ replicas, within `min_replicas` and
-             *     `max_replicas`. It adds replicas at once, and removes one (drained first: no request fails) only
-             *     after the load has stayed below the smaller count for a cool-down.
-             */
-            target_concurrency?: number;
-            /**
-             * Format: int32
-             * @description With `min_replicas` 0: the seconds without a request after which the last replica is released,
-             *     1 to 604800 (7 days; default 900). Ignored while `min_replicas` is 1 or more.
-             */
-            scale_to_zero_after_seconds?: number;
-        };
         /**
          * @description The caller's current organization, as the caller sees it.
          * @example {

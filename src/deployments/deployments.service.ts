@@ -88,7 +88,7 @@ export class DeploymentsService {
     }
     const after = page.after === undefined ? undefined : this.#cursors.read(scope, page.after);
     const { rows, total, next } = await listDeploymentsOf(this.#db, scope, { limit, offset, after });
-    return { items: rows.map(toDeployment), total, limit, offset, next_cursor: next ? this.#cursors.write(scope, next) : null };
+    return { items: rows.map((row) => toDeployment(row)), total, limit, offset, next_cursor: next ? this.#cursors.write(scope, next) : null };
   }
 
   async get(principal: SessionPrincipal, id: string): Promise<Deployment> {

@@ -70,6 +70,8 @@ const ADDED_ROUTES = [
   // Readiness apart from liveness.
   'GET /readyz',
   'POST /api/v1/model-deployments/plan',
+  // Elastic deployments: a deployment's scaling settings.
+  'PATCH /api/v1/model-deployments/{deployment_id}',
   'GET /v1/billing/spending-limit', 'PUT /v1/billing/spending-limit',
   'GET /v1/user/sessions', 'DELETE /v1/user/sessions/{session_id}', 'POST /v1/user/sessions/revoke-others',
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',

@@ -45,7 +45,7 @@ describe('HTTP error handling', () => {
     // PUT is no operation of this path: plain fetch.
     const response = await fetch(`${app.url}/api/v1/model-deployments/0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21`, { method: 'PUT' });
     await expectProblem(response, 405, 'METHOD_NOT_ALLOWED');
-    expect(response.headers.get('allow')).toBe('GET, DELETE');
+    expect(response.headers.get('allow')).toBe('GET, DELETE, PATCH');
   });
 
   it('answers malformed JSON with 400 MALFORMED_REQUEST', async () => {

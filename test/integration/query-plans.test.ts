@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
 import { listKeysOf, scopableDeployments, scopesInOrganization } from '../../src/api-keys/api-keys.repository.ts';
-import { findDeploymentOf, listDeploymentsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
+import { findDeploymentOf, listDeploymentsOf, replicaCountsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
 import { eventsAfter } from '../../src/events/events.repository.ts';
 import { findRoutingCandidates } from '../../src/inference/inference.repository.ts';
 import { listInvitationsOf, listOpenInvitationsTo } from '../../src/invitations/invitations.repository.ts';
@@ -206,17 +206,18 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
     [`the largest tenant, ${DEEP.toLocaleString('en')} rows deep by offset`, () => large, () => ({ limit: 100, offset: DEEP })],
     [`the largest tenant, ${DEEP.toLocaleString('en')} rows deep by cursor`, () => large, () => ({ limit: 100, offset: 0, after: deepPosition })],
   ] as const) {
-    it(`lists the deployments of ${who}: ids from an index-only scan of (user, organization, created_at, id), then the rows by primary key, nothing sorted or scanned whole`, async () => {
+    it(`lists the deployments of ${who}: ids from an index-only scan of (user, organization, created_at, id), then the rows by primary key and their replicas by their key, nothing sorted or scanned whole`, async () => {
       const statements = await statementsOf(db, () => listDeploymentsOf(db, scope(), page()));
       expect(statements).toHaveLength(2);
       const [countQuery, pageQuery] = statements.sort((a, b) => Number(a.sql.includes(' join ')) - Number(b.sql.includes(' join ')));
       if (!pageQuery || !countQuery) throw new Error('two statements expected');
       // The inner query reads only the index's columns: an index-only scan, however deep the page.
       expect(pageQuery.sql).toMatch(
-        /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" order by "page"."created_at" desc, "page"."id" desc$/,
+        /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" cross join lateral \(select count\(\*\) filter [\s\S]+ from deployment_replicas r where r\.deployment_id = d\.id\) as replicas order by "page"."created_at" desc, "page"."id" desc$/,
       );
       const plan = await planOf(planner, pageQuery);
-      expect(howRead(plan)).toEqual({ indexes: ['deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
+      // The replicas' counts: one aggregate per row of the page, read by the replicas' (deployment_id, ordinal) key.
+      expect(howRead(plan)).toEqual({ indexes: ['deployment_replicas_deployment_id_ordinal_key', 'deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
       expect(indexOnly(plan)).toEqual(['deployments_by_owner']);
 
       // `total` is the owner's counter row, whatever the number of deployments.
@@ -347,6 +348,7 @@ describe('the generic plans prepared statements settle on', () => {
     [`the largest tenant's deployments ${DEEP.toLocaleString('en')} rows deep by cursor`, () => listDeploymentsOf(db, large, { limit: 100, offset: 0, after: deepPosition })],
     ["a typical user's first page of deployments", () => listDeploymentsOf(db, typical, { limit: 20, offset: 0 })],
     ['one deployment by its primary key', () => findDeploymentOf(db, typical, someId)],
+    ["one deployment's replicas' counts", () => replicaCountsOf(db, someId)],
     ["an API key's routing candidates", () => findRoutingCandidates(db, { organizationId: large.organizationId })],
     ["the organization's API keys and their scopes", () => listKeysOf(db, large.organizationId).then(() => scopesInOrganization(db, large.organizationId))],
     ["the organization's members", () => listMembers(db, large.organizationId)],

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { requiredGpuMemoryGb, selectPlacement, type Candidate } from '../../src/deployments/instance-selection.ts';
+import { replicasThatFit, requiredGpuMemoryGb, selectPlacement, type Candidate } from '../../src/deployments/instance-selection.ts';
 
 const t4 = { name: 'g4dn.xlarge', gpuType: 'T4', gpuCount: 1, gpuMemoryGb: 16, pricePerSecond: 0.526 / 3600 };
 const a10g = { name: 'g5.xlarge', gpuType: 'A10G', gpuCount: 1, gpuMemoryGb: 24, pricePerSecond: 1.006 / 3600 };
@@ -59,5 +59,26 @@ describe('instance selection', () => {
     const first = selectPlacement([candidate('b', a10g), candidate('a', a10g)], 10);
     const second = selectPlacement([candidate('a', a10g), candidate('b', a10g)], 10);
     expect(first).toEqual(second);
+  });
+});
+
+describe('instance selection with an instance type asked for', () => {
+  it('places only on that type, though another is cheaper', () => {
+    const selection = selectPlacement([candidate('a', a10g), candidate('h', h100)], 18.8, 'p5.48xlarge');
+    expect(selection).toMatchObject({ ok: true, placement: { instanceId: 'h', gpuCount: 1 } });
+    expect(selection.ok && selection.placement.reason).toMatch(/^p5\.48xlarge is the instance type asked for, and has free capacity/);
+  });
+
+  it('fails at instance_selection when that type cannot hold the model, and at capacity when it is full', () => {
+    expect(selectPlacement([candidate('t', t4), candidate('h', h100)], 18.8, 'g4dn.xlarge')).toMatchObject({ ok: false, stage: 'instance_selection', reason: expect.stringContaining('g4dn.xlarge') });
+    expect(selectPlacement([candidate('a', a10g), candidate('h', h100, 0)], 18.8, 'p5.48xlarge')).toMatchObject({ ok: false, stage: 'capacity', reason: expect.stringContaining('p5.48xlarge') });
+  });
+});
+
+describe('replicas that fit', () => {
+  it('counts the replicas the free GPUs of the type on the cluster hold, each on one instance', () => {
+    const candidates = [candidate('x', a10g4, 3), candidate('y', a10g4, 1), candidate('z', h100), { ...candidate('w', a10g4), clusterId: 'other' }];
+    expect(replicasThatFit(candidates, { clusterId: 'cluster', instanceType: 'g5.12xlarge', gpuCount: 2 })).toBe(1);
+    expect(replicasThatFit(candidates, { clusterId: 'cluster', instanceType: 'g5.12xlarge', gpuCount: 1 })).toBe(4);
   });
 });

@@ -102,7 +102,7 @@ describe('the operation router', () => {
   it('lists every operation of the path for a 405, whatever the method', () => {
     const { operation, atPath } = router.match('PUT', '/api/v1/model-deployments/0192f1c6');
     expect(operation).toBeUndefined();
-    expect(atPath.map((o) => o.method).sort()).toEqual(['delete', 'get']);
+    expect(atPath.map((o) => o.method).sort()).toEqual(['delete', 'get', 'patch']);
   });
 
   it('reads path parameters as openapi-backend reads them: each segment decoded, an encoded slash within one', () => {

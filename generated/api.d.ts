@@ -3854,7 +3854,7 @@ export interface components {
         DeploymentReplicas: {
             /**
              * Format: int32
-             * @description How many replicas the autoscaler wants now, between `min_replicas` and `max_replicas` (0 once scaled to zero).
+             * @description How many replicas the autoscaler wants now, between `min_replicas` and `max_replicas` (0 once scaled to zero, and for a deployment that is `failed`, `terminating` or `terminated`).
              */
             desired: number;
             /**

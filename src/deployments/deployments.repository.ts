@@ -4,7 +4,7 @@ import type { components } from '../../generated/api.d.ts';
 import { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import { DeploymentRow } from '../db/models/deployments.ts';
 import { isoTime, isoTimes, utcTextSql } from '../db/query.ts';
-import { ACTIVE_STATUSES, METERED_REPLICA_STATUSES, type DeploymentStatus, type ReplicaMove, type ReplicaStatus } from './deployment-states.ts';
+import { ACTIVE_STATUSES, maySoonServe, METERED_REPLICA_STATUSES, type DeploymentStatus, type ReplicaMove, type ReplicaStatus } from './deployment-states.ts';
 import { isUuid } from '../validation.ts';
 import type { Candidate } from './instance-selection.ts';
 
@@ -490,7 +490,8 @@ export function toDeployment(row: DeploymentRow | ListedDeployment, replicas: Re
     target_concurrency: row.target_concurrency,
     scale_to_zero_after_seconds: row.scale_to_zero_after_seconds,
     instance_type: row.instance_type,
-    replicas: { desired: row.desired_replicas, ready: replicas.ready, starting: replicas.starting, draining: replicas.draining },
+    // A deployment that will not serve again (failed, terminating, terminated) wants none.
+    replicas: { desired: maySoonServe(row.status) ? row.desired_replicas : 0, ready: replicas.ready, starting: replicas.starting, draining: replicas.draining },
     created_at: isoTime(row.created_at),
     updated_at: isoTime(row.updated_at),
     terminated_at: row.terminated_at === null ? null : isoTime(row.terminated_at),

@@ -39,11 +39,12 @@ export async function requestScale(boss: PgBoss, trx: Knex.Transaction, deployme
 }
 
 /**
- * How long a draining replica takes new requests from nowhere before its in-flight count is
- * trusted: every process drops its routes at the replicas' notification (at the latest its 2 s
- * route cache expires), and reports what it still serves on it within a second.
+ * How long a draining replica waits before its in-flight count is trusted: every process drops
+ * its routes at the replicas' notification (or when its listener reconnects), so no new request
+ * reaches it after a few milliseconds, and reports what it still serves on it within a second.
+ * These seconds are billed (the replica holds its GPUs until its model stops).
  */
-const DRAIN_SETTLE_SECONDS = 4;
+const DRAIN_SETTLE_SECONDS = 2;
 /** How often a starting replica's engine state is read (the cold start waits on it). */
 const STARTING_POLL_SECONDS = 0.25;
 /** How often draining and stopping replicas are looked at. */

@@ -1,5 +1,5 @@
 import type OpenAI from 'openai';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { apiKey } from '../factories/api-keys.ts';
@@ -30,6 +30,21 @@ beforeAll(async () => {
   owner = await registeredUser(app);
 });
 afterAll(() => app.close());
+
+/** Each test's deployments are deleted after it: the GPUs they hold are the next test's. */
+const created: string[] = [];
+afterEach(async () => {
+  const ids = created.splice(0);
+  for (const id of ids) await owner.api.DELETE('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: id } } });
+  for (const id of ids) await waitUntil(async () => (await activeAllocations(id)) === 0, `deployment ${id}'s GPUs released`);
+});
+
+/** A running deployment of the owner's, deleted after the test. */
+async function running(body: CreateDeploymentRequest): Promise<Deployment> {
+  const d = await deployment(app, owner, 'running', body);
+  created.push(d.id);
+  return d;
+}
 
 const QWEN: CreateDeploymentRequest = { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 };
 
@@ -101,7 +116,7 @@ function allFinished(answers: ReadonlyArray<{ finish: string | null | undefined 
 
 describe('replicas on load', () => {
   it('adds replicas at once when the requests in flight exceed the target, and drains them after the cool-down once the load falls', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 1, max_replicas: 3, target_concurrency: 2 });
+    const d = await running({ ...QWEN, min_replicas: 1, max_replicas: 3, target_concurrency: 2 });
     expect(d.replicas).toEqual({ desired: 1, ready: 1, starting: 0, draining: 0 });
     const client = await clientFor(d);
 
@@ -127,7 +142,7 @@ describe('replicas on load', () => {
   });
 
   it('drains a replica taken out while it serves: the requests on it finish, new ones go elsewhere, none fails', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 3, max_replicas: 3, target_concurrency: 1 });
+    const d = await running({ ...QWEN, min_replicas: 3, max_replicas: 3, target_concurrency: 1 });
     await untilReplicas(d.id, { ready: 3 });
     const client = await clientFor(d);
     const ready = await app.db('deployment_replicas').where({ deployment_id: d.id, status: 'ready' }).pluck('id');
@@ -153,7 +168,7 @@ describe('replicas on load', () => {
 
 describe('a deployment of several replicas', () => {
   it('is deleted whole: every replica’s model stopped on the engine and all its GPUs released', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 3, max_replicas: 3 });
+    const d = await running({ ...QWEN, min_replicas: 3, max_replicas: 3 });
     await untilReplicas(d.id, { ready: 3 });
     const uids = await app.db('deployment_replicas').where({ deployment_id: d.id }).pluck('engine_model_uid');
     expect(uids).toHaveLength(3);
@@ -167,7 +182,7 @@ describe('a deployment of several replicas', () => {
 
 describe('guards on scaling up', () => {
   it('adds no replica while the organization’s spending limit is reached, and an event says so', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 1, max_replicas: 2, target_concurrency: 1 });
+    const d = await running({ ...QWEN, min_replicas: 1, max_replicas: 2, target_concurrency: 1 });
     const limit = (monthly_spending_limit: string | null) => owner.api.PUT('/v1/billing/spending-limit', { body: { monthly_spending_limit, currency: 'usd' } });
     expect((await limit('0')).response.status).toBe(200);
     try {
@@ -187,7 +202,7 @@ describe('guards on scaling up', () => {
 
 describe('scale to zero', () => {
   it('releases the last replica after the idle time (no GPU held, none metered) and wakes on the next request, held until a replica is ready', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
+    const d = await running({ ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
     const atZero = await untilReplicas(d.id, { desired: 0, ready: 0, draining: 0 });
     expect(atZero.status).toBe('running');
     expect(await activeAllocations(d.id)).toBe(0);
@@ -206,7 +221,7 @@ describe('scale to zero', () => {
   });
 
   it('answers 503 deployment_not_running with Retry-After past X-Scale-Up-Timeout, and the openai client, retrying, gets the answer once a replica is ready', async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
+    const d = await running({ ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
     await untilReplicas(d.id, { desired: 0, ready: 0, draining: 0 });
     // Woken, it stays up longer than the client's retries take (Retry-After 5 s between them).
     const patched = await owner.api.PATCH('/api/v1/model-deployments/{deployment_id}', { params: { path: { deployment_id: d.id } }, body: { scale_to_zero_after_seconds: 60 } });
@@ -230,7 +245,7 @@ describe('scale to zero', () => {
   });
 
   it(`holds at most ${MAX_HELD} requests per deployment in a process during a cold start: one more answers 503 at once, the held ones are answered`, async () => {
-    const d = await deployment(app, owner, 'running', { ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
+    const d = await running({ ...QWEN, min_replicas: 0, max_replicas: 1, scale_to_zero_after_seconds: 1 });
     await untilReplicas(d.id, { desired: 0, ready: 0, draining: 0 });
     await withEngine({ modelLoadMs: 1_000 }, async () => {
       const client = await clientFor(d);

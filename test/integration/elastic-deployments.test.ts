@@ -1,7 +1,6 @@
 import { createParser } from 'eventsource-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { components } from '../../generated/api.d.ts';
-import { SCALE_QUEUE } from '../../src/deployments/scaling.ts';
 import { registeredUser, type SignedInUser } from '../factories/accounts.ts';
 import { deployment, untilStatus } from '../factories/deployments.ts';
 import { team } from '../factories/organizations.ts';
@@ -28,8 +27,6 @@ let quiet: TestApp;
 beforeAll(async () => {
   const env = { ...FAST_PROVISIONING, MAX_ACTIVE_RESOURCES: '50', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' };
   [app, quiet] = await Promise.all([startTestApp(env, { workers: true, cluster: { modelLoadMs: 100 } }), startTestApp(env, { cluster: { modelLoadMs: 100 } })]);
-  // The scale job's queue (its worker is the autoscaler's part): PATCH of a running deployment enqueues on it.
-  await app.container.boss.createQueue(SCALE_QUEUE);
 });
 afterAll(async () => {
   await Promise.all([app?.close(), quiet?.close()]);

@@ -8,7 +8,7 @@ GENERATED ?= generated
 CONFIG_PAGE ?= docs/configuration.md
 INSTALLED := node_modules/.install-stamp
 
-.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test test-fast fuzz test-engine test-billing bench bench-db clean
+.PHONY: install generate check-generated api-gate lint typecheck build image-check image-rehearsal k8s-check migrate run test test-fast fuzz test-engine test-billing bench bench-db bench-scaling clean
 
 ## install: install dependencies when the content of package.json or the lockfile changed (a checkout
 ## that only touches them does not wipe node_modules under a running service: the stamp holds their hash).
@@ -128,6 +128,12 @@ bench: build
 ## default shape; BENCH_DB_SCALE=0.001 runs in a minute; settings: node bench/db-scale.ts --help; writes bench/results/)
 bench-db: build
 	node bench/db-scale.ts $(BENCH_DB_ARGS)
+
+## bench-scaling: elastic deployments on the cluster simulator: scale-up reaction, cold start, scale-down under load and GPUs
+## at zero, each budget against the engine's load time measured in the same run (docs/performance.md, Elastic deployments;
+## about a minute; settings: the head of bench/autoscaling.ts; writes bench/results/scaling-*)
+bench-scaling: build
+	node bench/autoscaling.ts
 
 ## clean: remove local data (the embedded Postgres cluster)
 clean:

@@ -223,7 +223,8 @@ export function markdown(meta: Record<string, unknown>, table: string[][], list:
 export function commitOf(root: string): string {
   try {
     const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench', 'migrations', 'package.json'], { cwd: root, encoding: 'utf8' }).trim();
+    // Results of earlier runs (bench/results) are not what runs.
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src', 'bench', 'migrations', 'package.json', ':!bench/results'], { cwd: root, encoding: 'utf8' }).trim();
     return dirty ? `${commit}+changes` : commit;
   } catch {
     return 'unknown';

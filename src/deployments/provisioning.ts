@@ -7,7 +7,7 @@ import type { Config } from '../config.ts';
 import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
-import { sendLater, type JobDefinition } from '../jobs/queue.ts';
+import { chainedJob, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
 import {
   allows,
   nextStatus,
@@ -477,22 +477,14 @@ export function provisioningJobs(provisioner: Provisioner, boss: PgBoss, setting
     step(PROVISION_QUEUE, ({ deploymentId }, log, lastAttempt) => provisioner.provision(deploymentId, log, lastAttempt)),
     step(AWAIT_READY_QUEUE, ({ deploymentId }, log) => provisioner.awaitReady(deploymentId, log)),
     step(TERMINATE_QUEUE, ({ deploymentId, strayLaunch }, log) => provisioner.terminate(deploymentId, log, strayLaunch ?? false)),
-    {
-      queue: RECONCILE_QUEUE,
-      policy: 'short',
-      retryLimit: 0,
-      async handle(_data, { log }) {
-        try {
-          await provisioner.reconcile(log);
-        } finally {
-          await sendLater(boss, RECONCILE_QUEUE, {}, { singletonKey: 'reconciler', afterSeconds: settings.reconcileIntervalSeconds });
-        }
-      },
-    } as JobDefinition<object>,
+    chainedJob(boss, { ...RECONCILER, intervalSeconds: settings.reconcileIntervalSeconds }, (log) => provisioner.reconcile(log)),
   ] as JobDefinition[];
 }
 
-/** Starts the reconciler's chain in a worker process (one queued run at a time across all workers). */
+/** The reconciler's chain: one queued run at a time across all workers. */
+const RECONCILER = { queue: RECONCILE_QUEUE, key: 'reconciler' };
+
+/** Starts the reconciler's chain in a worker process. */
 export async function startReconciler(boss: PgBoss): Promise<void> {
-  await boss.send(RECONCILE_QUEUE, {}, { singletonKey: 'reconciler' });
+  await startChain(boss, RECONCILER);
 }

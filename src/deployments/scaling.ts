@@ -9,7 +9,7 @@ import type { DeploymentScale } from '../db/models/deployment-events.ts';
 import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
-import { enqueue, sendLater, type JobDefinition } from '../jobs/queue.ts';
+import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
 import { recordScale } from './deployment-changes.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
@@ -368,22 +368,14 @@ export function scalingJobs(scaler: Scaler, boss: PgBoss, settings: Config['scal
       concurrency: 8,
       handle: ({ deploymentId }, { log }) => scaler.scale(deploymentId, log),
     } as JobDefinition<{ deploymentId: string }>,
-    {
-      queue: AUTOSCALE_QUEUE,
-      policy: 'short',
-      retryLimit: 0,
-      async handle(_data, { log }) {
-        try {
-          await scaler.decide(log);
-        } finally {
-          await sendLater(boss, AUTOSCALE_QUEUE, {}, { singletonKey: 'autoscaler', afterSeconds: settings.intervalSeconds });
-        }
-      },
-    } as JobDefinition<object>,
+    chainedJob(boss, { ...AUTOSCALER, intervalSeconds: settings.intervalSeconds }, (log) => scaler.decide(log)),
   ] as JobDefinition[];
 }
 
-/** Starts the autoscaler's chain in a worker process (one queued run at a time across all workers). */
+/** The autoscaler's chain: one queued run at a time across all workers. */
+const AUTOSCALER = { queue: AUTOSCALE_QUEUE, key: 'autoscaler' };
+
+/** Starts the autoscaler's chain in a worker process. */
 export async function startAutoscaler(boss: PgBoss): Promise<void> {
-  await boss.send(AUTOSCALE_QUEUE, {}, { singletonKey: 'autoscaler' });
+  await startChain(boss, AUTOSCALER);
 }

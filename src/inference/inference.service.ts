@@ -196,7 +196,8 @@ export function createInferenceService(deps: {
     admission: Admission | undefined,
     target: Target,
     route: string,
-    forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd'>,
+    /** What the relay sends besides the request and its target (the request's own `req`, `res`, `target` and `route`). */
+    forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd' | 'req' | 'res' | 'target' | 'path'>,
     meter: (answer: AnswerWatch) => Metered | Promise<Metered>,
   ): Promise<void> => {
     const usageRecord = (outcome: Delivery['outcome'], metered: Metered): UsageRecord => {
@@ -219,6 +220,10 @@ export function createInferenceService(deps: {
     try {
       const delivery = await relay.forward({
         ...forward,
+        req: context.req,
+        res: context.res,
+        target,
+        path: route,
         beforeEnd: (answer) => {
           committed = true;
           const metered = meter(answer);
@@ -284,10 +289,6 @@ export function createInferenceService(deps: {
         target,
         path,
         {
-          req: context.req,
-          res: context.res,
-          target,
-          path,
           body: payload,
           contentType: 'application/json',
           accepts: options.accepts,
@@ -323,10 +324,6 @@ export function createInferenceService(deps: {
       target,
       path,
       {
-        req: context.req,
-        res: context.res,
-        target,
-        path,
         // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.
         body: form.body(target.engineModelUid, engineFormatFor),
         contentType: form.contentType,

@@ -63,6 +63,30 @@ export async function sendLater(boss: PgBoss, queue: string, data: object, optio
   wakeWhenDue(boss, queue, at);
 }
 
+/**
+ * A job that runs again `intervalSeconds()` after each run ends, whatever the run's outcome: one
+ * queued at a time across all workers under `key` (a chain; `startChain` starts it in a worker).
+ */
+export function chainedJob(boss: PgBoss, chain: { queue: string; key: string; intervalSeconds: number }, run: (log: Logger) => Promise<void>): JobDefinition<object> {
+  return {
+    queue: chain.queue,
+    policy: 'short',
+    retryLimit: 0,
+    async handle(_data, { log }) {
+      try {
+        await run(log);
+      } finally {
+        await sendLater(boss, chain.queue, {}, { singletonKey: chain.key, afterSeconds: chain.intervalSeconds });
+      }
+    },
+  };
+}
+
+/** Starts a chain of `chainedJob` (one queued run at a time across all workers). */
+export async function startChain(boss: PgBoss, chain: { queue: string; key: string }): Promise<void> {
+  await boss.send(chain.queue, {}, { singletonKey: chain.key });
+}
+
 /** What a job handler knows about the attempt it runs. */
 export interface JobContext {
   log: Logger;

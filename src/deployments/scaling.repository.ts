@@ -65,8 +65,10 @@ export interface ScalingState {
   idle_seconds: number;
   /** The latest request time a fresh report gave, to remember past the report's life. */
   reported_request_at: Date | null;
+  /** The last request time remembered (`deployment_autoscaling`). */
+  remembered_request_at: Date | null;
   fewer_wanted_since: Date | null;
-  /** Replicas by status: serving (`ready`), `starting`, and on their way out (`draining`, `stopping`). */
+  /** Replicas by status: serving (`ready`), `starting`, and on their way out (`draining`, `stopping`, or `failed` with GPUs still held). */
   ready: number;
   starting: number;
   leaving: number;
@@ -76,7 +78,7 @@ export interface ScalingState {
 export async function readScalingStates(db: Db): Promise<ScalingState[]> {
   const { rows } = await db.raw<{ rows: ScalingState[] }>(
     `select d.id, d.min_replicas, d.max_replicas, d.target_concurrency, d.scale_to_zero_after_seconds, d.desired_replicas,
-            coalesce(l.load, 0)::int as load, l.last_request_at as reported_request_at, a.fewer_wanted_since,
+            coalesce(l.load, 0)::int as load, l.last_request_at as reported_request_at, a.last_request_at as remembered_request_at, a.fewer_wanted_since,
             extract(epoch from now() - greatest(l.last_request_at, a.last_request_at, d.status_changed_at, r.last_ready_at))::float8 as idle_seconds,
             coalesce(r.ready, 0)::int as ready, coalesce(r.starting, 0)::int as starting, coalesce(r.leaving, 0)::int as leaving
      from deployments d
@@ -87,8 +89,8 @@ export async function readScalingStates(db: Db): Promise<ScalingState[]> {
      left join deployment_autoscaling a on a.deployment_id = d.id
      left join lateral (
        select count(*) filter (where status = 'ready') as ready, count(*) filter (where status = 'starting') as starting,
-              count(*) filter (where status in ('draining', 'stopping')) as leaving, max(ready_at) as last_ready_at
-       from deployment_replicas where deployment_id = d.id and status in ('starting', 'ready', 'draining', 'stopping')
+              count(*) filter (where status in ('draining', 'stopping', 'failed')) as leaving, max(ready_at) as last_ready_at
+       from deployment_replicas where deployment_id = d.id and status in ('starting', 'ready', 'draining', 'stopping', 'failed')
      ) r on true
      where d.status = ?`,
     [LOAD_FRESH_SECONDS, SERVING],
@@ -140,9 +142,9 @@ export async function inFlightByReplica(db: Db, deploymentId: string): Promise<M
   return new Map(rows.map((row) => [row.replica_id, Number(row.in_flight)]));
 }
 
-/** The deployment's replicas that may still have a model on the engine, by ordinal. */
+/** The deployment's replicas that may still have a model on the engine (a failed one too: its GPUs are held until the engine confirms it gone), by ordinal. */
 export async function liveReplicas(db: Db, deploymentId: string): Promise<DeploymentReplicaRow[]> {
-  return DeploymentReplicaRow.query(db).where({ deployment_id: deploymentId }).whereIn('status', ['starting', 'ready', 'draining', 'stopping']).orderBy('ordinal');
+  return DeploymentReplicaRow.query(db).where({ deployment_id: deploymentId }).whereIn('status', ['starting', 'ready', 'draining', 'stopping', 'failed']).orderBy('ordinal');
 }
 
 /** The next ordinal of the deployment's replicas (ordinals are never reused: each names an engine model). */

@@ -84,6 +84,21 @@ export function decideReplicas(state: ScalingState, now: Date, cooldownSeconds: 
   return { desired: want, reason: 'load', fewerWantedSince: null };
 }
 
+/** How stale the remembered last request of a deployment that cannot go to zero may be (it matters if its `min_replicas` becomes 0). */
+const REMEMBER_EVERY_SECONDS = 30;
+
+/**
+ * The last request to remember for the idle time, if it should be written now: at once for a
+ * deployment that may go to zero, else at most every REMEMBER_EVERY_SECONDS (a busy fixed
+ * deployment is not written every second).
+ */
+export function requestToRemember(state: Pick<ScalingState, 'min_replicas' | 'reported_request_at' | 'remembered_request_at'>): Date | undefined {
+  const reported = state.reported_request_at;
+  if (!reported || (state.remembered_request_at && reported <= state.remembered_request_at)) return undefined;
+  if (state.min_replicas === 0 || !state.remembered_request_at) return reported;
+  return reported.getTime() - state.remembered_request_at.getTime() >= REMEMBER_EVERY_SECONDS * 1000 ? reported : undefined;
+}
+
 /** The sentence of a `deployment.scaled` event. */
 export function scaleMessage(scale: DeploymentScale, detail: { load?: number; target?: number } = {}): string {
   const counts = `from ${scale.from} to ${scale.to} ${scale.to === 1 ? 'replica' : 'replicas'}`;
@@ -136,7 +151,7 @@ export class Scaler {
     const now = new Date();
     for (const state of await readScalingStates(this.#db)) {
       const decision = decideReplicas(state, now, this.#scaling.scaleDownCooldownSeconds);
-      const lastRequestAt = state.reported_request_at ?? undefined;
+      const lastRequestAt = requestToRemember(state);
       if (decision.fewerWantedSince !== undefined || lastRequestAt) {
         await rememberScaling(this.#db, state.id, { lastRequestAt, fewerWantedSince: decision.fewerWantedSince });
       }

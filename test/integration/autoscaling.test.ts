@@ -166,6 +166,26 @@ describe('replicas on load', () => {
   });
 });
 
+describe('a replica that fails', () => {
+  it('is stopped with its GPUs released and an event that says why, while the deployment serves on', async () => {
+    const d = await running({ ...QWEN, min_replicas: 1, max_replicas: 2, target_concurrency: 1 });
+    const client = await clientFor(d);
+    simulator().failNextLaunch('oom');
+    await withEngine({ tokenLatencyMs: 150 }, async () => {
+      const load = Array.from({ length: 2 }, () => streamed(client, d.id, 30));
+      await waitUntil(async () => (await scaleEvents(d.id)).some((e) => e.reason === 'replica_failed'), 'a replica_failed event');
+      allFinished(await Promise.all(load));
+    });
+    const failed = await app.db('deployment_events').where({ deployment_id: d.id, type: 'deployment.scaled' }).whereRaw("scale->>'reason' = 'replica_failed'").first('message');
+    expect(failed?.message).toMatch(/CUDA out of memory/);
+    await waitUntil(async () => (await app.db('deployment_replicas').where({ deployment_id: d.id, ordinal: 1 }).first('status'))?.status === 'stopped', 'the failed replica stopped');
+    expect((await read(d.id)).status).toBe('running');
+    expect(await activeAllocations(d.id)).toBeLessThanOrEqual(2);
+    const released = await app.db('gpu_allocations as a').join('deployment_replicas as r', 'r.gpu_allocation_id', 'a.id').where({ 'r.deployment_id': d.id, 'r.ordinal': 1 }).first('a.status');
+    expect(released?.status).toBe('released');
+  });
+});
+
 describe('a deployment of several replicas', () => {
   it('is deleted whole: every replica’s model stopped on the engine and all its GPUs released', async () => {
     const d = await running({ ...QWEN, min_replicas: 3, max_replicas: 3 });

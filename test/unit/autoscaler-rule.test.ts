@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decideReplicas } from '../../src/deployments/scaling.ts';
+import { decideReplicas, requestToRemember } from '../../src/deployments/scaling.ts';
 import type { ScalingState } from '../../src/deployments/scaling.repository.ts';
 
 const now = new Date('2026-11-29T10:00:00Z');
@@ -18,6 +18,7 @@ function state(overrides: Partial<ScalingState> = {}): ScalingState {
     load: 0,
     idle_seconds: 0,
     reported_request_at: null,
+    remembered_request_at: null,
     fewer_wanted_since: null,
     ready: 1,
     starting: 0,
@@ -62,5 +63,15 @@ describe('the autoscaler’s rule', () => {
   it('wakes a deployment at zero that has requests held', () => {
     expect(decideReplicas(state({ min_replicas: 0, desired_replicas: 0, ready: 0, load: 1 }), now, COOLDOWN)).toEqual({ desired: 1, reason: 'request', fewerWantedSince: null });
     expect(decideReplicas(state({ min_replicas: 0, desired_replicas: 0, ready: 0, load: 0, idle_seconds: 9999 }), now, COOLDOWN)).toEqual({ desired: 0 });
+  });
+
+  it('remembers the last request at once for a deployment that may go to zero, at most every 30 s for the others', () => {
+    const at = (seconds: number) => secondsAgo(-seconds);
+    expect(requestToRemember({ min_replicas: 0, reported_request_at: at(1), remembered_request_at: at(0) })).toEqual(at(1));
+    expect(requestToRemember({ min_replicas: 1, reported_request_at: at(1), remembered_request_at: null })).toEqual(at(1));
+    expect(requestToRemember({ min_replicas: 1, reported_request_at: at(29), remembered_request_at: at(0) })).toBeUndefined();
+    expect(requestToRemember({ min_replicas: 1, reported_request_at: at(30), remembered_request_at: at(0) })).toEqual(at(30));
+    expect(requestToRemember({ min_replicas: 0, reported_request_at: at(0), remembered_request_at: at(0) })).toBeUndefined();
+    expect(requestToRemember({ min_replicas: 0, reported_request_at: null, remembered_request_at: at(0) })).toBeUndefined();
   });
 });

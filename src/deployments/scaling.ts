@@ -328,12 +328,16 @@ export class Scaler {
     const deployment = await findDeployment(this.#db, deploymentId);
     const replica = (await liveReplicas(this.#db, deploymentId)).find((row) => row.id === replicaId);
     if (!deployment?.cluster_id || !replica) return;
-    await this.#replicaFailed(await this.#clusters.clientOf(deployment.cluster_id), deploymentId, replica, reason, log);
+    // Replaced at once: it served, so its launch is not what fails.
+    await this.#replicaFailed(await this.#clusters.clientOf(deployment.cluster_id), deploymentId, replica, reason, log, { backOff: false });
     await this.#boss.send(SCALE_QUEUE, { deploymentId }, { singletonKey: deploymentId });
   }
 
-  /** A replica that failed: its model stopped (its GPUs freed once the engine confirms), an event, and no new replica for a while. */
-  async #replicaFailed(client: XinferenceClient, deploymentId: string, replica: DeploymentReplicaRow, reason: string, log: Logger): Promise<void> {
+  /**
+   * A replica that failed: its model stopped (its GPUs freed once the engine confirms), an event,
+   * and, for one that failed to start, no new replica for ADD_BACKOFF_SECONDS (no launch loop).
+   */
+  async #replicaFailed(client: XinferenceClient, deploymentId: string, replica: DeploymentReplicaRow, reason: string, log: Logger, options = { backOff: true }): Promise<void> {
     const stopped = (await client.stop(replica.engine_model_uid).catch(() => 'pending' as const)) === 'stopped';
     await retryingTransaction(this.#db, async (trx) => {
       const locked = await findDeployment(trx, deploymentId, { forUpdate: true });
@@ -343,7 +347,7 @@ export class Scaler {
       if (locked.status !== SERVING) return;
       const scale: DeploymentScale = { from: locked.desired_replicas, to: locked.desired_replicas, reason: 'replica_failed' };
       await recordScale(trx, deploymentId, { status: SERVING, scale, message: `${scaleMessage(scale)} ${reason}`.slice(0, 1000) });
-      await rememberScaling(trx, deploymentId, { shortfallReportedAt: new Date() });
+      if (options.backOff) await rememberScaling(trx, deploymentId, { shortfallReportedAt: new Date() });
     });
     log.warn({ deployment_id: deploymentId, replica: replica.ordinal, reason }, 'replica failed');
   }

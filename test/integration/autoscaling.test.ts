@@ -186,6 +186,21 @@ describe('a replica that fails', () => {
   });
 });
 
+describe('a replica the engine loses', () => {
+  it('is replaced while the other replicas serve: the deployment stays running', async () => {
+    const d = await running({ ...QWEN, min_replicas: 2, max_replicas: 2 });
+    await untilReplicas(d.id, { ready: 2 });
+    const lost = await app.db('deployment_replicas').where({ deployment_id: d.id, ordinal: 1 }).first('id', 'engine_model_uid');
+    expect(simulator().crash(lost.engine_model_uid, { recover: false })).toBe(true);
+    await waitUntil(async () => (await scaleEvents(d.id)).some((e) => e.reason === 'replica_failed'), 'a replica_failed event');
+    await untilReplicas(d.id, { ready: 2, starting: 0 });
+    const replicas = await app.db('deployment_replicas').where({ deployment_id: d.id }).orderBy('ordinal').select('ordinal', 'status');
+    expect(replicas.find((r) => r.ordinal === 1)?.status).toMatch(/^(stopped|failed)$/);
+    expect(replicas.filter((r) => r.status === 'ready').map((r) => r.ordinal)).toEqual([0, 2]);
+    expect((await read(d.id)).status).toBe('running');
+  });
+});
+
 describe('a deployment of several replicas', () => {
   it('is deleted whole: every replica’s model stopped on the engine and all its GPUs released', async () => {
     const d = await running({ ...QWEN, min_replicas: 3, max_replicas: 3 });

@@ -15,8 +15,8 @@ export interface BenchDatabase {
   url: string;
   name: string;
   description: string;
-  /** Drops the database (or stops the embedded server); `keep`: leaves a server's database in place. */
-  close(options?: { keep?: boolean }): Promise<void>;
+  /** Drops the database (or stops the embedded server); a server's database stays when it was opened to be kept or reused. */
+  close(): Promise<void>;
 }
 
 /** The machine's own Postgres, as Debian's package sets it up (trust on loopback). */
@@ -45,7 +45,7 @@ function withDatabase(url: string, database: string): string {
 /**
  * Opens the run's database. `prefix` names it (`<prefix>_<pid>_<ms>`); `machinePostgres` tries the
  * machine's Postgres before the embedded one; `reuse` names an existing database on that server to
- * use as it is (nothing created, and by default nothing dropped); `keep` only says so in the description.
+ * use as it is (nothing created, nothing dropped); `keep` leaves a database on a server in place at the end.
  */
 export async function openDatabase(workDir: string, options: { prefix: string; machinePostgres?: boolean; reuse?: string; keep?: boolean }): Promise<BenchDatabase> {
   let serverUrl = process.env.DATABASE_URL;
@@ -63,8 +63,8 @@ export async function openDatabase(workDir: string, options: { prefix: string; m
       url: withDatabase(serverUrl, name),
       name,
       description: `database ${name} on ${where} (${options.reuse ? 'reused' : options.keep ? 'kept afterwards' : 'dropped afterwards'})`,
-      async close({ keep = options.reuse !== undefined } = {}) {
-        if (keep) return;
+      async close() {
+        if (options.keep || options.reuse !== undefined) return;
         const client = new pg.Client({ connectionString: admin });
         await client.connect();
         try {

@@ -29,9 +29,8 @@
  * routes only; BENCH_CPU_PROF_DIR has the service write a CPU profile there.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import http from 'node:http';
-import { cpus, loadavg, tmpdir } from 'node:os';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
@@ -39,7 +38,6 @@ import pg from 'pg';
 import { hashPassword } from '../src/accounts/passwords.ts';
 import { createDatabase, migrateToLatest } from '../src/db/database.ts';
 import { ApiClient } from './api-client.ts';
-import { openDatabase, type BenchDatabase } from './database.ts';
 import { elapsed, seed, seededIn, type Seeded } from './db-seed.ts';
 import {
   LIMITS,
@@ -60,14 +58,10 @@ import {
   type RouteTiming,
   type Settings,
 } from './db-shape.ts';
-import { SERVICE_NODE_FLAGS, productionServiceEnv, start, stopAll, waitUntil } from './processes.ts';
-import { commitOf, markdown, textBudgets, textTable } from './report.ts';
+import { ROOT, productionServiceEnv, startService } from './processes.ts';
+import { RESULTS, machineName, markdown, out, printReport, resultHead, step, textBudgets, textTable, writeResults } from './report.ts';
+import { benchRun, type BenchRun } from './run.ts';
 
-const ROOT = path.resolve(import.meta.dirname, '..');
-const RESULTS = path.join(import.meta.dirname, 'results');
-
-const out = (text = '') => process.stdout.write(`${text}\n`);
-const step = (text: string) => out(`• ${text}`);
 const fmt = (n: number) => Math.round(n).toLocaleString('en');
 
 // ---- inserting usage rows as the service does
@@ -357,325 +351,280 @@ async function main(): Promise<number> {
     return error.message.startsWith('Usage:') ? 0 : 2;
   }
   const { shape } = settings;
-  const startedAt = new Date();
-  const workDir = mkdtempSync(path.join(tmpdir(), 'mds-bench-db-'));
-  const logs = path.join(workDir, 'logs');
-  mkdirSync(logs);
-  let database: BenchDatabase | undefined;
-  let admin: pg.Client | undefined;
-  let ok = false;
-  let interrupted = false;
-  const cleanup = async () => {
-    await stopAll();
-    await admin?.end().catch(() => undefined);
-    admin = undefined;
-    const keep = settings.run.keep || settings.run.reuse !== undefined;
-    if (keep && database) out(`database kept: ${database.name} (measure it again with BENCH_DB_REUSE=${database.name}; drop it when done)`);
-    await database?.close({ keep }).catch((error: unknown) => out(`could not drop the bench database: ${String(error)}`));
-    database = undefined;
-    if (ok) rmSync(workDir, { recursive: true, force: true });
-    else {
-      rmSync(path.join(workDir, 'postgres'), { recursive: true, force: true });
-      out(`logs kept in ${logs}`);
-    }
-  };
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) return;
-    interrupted = true;
-    out(`\n${signal}: stopping everything this run started`);
-    void cleanup().finally(() => process.exit(130));
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-
-  try {
-    out(
-      `Data-scale benchmark: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users (the heavy one ${fmt(shape.heavyDeployments)}), ` +
+  return benchRun(
+    {
+      title:
+        `Data-scale benchmark: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users (the heavy one ${fmt(shape.heavyDeployments)}), ` +
         `${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's), ${fmt(shape.gpuIntervals)} GPU intervals` +
         (shape.scale !== 1 ? ` (BENCH_DB_SCALE=${shape.scale})` : ''),
-    );
-    const loadAtStart = loadavg();
-    if ((loadAtStart[0] ?? 0) > 0.5) out(`  note: the machine is already busy (load average ${loadAtStart.map((v) => v.toFixed(2)).join(' ')}): figures will be noisier`);
-    if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error('dist/main.js is missing: run `make build` (make bench-db does)');
+      make: 'make bench-db',
+      workDirPrefix: 'mds-bench-db-',
+    },
+    (run) => measure(run, settings),
+  );
+}
 
-    // 1. Database, migrations, seed.
-    database = await openDatabase(workDir, { prefix: 'mds_benchdb', machinePostgres: true, reuse: settings.run.reuse, keep: settings.run.keep });
-    step(database.description);
-    admin = new pg.Client({ connectionString: database.url });
-    admin.on('error', () => undefined); // dropped with the database at the end
-    await admin.connect();
-    const invitationToken = randomBytes(24).toString('base64url');
-    let seeded: Omit<Seeded, 'timings'>;
-    let seedTimings: Record<string, number> = {};
-    let seedSeconds = 0;
-    let emptyInserts: InsertRate[] = [];
-    const migrateDb = createDatabase({ url: database.url, poolMax: 1 });
-    const t0 = performance.now();
-    const applied = await migrateToLatest(migrateDb).finally(() => migrateDb.destroy());
-    step(`migrations: ${applied.length ? `${applied.length} applied` : 'none pending'} (${elapsed((performance.now() - t0) / 1000)})`);
-    if (settings.run.reuse) {
-      seeded = await seededIn(admin, shape, invitationToken);
-      step(`reusing the seeded rows of ${database.name}`);
-    } else {
-      step('seeding');
-      const seedStarted = performance.now();
-      const full = await seed(admin, shape, {
-        batchRows: settings.run.seedBatchRows,
-        invitationToken,
-        progress: out,
-        beforeUsage: async (organizationId) => {
-          step(`inserting usage rows before the usage was seeded, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size`);
-          emptyInserts = await insertRates(database?.url ?? '', organizationId, 'empty', settings);
-          emptyInserts.forEach((rate) => out(insertLine(rate)));
-        },
-      });
-      // Where the service folds what its usage triggers appended on a schedule (every minute, in the
-      // workers, which this run does not start), the fold that would have run during the seeding.
-      const folded = await foldUsageRollups(database.url);
-      if (folded) {
-        full.timings.fold_usage_rollups = folded.seconds;
-        out(`  the usage rollups folded as the service's scheduled job does: ${fmt(folded.count)} (${elapsed(folded.seconds)})`);
-      }
-      const vacuumStarted = performance.now();
-      await admin.query('vacuum (analyze)');
-      full.timings.vacuum_analyze = (performance.now() - vacuumStarted) / 1000;
-      seedSeconds = (performance.now() - seedStarted) / 1000;
-      out(`  VACUUM ANALYZE (${elapsed(full.timings.vacuum_analyze)})`);
-      step(`seeded in ${elapsed(seedSeconds)}`);
-      seedTimings = full.timings;
-      seeded = full;
+async function measure(run: BenchRun, settings: Settings): Promise<void> {
+  const { shape } = settings;
+  // 1. Database, migrations, seed.
+  const database = await run.openDatabase({ prefix: 'mds_benchdb', machinePostgres: true, reuse: settings.run.reuse, keep: settings.run.keep });
+  step(database.description);
+  if (settings.run.keep || settings.run.reuse !== undefined) run.atEnd(() => out(`database kept: ${database.name} (measure it again with BENCH_DB_REUSE=${database.name}; drop it when done)`));
+  const admin = new pg.Client({ connectionString: database.url });
+  admin.on('error', () => undefined); // dropped with the database at the end
+  run.atEnd(() => admin.end());
+  await admin.connect();
+  const invitationToken = randomBytes(24).toString('base64url');
+  let seeded: Omit<Seeded, 'timings'>;
+  let seedTimings: Record<string, number> = {};
+  let seedSeconds = 0;
+  let emptyInserts: InsertRate[] = [];
+  const migrateDb = createDatabase({ url: database.url, poolMax: 1 });
+  const t0 = performance.now();
+  const applied = await migrateToLatest(migrateDb).finally(() => migrateDb.destroy());
+  step(`migrations: ${applied.length ? `${applied.length} applied` : 'none pending'} (${elapsed((performance.now() - t0) / 1000)})`);
+  if (settings.run.reuse) {
+    seeded = await seededIn(admin, shape, invitationToken);
+    step(`reusing the seeded rows of ${database.name}`);
+  } else {
+    step('seeding');
+    const seedStarted = performance.now();
+    const full = await seed(admin, shape, {
+      batchRows: settings.run.seedBatchRows,
+      invitationToken,
+      progress: out,
+      beforeUsage: async (organizationId) => {
+        step(`inserting usage rows before the usage was seeded, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size`);
+        emptyInserts = await insertRates(database.url, organizationId, 'empty', settings);
+        emptyInserts.forEach((rate) => out(insertLine(rate)));
+      },
+    });
+    // Where the service folds what its usage triggers appended on a schedule (every minute, in the
+    // workers, which this run does not start), the fold that would have run during the seeding.
+    const folded = await foldUsageRollups(database.url);
+    if (folded) {
+      full.timings.fold_usage_rollups = folded.seconds;
+      out(`  the usage rollups folded as the service's scheduled job does: ${fmt(folded.count)} (${elapsed(folded.seconds)})`);
     }
-    await admin.query('reset all');
-    const passwords = { heavy: randomBytes(18).toString('base64url'), typical: randomBytes(18).toString('base64url') };
-    await admin.query('update users set password_hash = $2 where id = $1', [seeded.heavy.userId, await hashPassword(passwords.heavy)]);
-    await admin.query('update users set password_hash = $2 where id = $1', [seeded.typical.userId, await hashPassword(passwords.typical)]);
-
-    const { rows: sizeRows } = await admin.query<{ relation: string; bytes: string; rows: string }>(
-      `select c.relname as relation, pg_total_relation_size(c.oid)::text as bytes, c.reltuples::bigint::text as rows
-       from pg_class c join pg_namespace n on n.oid = c.relnamespace
-       where n.nspname = 'public' and c.relkind in ('r', 'p') and c.relispartition = false
-       order by pg_total_relation_size(c.oid) desc limit 8`,
-    );
-    const { rows: [dbSize] } = await admin.query<{ bytes: string }>('select pg_database_size(current_database())::text as bytes');
-    const { rows: [server] } = await admin.query<Record<string, string>>(
-      `select current_setting('server_version') as version, current_setting('shared_buffers') as shared_buffers, current_setting('work_mem') as work_mem,
-              current_setting('effective_cache_size') as effective_cache_size, current_setting('max_parallel_workers_per_gather') as parallel_workers,
-              current_setting('random_page_cost') as random_page_cost`,
-    );
-    const gb = (bytes: string | number) => `${(Number(bytes) / 1024 ** 3).toFixed(2)} GB`;
-    const sizes = sizeRows.map((row) => ({ relation: row.relation, bytes: Number(row.bytes), rows: Number(row.rows) }));
-    step(`database ${gb(dbSize?.bytes ?? 0)}: ${sizes.map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}`);
-    step(`Postgres ${server?.version}: shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}, effective_cache_size ${server?.effective_cache_size}, ${server?.parallel_workers} parallel workers per gather`);
-
-    // 2. The service.
-    const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'api' });
-    // The endpoint the heavy organization registers points at loopback; nothing is delivered (no worker runs).
-    serviceEnv.WEBHOOK_ALLOW_PRIVATE_TARGETS = 'true';
-    // BENCH_CPU_PROF_DIR: the service writes a CPU profile there on exit (bench/cpu-profile-summary.ts).
-    const profile = process.env.BENCH_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
-    const service = start('service', [...profile, ...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
-    await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
-    step(`service (pid ${service.pid}, ROLE=api) at ${base}`);
-
-    const heavyApi = await signIn(base, seeded.heavy.email, passwords.heavy);
-    const typicalApi = await signIn(base, seeded.typical.email, passwords.typical);
-    const heavyKey = await heavyApi.post<{ key: string }>('/v1/organization/api-keys', { name: 'bench-db', deployment_ids: [seeded.heavyRunningDeploymentId], allow_hosted_models: true });
-    const typicalKey = await typicalApi.post<{ key: string }>('/v1/organization/api-keys', { name: 'bench-db', deployment_ids: [], allow_hosted_models: true });
-    let endpointId: string | undefined;
-    try {
-      // A reused database has the endpoint of the run that seeded it, with its history.
-      const { rows: [existing] } = await admin.query<{ id: string }>(
-        `select id from webhook_endpoints where organization_id = $1 and description = 'bench-db' order by created_at limit 1`,
-        [seeded.heavy.organizationId],
-      );
-      endpointId = existing?.id;
-      if (!endpointId) {
-        const created = await heavyApi.post<{ endpoint: { id: string } }>('/v1/organization/webhook-endpoints', { url: 'http://127.0.0.1:9/bench-db', description: 'bench-db' });
-        endpointId = created.endpoint.id;
-        // Its delivery history over the 30 days the pruning keeps: one delivery a test event, one attempt each, newest last.
-        await admin.query(
-          `with d as (
-             insert into webhook_deliveries (endpoint_id, event_type, status, attempts, queued_at, created_at, completed_at)
-             select $1::uuid, 'webhook.test', case when k % 50 = 0 then 'failed' else 'succeeded' end, 1, now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int),
-                    now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int), now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int)
-             from generate_series(1, $2::int) k returning id, status, created_at
-           )
-           insert into webhook_delivery_attempts (delivery_id, endpoint_id, attempt, outcome, response_status, duration_ms, created_at)
-           select id, $1::uuid, 1, status, case when status = 'failed' then 500 else 204 end, 40, created_at from d order by created_at`,
-          [endpointId, shape.heavyWebhookAttempts],
-        );
-        await admin.query('analyze webhook_deliveries, webhook_delivery_attempts');
-      }
-      step(`signed in as the heavy user (${seeded.heavy.email}) and a typical one (${seeded.typical.email}); API keys and a webhook endpoint with ${fmt(shape.heavyWebhookAttempts)} delivery attempts`);
-    } catch (error) {
-      out(`  the webhook endpoint could not be created, its routes are not timed: ${error instanceof Error ? error.message : String(error)}`);
-    }
-
-    // 3. Every read route.
-    const document = JSON.parse(readFileSync(path.join(ROOT, 'generated', 'openapi.json'), 'utf8')) as unknown;
-    const cursor = deploymentListHasCursor(document);
-    const { rows: [model] } = await admin.query<{ id: string }>("select id from deployable_models where enabled and model_type = 'LLM' order by sort_order limit 1");
-    const probes: Probe[] = [];
-    for (const [who, api, key, deploymentId] of [
-      ['typical', typicalApi, typicalKey.key, seeded.typicalDeploymentId],
-      ['heavy', heavyApi, heavyKey.key, seeded.heavyDeploymentId],
-    ] as const) {
-      const caller: Caller = { who, headers: api.headers() };
-      const add = (route: string, pathAndQuery: string, kind: RouteTiming['kind'] = 'first') => probes.push({ caller, route, pathAndQuery, kind });
-      add('GET /v1/auth/session', '/v1/auth/session');
-      add('GET /v1/user/sessions', '/v1/user/sessions');
-      add('GET /v1/organization', '/v1/organization');
-      add('GET /v1/organization/members', '/v1/organization/members');
-      add('GET /v1/organization/invitations', '/v1/organization/invitations');
-      add('GET /v1/invitations', '/v1/invitations');
-      add('GET /v1/organization/api-keys', '/v1/organization/api-keys');
-      add('GET /v1/organization/api-keys/deployment-options', '/v1/organization/api-keys/deployment-options');
-      add('GET /v1/organization/api-key-limits', '/v1/organization/api-key-limits');
-      add('GET /v1/organization/webhook-endpoints', '/v1/organization/webhook-endpoints');
-      if (who === 'heavy' && endpointId) {
-        add('GET /v1/organization/webhook-endpoints/{id}', `/v1/organization/webhook-endpoints/${endpointId}`);
-        add('GET /v1/organization/webhook-endpoints/{id}/attempts', `/v1/organization/webhook-endpoints/${endpointId}/attempts`);
-      }
-      add('GET /api/v1/model-deployments', '/api/v1/model-deployments');
-      if (who === 'heavy') add(`GET /api/v1/model-deployments?offset=${shape.deepOffset}`, `/api/v1/model-deployments?offset=${shape.deepOffset}`, 'deep');
-      if (cursor) {
-        const first = (await api.get<{ next_cursor?: string | null }>('/api/v1/model-deployments')).next_cursor;
-        if (first) add('GET /api/v1/model-deployments?after={page 2}', `/api/v1/model-deployments?after=${encodeURIComponent(first)}`);
-        if (who === 'heavy') {
-          // The cursor where the deep page ends: the page after it is as deep as the offset's.
-          const deep = (await api.get<{ next_cursor?: string | null }>(`/api/v1/model-deployments?offset=${shape.deepOffset}`)).next_cursor;
-          if (deep) add(`GET /api/v1/model-deployments?after={past ${shape.deepOffset}}`, `/api/v1/model-deployments?after=${encodeURIComponent(deep)}`, 'deep');
-          else out('  the deep page carried no next_cursor: the deep cursor page is not timed');
-        }
-      }
-      add('GET /api/v1/model-deployments/{id}', `/api/v1/model-deployments/${deploymentId}`);
-      add('GET /api/v1/deployable-models', '/api/v1/deployable-models');
-      if (model) add('GET /api/v1/deployable-models/{id}', `/api/v1/deployable-models/${model.id}`);
-      add('GET /v1/billing/config', '/v1/billing/config');
-      add('GET /v1/billing/account', '/v1/billing/account');
-      add('GET /v1/billing/subscription', '/v1/billing/subscription');
-      add('GET /v1/billing/spending-limit', '/v1/billing/spending-limit');
-      add('GET /v1/billing/payment-methods', '/v1/billing/payment-methods');
-      add('GET /v1/billing/invoices', '/v1/billing/invoices');
-      add('GET /v1/billing/usage-summary', '/v1/billing/usage-summary', who === 'heavy' ? 'usage-summary-heavy' : 'first');
-      probes.push({ caller: { who, headers: { accept: 'application/json', authorization: `Bearer ${key}` } }, route: 'GET /v1/models (API key)', pathAndQuery: '/v1/models', kind: 'first' });
-    }
-    const anonymous: Caller = { who: 'anonymous', headers: { accept: 'application/json' } };
-    for (const [route, pathAndQuery] of [
-      ['GET /v1/invitations/by-token/{token}', `/v1/invitations/by-token/${seeded.invitationToken}`],
-      ['GET /v1/sso/providers', '/v1/sso/providers'],
-      ['GET /healthz', '/healthz'],
-      ['GET /readyz', '/readyz'],
-    ] as const) {
-      probes.push({ caller: anonymous, route, pathAndQuery, kind: 'first' });
-    }
-    const only = settings.run.routes;
-    if (only) {
-      const chosen = probes.filter((probe) => only.some((part) => `${probe.caller.who}: ${probe.route}`.includes(part)));
-      probes.splice(0, probes.length, ...chosen);
-    }
-    step(`warm-up: every route ${settings.run.warmupCalls} times`);
-    const warmStarted = performance.now();
-    await warmUp(base, probes, settings);
-    step(
-      `timing ${probes.length} routes (warm-up ${elapsed((performance.now() - warmStarted) / 1000)}): ${settings.run.calls} calls each (at most ${settings.run.routeSeconds} s a route), one at a time; ` +
-        `the deployment cursor ${cursor ? 'is in the interface: timed' : 'is not in the interface yet'}`,
-    );
-    const timings: RouteTiming[] = [];
-    for (const probe of probes) timings.push(await timeRoute(base, probe, settings));
-    await service.stop();
-    if (only) {
-      out();
-      out(textTable(routeTable(timings, settings.run.calls)));
-      out('(BENCH_DB_ROUTES: these routes only; no plans, inserts or results written)');
-      ok = true;
-      return 0;
-    }
-
-    // 4. Plans.
-    step('plans of the hot queries (EXPLAIN ANALYZE, as the repositories build them)');
-    const planFigures = await plans(database.url, seeded, shape.deepOffset, endpointId);
-    for (const plan of planFigures) {
-      out(`  ${plan.query}: ${plan.error ? `not planned: ${plan.error}` : `${plan.ms.toFixed(1)} ms (planning ${plan.planningMs?.toFixed(1)} ms)`}`);
-      if (!plan.error) out(`    ${plan.shape}${plan.warnings.length ? `  ⚠ ${plan.warnings.join(', ')}` : ''}`);
-    }
-
-    // 5. Inserting usage at scale.
-    step(`inserting usage rows into the seeded table, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size (insertUsageRecords, synchronous_commit off)`);
-    const seededInserts = await insertRates(database.url, seeded.insertOrganizationId, 'seeded', settings);
-    seededInserts.forEach((rate) => out(insertLine(rate)));
-
-    // 6. Report.
-    const reference = referenceRun(settings);
-    const inserts = [...emptyInserts, ...seededInserts];
-    const list = dbBudgets(timings, inserts, reference?.inserts);
-    const table = routeTable(timings, settings.run.calls);
-    const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
-    const commit = commitOf(ROOT);
-    const missed = list.filter((budget) => budget.met === false);
-    const notes = [
-      `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
-      `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
-      `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
-      `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size the best of ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s, each from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
-      `Machine: ${machine}; load average at the start ${loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
-      'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',
-    ];
-    out();
-    out(textTable(table));
-    out();
-    out('Inserting usage rows (rows/s):');
-    inserts.forEach((rate) => out(`  ${rate.table.padEnd(6)} ${insertLine(rate).trim()}`));
-    out();
-    out(`Budgets: ${list.filter((budget) => budget.met).length} met, ${missed.length} missed${list.some((budget) => budget.met === undefined) ? `, ${list.filter((budget) => budget.met === undefined).length} without a reference` : ''}`);
-    out(textBudgets(list.filter((budget) => budget.met !== true)));
-    out();
-    for (const note of notes) out(`  ${note}`);
-
-    const json = {
-      started_at: startedAt.toISOString(),
-      finished_at: new Date().toISOString(),
-      commit,
-      machine,
-      cpus: cpus().length,
-      node: process.version,
-      load_average_at_start: loadAtStart,
-      database: database.description,
-      postgres: server,
-      shape,
-      run: settings.run,
-      seeding: { seconds: seedSeconds, steps: seedTimings, database_bytes: Number(dbSize?.bytes ?? 0), largest_tables: sizes },
-      deployment_cursor: cursor,
-      routes: timings,
-      plans: planFigures,
-      inserts,
-      insert_reference: reference ? { file: reference.file, commit: reference.commit } : null,
-      budgets: list,
-    };
-    mkdirSync(RESULTS, { recursive: true });
-    const stamp = startedAt.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
-    const jsonPath = path.join(RESULTS, `db-${stamp}.json`);
-    writeFileSync(jsonPath, `${JSON.stringify(json, null, 2)}\n`);
-    const planLines = ['', '## Plans of the hot queries (EXPLAIN ANALYZE)', '', '| Query | ms | Plan |', '|---|---:|---|', ...planFigures.map((plan) => `| ${plan.query} | ${plan.error ? '–' : plan.ms.toFixed(1)} | ${plan.error ? `not planned: ${plan.error}` : `\`${plan.shape}\`${plan.warnings.length ? ` (${plan.warnings.join(', ')})` : ''}`} |`)];
-    const insertLines = ['', '## Inserting usage rows', '', '| Table | Batch | rows/s (best round) | rounds | batch p50 / p99 ms |', '|---|---:|---:|---:|---:|', ...inserts.map((rate) => `| ${rate.table} | ${rate.batch} | ${fmt(rate.rowsPerSecond)} | ${rate.rounds?.map(fmt).join(', ') ?? ''} | ${rate.p50.toFixed(2)} / ${rate.p99.toFixed(2)} |`)];
-    writeFileSync(
-      path.join(RESULTS, 'db-latest.md'),
-      markdown({ started_at: json.started_at, machine, commit }, table, list, notes, {
-        title: 'Data-scale benchmark: latest run',
-        writtenBy: '`make bench-db` (bench/db-scale.ts)',
-        budgetsHeading: 'Budget',
-      }) + [...insertLines, ...planLines, ''].join('\n'),
-    );
-    out();
-    out(`Wrote ${path.relative(ROOT, jsonPath)} and bench/results/db-latest.md`);
-    ok = true;
-    return 0;
-  } catch (error) {
-    out(`\nBenchmark failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
-    return 1;
-  } finally {
-    await cleanup();
+    const vacuumStarted = performance.now();
+    await admin.query('vacuum (analyze)');
+    full.timings.vacuum_analyze = (performance.now() - vacuumStarted) / 1000;
+    seedSeconds = (performance.now() - seedStarted) / 1000;
+    out(`  VACUUM ANALYZE (${elapsed(full.timings.vacuum_analyze)})`);
+    step(`seeded in ${elapsed(seedSeconds)}`);
+    seedTimings = full.timings;
+    seeded = full;
   }
+  await admin.query('reset all');
+  const passwords = { heavy: randomBytes(18).toString('base64url'), typical: randomBytes(18).toString('base64url') };
+  await admin.query('update users set password_hash = $2 where id = $1', [seeded.heavy.userId, await hashPassword(passwords.heavy)]);
+  await admin.query('update users set password_hash = $2 where id = $1', [seeded.typical.userId, await hashPassword(passwords.typical)]);
+
+  const { rows: sizeRows } = await admin.query<{ relation: string; bytes: string; rows: string }>(
+    `select c.relname as relation, pg_total_relation_size(c.oid)::text as bytes, c.reltuples::bigint::text as rows
+     from pg_class c join pg_namespace n on n.oid = c.relnamespace
+     where n.nspname = 'public' and c.relkind in ('r', 'p') and c.relispartition = false
+     order by pg_total_relation_size(c.oid) desc limit 8`,
+  );
+  const { rows: [dbSize] } = await admin.query<{ bytes: string }>('select pg_database_size(current_database())::text as bytes');
+  const { rows: [server] } = await admin.query<Record<string, string>>(
+    `select current_setting('server_version') as version, current_setting('shared_buffers') as shared_buffers, current_setting('work_mem') as work_mem,
+            current_setting('effective_cache_size') as effective_cache_size, current_setting('max_parallel_workers_per_gather') as parallel_workers,
+            current_setting('random_page_cost') as random_page_cost`,
+  );
+  const gb = (bytes: string | number) => `${(Number(bytes) / 1024 ** 3).toFixed(2)} GB`;
+  const sizes = sizeRows.map((row) => ({ relation: row.relation, bytes: Number(row.bytes), rows: Number(row.rows) }));
+  step(`database ${gb(dbSize?.bytes ?? 0)}: ${sizes.map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}`);
+  step(`Postgres ${server?.version}: shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}, effective_cache_size ${server?.effective_cache_size}, ${server?.parallel_workers} parallel workers per gather`);
+
+  // 2. The service.
+  const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'api' });
+  // The endpoint the heavy organization registers points at loopback; nothing is delivered (no worker runs).
+  serviceEnv.WEBHOOK_ALLOW_PRIVATE_TARGETS = 'true';
+  // BENCH_CPU_PROF_DIR: the service writes a CPU profile there on exit (bench/cpu-profile-summary.ts).
+  const profile = process.env.BENCH_CPU_PROF_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF_DIR}`] : [];
+  const service = await startService(run.logs, { env: serviceEnv, base, nodeFlags: profile });
+  step(`service (pid ${service.pid}, ROLE=api) at ${base}`);
+
+  const heavyApi = await signIn(base, seeded.heavy.email, passwords.heavy);
+  const typicalApi = await signIn(base, seeded.typical.email, passwords.typical);
+  const heavyKey = await heavyApi.post<{ key: string }>('/v1/organization/api-keys', { name: 'bench-db', deployment_ids: [seeded.heavyRunningDeploymentId], allow_hosted_models: true });
+  const typicalKey = await typicalApi.post<{ key: string }>('/v1/organization/api-keys', { name: 'bench-db', deployment_ids: [], allow_hosted_models: true });
+  let endpointId: string | undefined;
+  try {
+    // A reused database has the endpoint of the run that seeded it, with its history.
+    const { rows: [existing] } = await admin.query<{ id: string }>(
+      `select id from webhook_endpoints where organization_id = $1 and description = 'bench-db' order by created_at limit 1`,
+      [seeded.heavy.organizationId],
+    );
+    endpointId = existing?.id;
+    if (!endpointId) {
+      const created = await heavyApi.post<{ endpoint: { id: string } }>('/v1/organization/webhook-endpoints', { url: 'http://127.0.0.1:9/bench-db', description: 'bench-db' });
+      endpointId = created.endpoint.id;
+      // Its delivery history over the 30 days the pruning keeps: one delivery a test event, one attempt each, newest last.
+      await admin.query(
+        `with d as (
+           insert into webhook_deliveries (endpoint_id, event_type, status, attempts, queued_at, created_at, completed_at)
+           select $1::uuid, 'webhook.test', case when k % 50 = 0 then 'failed' else 'succeeded' end, 1, now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int),
+                  now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int), now() - make_interval(secs => ($2::int - k) * 2592000.0 / $2::int)
+           from generate_series(1, $2::int) k returning id, status, created_at
+         )
+         insert into webhook_delivery_attempts (delivery_id, endpoint_id, attempt, outcome, response_status, duration_ms, created_at)
+         select id, $1::uuid, 1, status, case when status = 'failed' then 500 else 204 end, 40, created_at from d order by created_at`,
+        [endpointId, shape.heavyWebhookAttempts],
+      );
+      await admin.query('analyze webhook_deliveries, webhook_delivery_attempts');
+    }
+    step(`signed in as the heavy user (${seeded.heavy.email}) and a typical one (${seeded.typical.email}); API keys and a webhook endpoint with ${fmt(shape.heavyWebhookAttempts)} delivery attempts`);
+  } catch (error) {
+    out(`  the webhook endpoint could not be created, its routes are not timed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+
+  // 3. Every read route.
+  const document = JSON.parse(readFileSync(path.join(ROOT, 'generated', 'openapi.json'), 'utf8')) as unknown;
+  const cursor = deploymentListHasCursor(document);
+  const { rows: [model] } = await admin.query<{ id: string }>("select id from deployable_models where enabled and model_type = 'LLM' order by sort_order limit 1");
+  const probes: Probe[] = [];
+  for (const [who, api, key, deploymentId] of [
+    ['typical', typicalApi, typicalKey.key, seeded.typicalDeploymentId],
+    ['heavy', heavyApi, heavyKey.key, seeded.heavyDeploymentId],
+  ] as const) {
+    const caller: Caller = { who, headers: api.headers() };
+    const add = (route: string, pathAndQuery: string, kind: RouteTiming['kind'] = 'first') => probes.push({ caller, route, pathAndQuery, kind });
+    add('GET /v1/auth/session', '/v1/auth/session');
+    add('GET /v1/user/sessions', '/v1/user/sessions');
+    add('GET /v1/organization', '/v1/organization');
+    add('GET /v1/organization/members', '/v1/organization/members');
+    add('GET /v1/organization/invitations', '/v1/organization/invitations');
+    add('GET /v1/invitations', '/v1/invitations');
+    add('GET /v1/organization/api-keys', '/v1/organization/api-keys');
+    add('GET /v1/organization/api-keys/deployment-options', '/v1/organization/api-keys/deployment-options');
+    add('GET /v1/organization/api-key-limits', '/v1/organization/api-key-limits');
+    add('GET /v1/organization/webhook-endpoints', '/v1/organization/webhook-endpoints');
+    if (who === 'heavy' && endpointId) {
+      add('GET /v1/organization/webhook-endpoints/{id}', `/v1/organization/webhook-endpoints/${endpointId}`);
+      add('GET /v1/organization/webhook-endpoints/{id}/attempts', `/v1/organization/webhook-endpoints/${endpointId}/attempts`);
+    }
+    add('GET /api/v1/model-deployments', '/api/v1/model-deployments');
+    if (who === 'heavy') add(`GET /api/v1/model-deployments?offset=${shape.deepOffset}`, `/api/v1/model-deployments?offset=${shape.deepOffset}`, 'deep');
+    if (cursor) {
+      const first = (await api.get<{ next_cursor?: string | null }>('/api/v1/model-deployments')).next_cursor;
+      if (first) add('GET /api/v1/model-deployments?after={page 2}', `/api/v1/model-deployments?after=${encodeURIComponent(first)}`);
+      if (who === 'heavy') {
+        // The cursor where the deep page ends: the page after it is as deep as the offset's.
+        const deep = (await api.get<{ next_cursor?: string | null }>(`/api/v1/model-deployments?offset=${shape.deepOffset}`)).next_cursor;
+        if (deep) add(`GET /api/v1/model-deployments?after={past ${shape.deepOffset}}`, `/api/v1/model-deployments?after=${encodeURIComponent(deep)}`, 'deep');
+        else out('  the deep page carried no next_cursor: the deep cursor page is not timed');
+      }
+    }
+    add('GET /api/v1/model-deployments/{id}', `/api/v1/model-deployments/${deploymentId}`);
+    add('GET /api/v1/deployable-models', '/api/v1/deployable-models');
+    if (model) add('GET /api/v1/deployable-models/{id}', `/api/v1/deployable-models/${model.id}`);
+    add('GET /v1/billing/config', '/v1/billing/config');
+    add('GET /v1/billing/account', '/v1/billing/account');
+    add('GET /v1/billing/subscription', '/v1/billing/subscription');
+    add('GET /v1/billing/spending-limit', '/v1/billing/spending-limit');
+    add('GET /v1/billing/payment-methods', '/v1/billing/payment-methods');
+    add('GET /v1/billing/invoices', '/v1/billing/invoices');
+    add('GET /v1/billing/usage-summary', '/v1/billing/usage-summary', who === 'heavy' ? 'usage-summary-heavy' : 'first');
+    probes.push({ caller: { who, headers: { accept: 'application/json', authorization: `Bearer ${key}` } }, route: 'GET /v1/models (API key)', pathAndQuery: '/v1/models', kind: 'first' });
+  }
+  const anonymous: Caller = { who: 'anonymous', headers: { accept: 'application/json' } };
+  for (const [route, pathAndQuery] of [
+    ['GET /v1/invitations/by-token/{token}', `/v1/invitations/by-token/${seeded.invitationToken}`],
+    ['GET /v1/sso/providers', '/v1/sso/providers'],
+    ['GET /healthz', '/healthz'],
+    ['GET /readyz', '/readyz'],
+  ] as const) {
+    probes.push({ caller: anonymous, route, pathAndQuery, kind: 'first' });
+  }
+  const only = settings.run.routes;
+  if (only) {
+    const chosen = probes.filter((probe) => only.some((part) => `${probe.caller.who}: ${probe.route}`.includes(part)));
+    probes.splice(0, probes.length, ...chosen);
+  }
+  step(`warm-up: every route ${settings.run.warmupCalls} times`);
+  const warmStarted = performance.now();
+  await warmUp(base, probes, settings);
+  step(
+    `timing ${probes.length} routes (warm-up ${elapsed((performance.now() - warmStarted) / 1000)}): ${settings.run.calls} calls each (at most ${settings.run.routeSeconds} s a route), one at a time; ` +
+      `the deployment cursor ${cursor ? 'is in the interface: timed' : 'is not in the interface yet'}`,
+  );
+  const timings: RouteTiming[] = [];
+  for (const probe of probes) timings.push(await timeRoute(base, probe, settings));
+  await service.stop();
+  if (only) {
+    out();
+    out(textTable(routeTable(timings, settings.run.calls)));
+    out('(BENCH_DB_ROUTES: these routes only; no plans, inserts or results written)');
+    return;
+  }
+
+  // 4. Plans.
+  step('plans of the hot queries (EXPLAIN ANALYZE, as the repositories build them)');
+  const planFigures = await plans(database.url, seeded, shape.deepOffset, endpointId);
+  for (const plan of planFigures) {
+    out(`  ${plan.query}: ${plan.error ? `not planned: ${plan.error}` : `${plan.ms.toFixed(1)} ms (planning ${plan.planningMs?.toFixed(1)} ms)`}`);
+    if (!plan.error) out(`    ${plan.shape}${plan.warnings.length ? `  ⚠ ${plan.warnings.join(', ')}` : ''}`);
+  }
+
+  // 5. Inserting usage at scale.
+  step(`inserting usage rows into the seeded table, ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s per batch size (insertUsageRecords, synchronous_commit off)`);
+  const seededInserts = await insertRates(database.url, seeded.insertOrganizationId, 'seeded', settings);
+  seededInserts.forEach((rate) => out(insertLine(rate)));
+
+  // 6. Report.
+  const reference = referenceRun(settings);
+  const inserts = [...emptyInserts, ...seededInserts];
+  const list = dbBudgets(timings, inserts, reference?.inserts);
+  const table = routeTable(timings, settings.run.calls);
+  const machine = machineName();
+  const missed = list.filter((budget) => budget.met === false);
+  const notes = [
+    `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
+    `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
+    `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
+    `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size the best of ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s, each from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
+    `Machine: ${machine}; load average at the start ${run.loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
+    'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',
+  ];
+  printReport(
+    table,
+    [
+      { title: 'Inserting usage rows (rows/s):', lines: inserts.map((rate) => `  ${rate.table.padEnd(6)} ${insertLine(rate).trim()}`) },
+      {
+        title: `Budgets: ${list.filter((budget) => budget.met).length} met, ${missed.length} missed${list.some((budget) => budget.met === undefined) ? `, ${list.filter((budget) => budget.met === undefined).length} without a reference` : ''}`,
+        lines: [textBudgets(list.filter((budget) => budget.met !== true))],
+      },
+    ],
+    notes,
+  );
+
+  const head = resultHead(run, database.description);
+  const json = {
+    ...head,
+    postgres: server,
+    shape,
+    run: settings.run,
+    seeding: { seconds: seedSeconds, steps: seedTimings, database_bytes: Number(dbSize?.bytes ?? 0), largest_tables: sizes },
+    deployment_cursor: cursor,
+    routes: timings,
+    plans: planFigures,
+    inserts,
+    insert_reference: reference ? { file: reference.file, commit: reference.commit } : null,
+    budgets: list,
+  };
+  const planLines = ['', '## Plans of the hot queries (EXPLAIN ANALYZE)', '', '| Query | ms | Plan |', '|---|---:|---|', ...planFigures.map((plan) => `| ${plan.query} | ${plan.error ? '–' : plan.ms.toFixed(1)} | ${plan.error ? `not planned: ${plan.error}` : `\`${plan.shape}\`${plan.warnings.length ? ` (${plan.warnings.join(', ')})` : ''}`} |`)];
+  const insertLines = ['', '## Inserting usage rows', '', '| Table | Batch | rows/s (best round) | rounds | batch p50 / p99 ms |', '|---|---:|---:|---:|---:|', ...inserts.map((rate) => `| ${rate.table} | ${rate.batch} | ${fmt(rate.rowsPerSecond)} | ${rate.rounds?.map(fmt).join(', ') ?? ''} | ${rate.p50.toFixed(2)} / ${rate.p99.toFixed(2)} |`)];
+  writeResults(
+    'db-',
+    json,
+    markdown(head, table, list, notes, {
+      title: 'Data-scale benchmark: latest run',
+      writtenBy: '`make bench-db` (bench/db-scale.ts)',
+      budgetsHeading: 'Budget',
+    }) + [...insertLines, ...planLines, ''].join('\n'),
+  );
 }
 
 process.exitCode = await main();

@@ -1,12 +1,16 @@
 import { randomBytes } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import path from 'node:path';
 
 /**
  * The processes one benchmark run starts (simulator, service, operator CLI): each one's output goes
  * to its own log file, and every one still running is stopped when the run ends, also on failure.
  */
+
+/** The repository's root: where the processes run and the results are written below. */
+export const ROOT = path.resolve(import.meta.dirname, '..');
 
 export interface Started {
   name: string;
@@ -178,4 +182,75 @@ function startFlags(): string[] {
   const words = scripts.start.trim().split(/\s+/);
   if (words[0] !== 'node' || words.at(-1) !== 'dist/main.js') throw new Error(`package.json's start script is not \`node <flags> dist/main.js\`: ${scripts.start}`);
   return words.slice(1, -1);
+}
+
+/** Fails the run unless the service is built: the benches run `dist/main.js`, as production does (their `make` target builds first). */
+export function requireBuild(make: string): void {
+  if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error(`dist/main.js is missing: run \`make build\` (${make} does)`);
+}
+
+/** The GPU cluster simulator of a run, with the secrets it was started with (the operator CLI registers it with them). */
+export interface Simulator {
+  process: Started;
+  url: string;
+  apiKey: string;
+  adminPassword: string;
+}
+
+/**
+ * The cluster simulator (dev/cluster-simulator.cli.ts) as its own process on a loopback port of its
+ * choosing, one worker of `gpuCount` A10Gs, a fresh API key and admin password; resolves once it
+ * prints its URL.
+ */
+export async function startSimulator(logs: string, options: { gpuCount: number; modelLoadMs: number; completionTokens: number; tokenLatencyMs: number }): Promise<Simulator> {
+  const apiKey = `xf-${randomBytes(24).toString('hex')}`;
+  const adminPassword = randomBytes(18).toString('base64url');
+  const simulator = start(
+    'simulator',
+    [
+      'dev/cluster-simulator.cli.ts',
+      '--host', '127.0.0.1',
+      '--port', '0',
+      '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuName: 'NVIDIA A10G', gpuCount: options.gpuCount, gpuMemoryGb: 24 }]),
+      '--model-load-ms', String(options.modelLoadMs),
+      '--completion-tokens', String(options.completionTokens),
+      '--token-latency-ms', String(options.tokenLatencyMs),
+    ],
+    // The secrets through the environment, not the command line (which process lists show).
+    {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'warn', CLUSTER_SIMULATOR_API_KEY: apiKey, CLUSTER_SIMULATOR_ADMIN_PASSWORD: adminPassword },
+      logPath: path.join(logs, 'simulator.log'),
+    },
+  );
+  const url = (await waitForLine(simulator, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
+  return { process: simulator, url, apiKey, adminPassword };
+}
+
+/**
+ * The built service as its own process, as in production (`npm start`: `node <SERVICE_NODE_FLAGS>
+ * dist/main.js`; `nodeFlags` go first), on `env` (productionServiceEnv and what the run adds);
+ * resolves once it answers /healthz.
+ */
+export async function startService(logs: string, options: { env: NodeJS.ProcessEnv; base: string; nodeFlags?: string[] }): Promise<Started> {
+  const service = start('service', [...(options.nodeFlags ?? []), ...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: options.env, logPath: path.join(logs, 'service.log') });
+  await waitUntil('the service to answer /healthz', async () => (await fetch(`${options.base}/healthz`)).ok, 60_000, service);
+  return service;
+}
+
+/**
+ * The simulator registered as a cluster and synced with the operator CLI (src/cli/operator.ts), as
+ * an operator would, on the service's environment (`serviceEnv`: its database); the secrets through
+ * the environment. What the CLI printed for each, one line each.
+ */
+export async function registerCluster(logs: string, serviceEnv: NodeJS.ProcessEnv, simulator: Simulator): Promise<string[]> {
+  const operator = (args: string[], name: string) =>
+    run(name, ['src/cli/operator.ts', ...args], {
+      env: { ...serviceEnv, NODE_OPTIONS: process.env.NODE_OPTIONS, BENCH_SIMULATOR_KEY: simulator.apiKey, BENCH_SIMULATOR_ADMIN_PASSWORD: simulator.adminPassword },
+      logPath: path.join(logs, `${name}.log`),
+    });
+  const cluster = 'bench-simulator';
+  const registered = await operator(['cluster', 'register', '--name', cluster, '--endpoint', simulator.url, '--provider', 'local', '--region', 'bench', '--admin-user', 'admin', '--admin-password-env', 'BENCH_SIMULATOR_ADMIN_PASSWORD', '--api-key-env', 'BENCH_SIMULATOR_KEY'], 'operator-register');
+  const synced = await operator(['cluster', 'sync', '--name', cluster], 'operator-sync');
+  return [registered.trim(), synced.trim().replace(/\n/g, '; ')];
 }

@@ -41,29 +41,32 @@
  * service runs with its Prometheus metrics listener, METRICS_PORT, scraped every
  * BENCH_SCRAPE_SECONDS (15) as Prometheus would; `off`: no listener, nothing recorded), DATABASE_URL.
  */
-import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { cpus, loadavg, tmpdir } from 'node:os';
+import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { ApiClient } from './api-client.ts';
-import { openDatabase, type BenchDatabase } from './database.ts';
+import { registeredUser } from './api-client.ts';
 import { load, streams, type Target } from './load.ts';
 import { MachineWindow, UsageWindow, cpuMs, memory } from './procfs.ts';
-import { SERVICE_NODE_FLAGS, freePort, productionServiceEnv, run, start, stopAll, waitForLine, waitUntil } from './processes.ts';
-import { budgets, commitOf, markdown, rows, textBudgets, textTable, type Idle, type PhaseFigures, type Repetition, type RunFigures, type StreamFigures, type TargetName } from './report.ts';
-
-const ROOT = path.resolve(import.meta.dirname, '..');
-const RESULTS = path.join(import.meta.dirname, 'results');
-
-function setting(name: string, fallback: number, min = 0): number {
-  const raw = process.env[name];
-  if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
-  if (!Number.isFinite(value) || value < min) throw new Error(`${name} must be a number >= ${min}, got ${JSON.stringify(raw)}`);
-  return value;
-}
+import { ROOT, SERVICE_NODE_FLAGS, freePort, productionServiceEnv, registerCluster, start, startService, startSimulator, waitForLine, waitUntil } from './processes.ts';
+import {
+  budgets,
+  markdown,
+  out,
+  printReport,
+  resultHead,
+  rows,
+  step,
+  textBudgets,
+  writeResults,
+  type Idle,
+  type PhaseFigures,
+  type Repetition,
+  type RunFigures,
+  type StreamFigures,
+  type TargetName,
+} from './report.ts';
+import { benchRun, setting, type BenchRun } from './run.ts';
 
 const FRONTS: readonly TargetName[] = ['raw', 'raw-undici', 'express-got', 'proxy'];
 
@@ -110,14 +113,10 @@ const settings = {
   concurrency: [1, 64] as const,
 };
 
-
 /** The request both targets get, but for `model`: one token, so a non-streamed answer takes one token latency. */
 const CHAT_BODY = { messages: [{ role: 'user', content: 'Name one colour.' }], max_tokens: 1 };
 /** Streamed: exactly `streamTokens` (the simulator's answer length, which `max_tokens` does not cut short). */
 const STREAM_BODY = { ...CHAT_BODY, max_tokens: settings.streamTokens };
-
-const out = (text = '') => process.stdout.write(`${text}\n`);
-const step = (text: string) => out(`• ${text}`);
 
 /**
  * CPU of the Postgres backends serving the bench database (found in pg_stat_activity, read from
@@ -305,8 +304,6 @@ interface ScrapeSummary {
   relays: number;
 }
 
-let scraper: Scraper | undefined;
-
 /** One request, to check a target answers a completion before loading it. */
 async function probe(target: Target, stream = false): Promise<{ status: number; body: string }> {
   const response = await fetch(target.url, {
@@ -318,264 +315,182 @@ async function probe(target: Target, stream = false): Promise<{ status: number; 
   return { status: response.status, body: await response.text() };
 }
 
-async function main(): Promise<number> {
-  const startedAt = new Date();
-  const workDir = mkdtempSync(path.join(tmpdir(), 'mds-bench-'));
-  const logs = path.join(workDir, 'logs');
-  mkdirSync(logs);
-  let database: BenchDatabase | undefined;
-  let ok = false;
-
-  let interrupted = false;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (interrupted) return;
-    interrupted = true;
-    out(`\n${signal}: stopping everything this run started`);
-    void cleanup().finally(() => process.exit(130));
-  };
-  const cleanup = async () => {
-    await scraper?.finish().catch(() => undefined);
-    await databaseCpu?.close().catch(() => undefined);
+async function measure(run: BenchRun): Promise<void> {
+  // 1. Database.
+  const database = await run.openDatabase({ prefix: 'mds_bench' });
+  step(database.description);
+  databaseCpu = await DatabaseCpu.open(database.url);
+  run.atEnd(async () => {
+    await databaseCpu?.close();
     databaseCpu = undefined;
-    await stopAll();
-    await database?.close().catch((error: unknown) => out(`could not drop the bench database: ${String(error)}`));
-    database = undefined;
-    if (ok && !process.env.BENCH_KEEP_LOGS) rmSync(workDir, { recursive: true, force: true });
-    else {
-      rmSync(path.join(workDir, 'postgres'), { recursive: true, force: true });
-      out(`logs kept in ${logs}`);
-    }
+  });
+
+  // 2. The simulator, its own process.
+  const simulator = await startSimulator(run.logs, {
+    gpuCount: 4,
+    modelLoadMs: 50,
+    // Answers of `streamTokens` tokens; a non-streamed request asks for one (`max_tokens`).
+    completionTokens: settings.streamTokens,
+    tokenLatencyMs: settings.upstreamMs,
+  });
+  step(`simulator (pid ${simulator.process.pid}) at ${simulator.url}`);
+
+  // 3. The service, its own process, and its set-up through the operator CLI and the HTTP API.
+  const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'all' });
+  serviceEnv.READINESS_POLL_SECONDS = '0.2';
+  const metricsUrl = settings.metrics ? `http://127.0.0.1:${await freePort()}/metrics` : undefined;
+  if (metricsUrl) {
+    serviceEnv.METRICS_PORT = new URL(metricsUrl).port;
+    serviceEnv.METRICS_HOST = '127.0.0.1';
+  }
+  const profileDir = process.env.BENCH_CPU_PROF_DIR;
+  if (profileDir) {
+    mkdirSync(profileDir, { recursive: true });
+    serviceEnv.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(profileDir)}`.trim();
+  }
+  serviceSpawnedAt = performance.now();
+  const service = await startService(run.logs, { env: serviceEnv, base });
+  step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}${metricsUrl ? `, metrics at ${metricsUrl}` : ', metrics off'}`);
+  const scraper = metricsUrl ? new Scraper(metricsUrl, settings.scrapeSeconds) : undefined;
+  if (scraper) run.atEnd(() => scraper.finish());
+  for (const line of await registerCluster(run.logs, serviceEnv, simulator)) step(line);
+
+  const users = new pg.Client({ connectionString: database.url });
+  await users.connect();
+  const api = await registeredUser(base, users, `bench-${Date.now()}@example.com`, 'Benchmark').finally(() => users.end());
+  let deployment = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
+  const deploymentId = deployment.id;
+  await waitUntil(
+    `deployment ${deploymentId} to be running`,
+    async () => {
+      deployment = await api.get<Deployment>(`/api/v1/model-deployments/${deploymentId}`);
+      if (deployment.status === 'failed') throw new Error(`deployment failed at ${deployment.failure_stage}: ${deployment.failure_reason}`);
+      return deployment.status === 'running';
+    },
+    60_000,
+    service,
+  ).catch((error: unknown) => {
+    throw new Error(`${error instanceof Error ? error.message : String(error)} (last status ${deployment.status})`);
+  });
+  const engineModel = deployment.engine_model_uid;
+  if (!engineModel) throw new Error(`deployment ${deploymentId} is running without an engine model uid`);
+  step(`deployment ${deploymentId} running as ${engineModel} on the engine`);
+
+  const direct: Target = {
+    name: 'direct',
+    url: `${simulator.url}/v1/chat/completions`,
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${simulator.apiKey}` },
+    model: engineModel,
   };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
+  const check = await probe(direct);
+  if (check.status !== 200) throw new Error(`the simulator answered ${check.status}: ${check.body}`);
 
-  try {
-    out(`Proxy overhead benchmark: ${settings.upstreamMs} ms upstream, ${settings.seconds} s per phase (+${settings.warmupSeconds} s warm-up), connections ${settings.concurrency.join(' and ')}, ${settings.streamConcurrency} streams`);
-
-    const loadAtStart = loadavg();
-    if ((loadAtStart[0] ?? 0) > 0.5) {
-      out(`  note: the machine is already busy (load average ${loadAtStart.map((v) => v.toFixed(2)).join(' ')}): figures will be noisier`);
+  // The API key and a first call through the proxy, then the references in front of the same engine.
+  // With limits on (the default), every proxied request is admitted and announced by the key limiter.
+  const limits = settings.keyLimits ? { requests_per_minute: 1_000_000, tokens_per_minute: 1_000_000_000, monthly_token_budget: 1_000_000_000_000, monthly_spend_budget: '1000000.00' } : undefined;
+  const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId], ...(limits ? { limits } : {}) });
+  const fronts: Target[] = [];
+  for (const name of settings.targets) {
+    if (name === 'proxy') {
+      fronts.push({ name, pid: service.pid, url: `${base}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: `Bearer ${created.key}` }, model: deploymentId });
+      continue;
     }
-
-    // 1. Database.
-    database = await openDatabase(workDir, { prefix: 'mds_bench' });
-    step(database.description);
-    databaseCpu = await DatabaseCpu.open(database.url);
-
-    // 2. The simulator, its own process.
-    const simulatorKey = `xf-${randomBytes(24).toString('hex')}`;
-    const simulatorAdminPassword = randomBytes(18).toString('base64url');
-    const simulator = start(
-      'simulator',
-      [
-        'dev/cluster-simulator.cli.ts',
-        '--host', '127.0.0.1',
-        '--port', '0',
-        '--workers', JSON.stringify([{ name: 'bench-a10g-0', gpuName: 'NVIDIA A10G', gpuCount: 4, gpuMemoryGb: 24 }]),
-        '--model-load-ms', '50',
-        // Answers of `streamTokens` tokens; a non-streamed request asks for one (`max_tokens`).
-        '--completion-tokens', String(settings.streamTokens),
-        '--token-latency-ms', String(settings.upstreamMs),
-      ],
-      // The secrets through the environment, not the command line (which process lists show).
-      {
-        cwd: ROOT,
-        env: { ...process.env, LOG_LEVEL: 'warn', CLUSTER_SIMULATOR_API_KEY: simulatorKey, CLUSTER_SIMULATOR_ADMIN_PASSWORD: simulatorAdminPassword },
-        logPath: path.join(logs, 'simulator.log'),
-      },
-    );
-    const simulatorUrl = (await waitForLine(simulator, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
-    step(`simulator (pid ${simulator.pid}) at ${simulatorUrl}`);
-
-    // 3. The service, its own process, and its set-up through the operator CLI and the HTTP API.
-    const { env: serviceEnv, base } = await productionServiceEnv({ databaseUrl: database.url, role: 'all' });
-    serviceEnv.READINESS_POLL_SECONDS = '0.2';
-    const metricsUrl = settings.metrics ? `http://127.0.0.1:${await freePort()}/metrics` : undefined;
-    if (metricsUrl) {
-      serviceEnv.METRICS_PORT = new URL(metricsUrl).port;
-      serviceEnv.METRICS_HOST = '127.0.0.1';
+    const reference = start(name, ['bench/references.ts', name, '--upstream', simulator.url], { cwd: ROOT, env: { ...process.env }, logPath: path.join(run.logs, `${name}.log`) });
+    const url = (await waitForLine(reference, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
+    fronts.push({ ...direct, name, pid: reference.pid, url: `${url}/v1/chat/completions` });
+  }
+  for (const target of fronts) {
+    for (const stream of [false, true]) {
+      const answer = await probe(target, stream);
+      if (answer.status !== 200) throw new Error(`${target.name} answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
     }
-    const profileDir = process.env.BENCH_CPU_PROF_DIR;
-    if (profileDir) {
-      mkdirSync(profileDir, { recursive: true });
-      serviceEnv.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''} --cpu-prof --cpu-prof-dir=${path.resolve(profileDir)}`.trim();
+  }
+  step(`API key created (${settings.keyLimits ? 'with every kind of limit, none reached' : 'without limits'}); ${fronts.map((target) => `${target.name}${target.pid ? ` (pid ${target.pid})` : ''}`).join(', ')} answer`);
+
+  // 5. Idle, once the start-up work has settled.
+  const idleMemory = memory(service.pid);
+  let idle: Idle | undefined;
+  if (settings.targets.includes('proxy')) {
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    idle = await idleCost(service.pid);
+    step(`idle ${idle.seconds.toFixed(0)} s, ROLE=all: service ${idle.serviceCpuMsPerSecond.toFixed(1)} ms CPU/s, its Postgres backends ${idle.databaseCpuMsPerSecond.toFixed(1)} ms CPU/s`);
+  }
+
+  // 6. Load, every target in turn, rotated; first each once at full load, not measured: the
+  // one-time costs of a process's first heavy load (code optimised, heap grown to the load's
+  // working size) belong to no repetition, as they would not in a process serving for a while.
+  const targets = [direct, ...fronts];
+  const full = Math.max(...settings.concurrency);
+  if (settings.settleSeconds > 0) {
+    step(`settling: every target at ${full} connections for ${settings.settleSeconds} s, not measured`);
+    for (const target of targets) await load(target, CHAT_BODY, full, settings.settleSeconds);
+  }
+  const repetitions: Repetition[] = [];
+  for (let rep = 1; rep <= settings.repetitions; rep++) {
+    const figures: Repetition = { c1: {}, c64: {}, stream: {} };
+    for (const [index, connections] of settings.concurrency.entries()) {
+      step(`repetition ${rep}/${settings.repetitions}: ${connections} connection${connections > 1 ? 's' : ''}, ${settings.seconds} s each`);
+      for (const target of rotated(targets, rep - 1 + index)) figures[connections === 1 ? 'c1' : 'c64'][target.name] = await phase(target, connections, simulator.process.pid, rep);
     }
-    serviceSpawnedAt = performance.now();
-    // As in production (`npm start`): the compiled service (`make build`), young generation capped.
-    if (!existsSync(path.join(ROOT, 'dist', 'main.js'))) throw new Error('dist/main.js is missing: run `make build` (make bench does)');
-    const service = start('service', [...SERVICE_NODE_FLAGS, 'dist/main.js'], { cwd: ROOT, env: serviceEnv, logPath: path.join(logs, 'service.log') });
-    await waitUntil('the service to answer /healthz', async () => (await fetch(`${base}/healthz`)).ok, 60_000, service);
-    step(`service (pid ${service.pid}) at ${base}${profileDir ? `, CPU profile to ${profileDir}` : ''}${metricsUrl ? `, metrics at ${metricsUrl}` : ', metrics off'}`);
-    if (metricsUrl) scraper = new Scraper(metricsUrl, settings.scrapeSeconds);
+    step(`repetition ${rep}/${settings.repetitions}: ${settings.streamConcurrency} concurrent streams of ${settings.streamTokens} tokens, ${settings.streamSeconds} s each`);
+    for (const target of rotated(targets, rep + 1)) figures.stream[target.name] = await streamPhase(target, simulator.process.pid, rep);
+    repetitions.push(figures);
+  }
 
-    const operator = (args: string[], name: string) =>
-      run(name, ['src/cli/operator.ts', ...args], {
-        env: { ...serviceEnv, NODE_OPTIONS: process.env.NODE_OPTIONS, BENCH_SIMULATOR_KEY: simulatorKey, BENCH_SIMULATOR_ADMIN_PASSWORD: simulatorAdminPassword },
-        logPath: path.join(logs, `${name}.log`),
-      });
-    const cluster = 'bench-simulator';
-    step((await operator(['cluster', 'register', '--name', cluster, '--endpoint', simulatorUrl, '--provider', 'local', '--region', 'bench', '--admin-user', 'admin', '--admin-password-env', 'BENCH_SIMULATOR_ADMIN_PASSWORD', '--api-key-env', 'BENCH_SIMULATOR_KEY'], 'operator-register')).trim());
-    step((await operator(['cluster', 'sync', '--name', cluster], 'operator-sync')).trim().replace(/\n/g, '; '));
+  // 7. How soon a worker picks up a new deployment (NOTIFY, not polling).
+  let pickupMs: number | undefined;
+  if (settings.targets.includes('proxy')) {
+    const asked = performance.now();
+    const second = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
+    const answeredAt = performance.now();
+    await waitUntil('the second deployment to leave requested', async () => (await api.get<Deployment>(`/api/v1/model-deployments/${second.id}`)).status !== 'requested', 10_000, service, 20);
+    pickupMs = performance.now() - answeredAt;
+    step(`a requested deployment was picked up ${pickupMs.toFixed(0)} ms after the API answered (${(answeredAt - asked).toFixed(0)} ms to answer)`);
+  }
 
-    const api = new ApiClient(base);
-    const email = `bench-${Date.now()}@example.com`;
-    await api.post('/v1/user/register', { email, password: randomBytes(18).toString('base64url'), organization: 'Benchmark' });
-    // API keys need a verified email: set as the emailed link would (the bench reads no mail).
-    const users = new pg.Client({ connectionString: database.url });
-    await users.connect();
-    await users.query('update users set email_verified_at = now() where email = $1', [email]).finally(() => users.end());
-    let deployment = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
-    const deploymentId = deployment.id;
-    await waitUntil(
-      `deployment ${deploymentId} to be running`,
-      async () => {
-        deployment = await api.get<Deployment>(`/api/v1/model-deployments/${deploymentId}`);
-        if (deployment.status === 'failed') throw new Error(`deployment failed at ${deployment.failure_stage}: ${deployment.failure_reason}`);
-        return deployment.status === 'running';
-      },
-      60_000,
-      service,
-    ).catch((error: unknown) => {
-      throw new Error(`${error instanceof Error ? error.message : String(error)} (last status ${deployment.status})`);
-    });
-    const engineModel = deployment.engine_model_uid;
-    if (!engineModel) throw new Error(`deployment ${deploymentId} is running without an engine model uid`);
-    step(`deployment ${deploymentId} running as ${engineModel} on the engine`);
+  // 8. Report.
+  const scrapes = await scraper?.finish();
+  if (scrapes) step(`metrics: ${scrapes.scrapes} scrapes (${scrapes.failed} failed), the last ${(scrapes.bytes / 1024).toFixed(0)} KB in ${scrapes.lastMs.toFixed(1)} ms, ${scrapes.series} series; ${scrapes.relays} relays measured`);
+  const figures: RunFigures = { targets: targets.map((target) => target.name), repetitions, idle, pickupMs };
+  const list = budgets(figures);
+  const table = rows(figures);
+  const notes = [
+    `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
+    `Load: autocannon, closed loop, ${settings.settleSeconds} s of each target at ${full} connections first (not measured), then ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
+    `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node ${SERVICE_NODE_FLAGS.join(' ')} dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
+    `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
+    settings.metrics
+      ? `Metrics: on (the service's Prometheus listener, METRICS_PORT), scraped every ${settings.scrapeSeconds} s during the run${scrapes ? ` (${scrapes.scrapes} scrapes of ${(scrapes.bytes / 1024).toFixed(0)} KB, ${scrapes.series} series)` : ''}.`
+      : 'Metrics: off (BENCH_METRICS=off: no listener, nothing recorded).',
+    ...(idle ? [`Idle: ${idle.seconds.toFixed(0)} s without requests after 3 s of settling: the service process and the Postgres backends of its database (pg_stat_activity), ROLE=all.`] : []),
+    ...(pickupMs !== undefined ? ["Pick-up: from the API's answer to POST /api/v1/model-deployments to the first GET that no longer reads `requested` (polled every 20 ms)."] : []),
+  ];
+  printReport(table, [{ title: 'Budgets (DESIGN.md §4):', lines: [textBudgets(list)] }], notes);
 
-    const direct: Target = {
-      name: 'direct',
-      url: `${simulatorUrl}/v1/chat/completions`,
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${simulatorKey}` },
-      model: engineModel,
-    };
-    const check = await probe(direct);
-    if (check.status !== 200) throw new Error(`the simulator answered ${check.status}: ${check.body}`);
-
-    // The API key and a first call through the proxy, then the references in front of the same engine.
-    // With limits on (the default), every proxied request is admitted and announced by the key limiter.
-    const limits = settings.keyLimits ? { requests_per_minute: 1_000_000, tokens_per_minute: 1_000_000_000, monthly_token_budget: 1_000_000_000_000, monthly_spend_budget: '1000000.00' } : undefined;
-    const created = await api.post<{ key: string }>('/v1/organization/api-keys', { name: 'benchmark', deployment_ids: [deploymentId], ...(limits ? { limits } : {}) });
-    const fronts: Target[] = [];
-    for (const name of settings.targets) {
-      if (name === 'proxy') {
-        fronts.push({ name, pid: service.pid, url: `${base}/v1/chat/completions`, headers: { 'content-type': 'application/json', authorization: `Bearer ${created.key}` }, model: deploymentId });
-        continue;
-      }
-      const reference = start(name, ['bench/references.ts', name, '--upstream', simulatorUrl], { cwd: ROOT, env: { ...process.env }, logPath: path.join(logs, `${name}.log`) });
-      const url = (await waitForLine(reference, /^(http:\/\/\S+)$/m, 15_000))[1] as string;
-      fronts.push({ ...direct, name, pid: reference.pid, url: `${url}/v1/chat/completions` });
-    }
-    for (const target of fronts) {
-      for (const stream of [false, true]) {
-        const answer = await probe(target, stream);
-        if (answer.status !== 200) throw new Error(`${target.name} answered ${answer.status}${stream ? ' to a streamed request' : ''}: ${answer.body.slice(0, 500)}`);
-      }
-    }
-    step(`API key created (${settings.keyLimits ? 'with every kind of limit, none reached' : 'without limits'}); ${fronts.map((target) => `${target.name}${target.pid ? ` (pid ${target.pid})` : ''}`).join(', ')} answer`);
-
-    // 5. Idle, once the start-up work has settled.
-    const idleMemory = memory(service.pid);
-    let idle: Idle | undefined;
-    if (settings.targets.includes('proxy')) {
-      await new Promise((resolve) => setTimeout(resolve, 3000));
-      idle = await idleCost(service.pid);
-      step(`idle ${idle.seconds.toFixed(0)} s, ROLE=all: service ${idle.serviceCpuMsPerSecond.toFixed(1)} ms CPU/s, its Postgres backends ${idle.databaseCpuMsPerSecond.toFixed(1)} ms CPU/s`);
-    }
-
-    // 6. Load, every target in turn, rotated; first each once at full load, not measured: the
-    // one-time costs of a process's first heavy load (code optimised, heap grown to the load's
-    // working size) belong to no repetition, as they would not in a process serving for a while.
-    const targets = [direct, ...fronts];
-    const full = Math.max(...settings.concurrency);
-    if (settings.settleSeconds > 0) {
-      step(`settling: every target at ${full} connections for ${settings.settleSeconds} s, not measured`);
-      for (const target of targets) await load(target, CHAT_BODY, full, settings.settleSeconds);
-    }
-    const repetitions: Repetition[] = [];
-    for (let rep = 1; rep <= settings.repetitions; rep++) {
-      const figures: Repetition = { c1: {}, c64: {}, stream: {} };
-      for (const [index, connections] of settings.concurrency.entries()) {
-        step(`repetition ${rep}/${settings.repetitions}: ${connections} connection${connections > 1 ? 's' : ''}, ${settings.seconds} s each`);
-        for (const target of rotated(targets, rep - 1 + index)) figures[connections === 1 ? 'c1' : 'c64'][target.name] = await phase(target, connections, simulator.pid, rep);
-      }
-      step(`repetition ${rep}/${settings.repetitions}: ${settings.streamConcurrency} concurrent streams of ${settings.streamTokens} tokens, ${settings.streamSeconds} s each`);
-      for (const target of rotated(targets, rep + 1)) figures.stream[target.name] = await streamPhase(target, simulator.pid, rep);
-      repetitions.push(figures);
-    }
-
-    // 7. How soon a worker picks up a new deployment (NOTIFY, not polling).
-    let pickupMs: number | undefined;
-    if (settings.targets.includes('proxy')) {
-      const asked = performance.now();
-      const second = await api.post<Deployment>('/api/v1/model-deployments', { model_name: 'qwen2.5-instruct', model_size_in_billions: 7 });
-      const answeredAt = performance.now();
-      await waitUntil('the second deployment to leave requested', async () => (await api.get<Deployment>(`/api/v1/model-deployments/${second.id}`)).status !== 'requested', 10_000, service, 20);
-      pickupMs = performance.now() - answeredAt;
-      step(`a requested deployment was picked up ${pickupMs.toFixed(0)} ms after the API answered (${(answeredAt - asked).toFixed(0)} ms to answer)`);
-    }
-
-    // 8. Report.
-    const scrapes = await scraper?.finish();
-    if (scrapes) step(`metrics: ${scrapes.scrapes} scrapes (${scrapes.failed} failed), the last ${(scrapes.bytes / 1024).toFixed(0)} KB in ${scrapes.lastMs.toFixed(1)} ms, ${scrapes.series} series; ${scrapes.relays} relays measured`);
-    const figures: RunFigures = { targets: targets.map((target) => target.name), repetitions, idle, pickupMs };
-    const list = budgets(figures);
-    const table = rows(figures);
-    const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
-    const notes = [
-      `Upstream: the cluster simulator, ${settings.upstreamMs} ms per non-streamed answer; streams send their first event at once, then ${settings.streamTokens} tokens ${settings.upstreamMs} ms apart.`,
-      `Load: autocannon, closed loop, ${settings.settleSeconds} s of each target at ${full} connections first (not measured), then ${settings.seconds} s per phase after ${settings.warmupSeconds} s of warm-up, ${settings.repetitions} repetitions with the targets' order rotated; medians over the repetitions, each added figure against \`direct\` of the same repetition. Latencies are of 2xx answers, at full resolution. Load generator, engine, targets and Postgres share the machine.`,
-      `Targets: raw = node:http server and keep-alive client, .pipe(); express-got = Express 5 + express.json + got.stream + stream/promises pipeline; proxy = the service (\`node ${SERVICE_NODE_FLAGS.join(' ')} dist/main.js\`, as \`npm start\`, ROLE=all, key authentication${settings.keyLimits ? ' with every kind of key limit (none reached: admitted, counted and announced in x-ratelimit headers)' : ''}, routing, usage records). CPU per request: utime + stime of the process in front of the engine over the phase divided by the answers (direct: the engine's). Peak RSS: VmHWM (reset at the start of each phase when allowed) and VmRSS sampled every 100 ms, highest of any phase; before the load the service held ${idleMemory.rssMb.toFixed(0)} MB.`,
-      `Streams: time to the first body byte, ${settings.streamConcurrency} at a time over keep-alive connections.`,
-      settings.metrics
-        ? `Metrics: on (the service's Prometheus listener, METRICS_PORT), scraped every ${settings.scrapeSeconds} s during the run${scrapes ? ` (${scrapes.scrapes} scrapes of ${(scrapes.bytes / 1024).toFixed(0)} KB, ${scrapes.series} series)` : ''}.`
-        : 'Metrics: off (BENCH_METRICS=off: no listener, nothing recorded).',
-      ...(idle ? [`Idle: ${idle.seconds.toFixed(0)} s without requests after 3 s of settling: the service process and the Postgres backends of its database (pg_stat_activity), ROLE=all.`] : []),
-      ...(pickupMs !== undefined ? ["Pick-up: from the API's answer to POST /api/v1/model-deployments to the first GET that no longer reads `requested` (polled every 20 ms)."] : []),
-    ];
-    out();
-    out(textTable(table));
-    out();
-    out('Budgets (DESIGN.md §4):');
-    out(textBudgets(list));
-    out();
-    for (const note of notes) out(`  ${note}`);
-
-    const json = {
-      started_at: startedAt.toISOString(),
-      finished_at: new Date().toISOString(),
-      commit: commitOf(ROOT),
-      machine,
-      cpus: cpus().length,
-      node: process.version,
-      load_average_at_start: loadAtStart,
-      database: database.description,
-      settings: { ...settings, chat_body: CHAT_BODY, stream_body: STREAM_BODY },
-      ...(scrapes ? { metrics_scrapes: scrapes } : {}),
-      service_rss_mb_before_load: idleMemory.rssMb,
-      ...(profileDir ? { cpu_profile: { dir: profileDir, proxy_windows_s_since_service_start: proxyWindows } } : {}),
-      figures,
-      budgets: list,
-    };
-    mkdirSync(RESULTS, { recursive: true });
-    const stamp = startedAt.toISOString().replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
-    const jsonPath = path.join(RESULTS, `${stamp}.json`);
-    writeFileSync(jsonPath, `${JSON.stringify(json, null, 2)}\n`);
-    writeFileSync(path.join(RESULTS, 'latest.md'), markdown({ started_at: json.started_at, machine, commit: json.commit }, table, list, notes));
-    out();
-    out(`Wrote ${path.relative(ROOT, jsonPath)} and bench/results/latest.md`);
-    if (profileDir) {
-      out(`The service writes its CPU profile to ${profileDir} as it stops. The measured proxy windows, in seconds since it started:`);
-      for (const w of proxyWindows) out(`  ${w.phase.padEnd(18)} --from ${w.from.toFixed(1)} --to ${w.to.toFixed(1)}`);
-      out(`  e.g. node bench/cpu-profile-summary.ts ${profileDir}/<file>.cpuprofile --from ${proxyWindows[1]?.from.toFixed(1) ?? 0} --to ${proxyWindows[1]?.to.toFixed(1) ?? ''}`);
-    }
-    ok = true;
-    return 0;
-  } catch (error) {
-    out(`\nBenchmark failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
-    return 1;
-  } finally {
-    await cleanup();
+  const head = resultHead(run, database.description);
+  const json = {
+    ...head,
+    settings: { ...settings, chat_body: CHAT_BODY, stream_body: STREAM_BODY },
+    ...(scrapes ? { metrics_scrapes: scrapes } : {}),
+    service_rss_mb_before_load: idleMemory.rssMb,
+    ...(profileDir ? { cpu_profile: { dir: profileDir, proxy_windows_s_since_service_start: proxyWindows } } : {}),
+    figures,
+    budgets: list,
+  };
+  writeResults('', json, markdown(head, table, list, notes));
+  if (profileDir) {
+    out(`The service writes its CPU profile to ${profileDir} as it stops. The measured proxy windows, in seconds since it started:`);
+    for (const w of proxyWindows) out(`  ${w.phase.padEnd(18)} --from ${w.from.toFixed(1)} --to ${w.to.toFixed(1)}`);
+    out(`  e.g. node bench/cpu-profile-summary.ts ${profileDir}/<file>.cpuprofile --from ${proxyWindows[1]?.from.toFixed(1) ?? 0} --to ${proxyWindows[1]?.to.toFixed(1) ?? ''}`);
   }
 }
 
-process.exitCode = await main();
+process.exitCode = await benchRun(
+  {
+    title: `Proxy overhead benchmark: ${settings.upstreamMs} ms upstream, ${settings.seconds} s per phase (+${settings.warmupSeconds} s warm-up), connections ${settings.concurrency.join(' and ')}, ${settings.streamConcurrency} streams`,
+    make: 'make bench',
+    workDirPrefix: 'mds-bench-',
+    keepLogs: Boolean(process.env.BENCH_KEEP_LOGS),
+  },
+  measure,
+);

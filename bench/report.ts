@@ -1,11 +1,22 @@
 import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import path from 'node:path';
 import type { LoadResult, StreamResult } from './load.ts';
+import { ROOT } from './processes.ts';
 import type { MachineUsage, ProcessUsage } from './procfs.ts';
 
 /**
- * The figures of one run (every target, every repetition), their medians, the budgets of DESIGN.md
- * §4 they are held to, and their text and Markdown forms.
+ * What a benchmark prints and writes: the figures of one proxy run (every target, every
+ * repetition), their medians, the budgets of DESIGN.md §4 they are held to, and their text and
+ * Markdown forms; for every bench, its lines on stdout, its report and its result files in
+ * bench/results.
  */
+
+export const RESULTS = path.join(ROOT, 'bench', 'results');
+
+export const out = (text = '') => process.stdout.write(`${text}\n`);
+export const step = (text: string) => out(`• ${text}`);
 
 /** What stands in front of the engine: nothing (`direct`), a reference pass-through, or the service. */
 export type TargetName = 'direct' | 'raw' | 'raw-undici' | 'express-got' | 'proxy';
@@ -217,6 +228,50 @@ export function markdown(meta: Record<string, unknown>, table: string[][], list:
     '',
   ];
   return lines.join('\n');
+}
+
+/** The machine a run measured on, as its results name it. */
+export const machineName = () => `${cpus().length} × ${cpus()[0]?.model.trim() ?? 'CPU'}, Node ${process.version}`;
+
+/** The fields every result file starts with (and its page's first line reads): when, what was measured, on what machine and database. */
+export function resultHead(run: { startedAt: Date; loadAtStart: number[] }, database: string) {
+  return {
+    started_at: run.startedAt.toISOString(),
+    finished_at: new Date().toISOString(),
+    commit: commitOf(ROOT),
+    machine: machineName(),
+    cpus: cpus().length,
+    node: process.version,
+    load_average_at_start: run.loadAtStart,
+    database,
+  };
+}
+
+/** A run's report on stdout: its table, each section (a title and its lines: the budgets among them), then the notes. */
+export function printReport(table: string[][], sections: Array<{ title: string; lines: string[] }>, notes: string[]): void {
+  out();
+  out(textTable(table));
+  for (const section of sections) {
+    out();
+    out(section.title);
+    for (const line of section.lines) out(line);
+  }
+  out();
+  for (const note of notes) out(`  ${note}`);
+}
+
+/**
+ * Writes a run's figures to bench/results/<prefix><started_at>.json and its page to
+ * <prefix>latest.md (the one the docs link), and says so.
+ */
+export function writeResults(prefix: string, figures: { started_at: string }, page: string): void {
+  mkdirSync(RESULTS, { recursive: true });
+  const stamp = figures.started_at.replace(/:/g, '-').replace(/\.\d+Z$/, 'Z');
+  const jsonPath = path.join(RESULTS, `${prefix}${stamp}.json`);
+  writeFileSync(jsonPath, `${JSON.stringify(figures, null, 2)}\n`);
+  writeFileSync(path.join(RESULTS, `${prefix}latest.md`), page);
+  out();
+  out(`Wrote ${path.relative(ROOT, jsonPath)} and bench/results/${prefix}latest.md`);
 }
 
 /** The commit measured (with `+changes` when the work tree differs from it in what runs), for the results. */

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
 import type { Logger } from 'pino';
-import { EngineError, type ModelState } from '../adapters/xinference.ts';
+import { EngineError, type LaunchSpec, type ModelState } from '../adapters/xinference.ts';
 import type { ClustersService } from '../clusters/clusters.service.ts';
 import type { Config } from '../config.ts';
 import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
@@ -88,6 +88,21 @@ export function engineModelUid(deploymentId: string, ordinal = 0): string {
   return ordinal === 0 ? uid : `${uid}-r${ordinal}`;
 }
 
+/** What the engine is asked to launch for a replica of a placed deployment: the deployment's model on the replica's GPUs. */
+export function launchSpecOf(deployment: PlacedDeployment, replica: PlacedReplica): LaunchSpec {
+  return {
+    modelUid: replica.engine_model_uid,
+    modelName: deployment.model_name,
+    modelType: deployment.model_type,
+    modelEngine: deployment.model_engine,
+    modelFormat: deployment.model_format,
+    modelSizeInBillions: Number(deployment.model_size_in_billions),
+    quantization: deployment.quantization,
+    gpuCount: replica.gpu_count,
+    workerAddress: replica.engine_worker,
+  };
+}
+
 /** The replicas whose model the engine may still have: all but the stopped ones. */
 const LIVE_REPLICAS: readonly ReplicaStatus[] = ['starting', 'ready', 'draining', 'stopping', 'failed'];
 
@@ -134,17 +149,7 @@ export class Provisioner {
     try {
       const client = await this.#clusters.clientOf(deployment.cluster_id as string);
       for (const replica of placed.replicas) {
-        const outcome = await client.launch({
-          modelUid: replica.engine_model_uid,
-          modelName: deployment.model_name,
-          modelType: deployment.model_type,
-          modelEngine: deployment.model_engine,
-          modelFormat: deployment.model_format,
-          modelSizeInBillions: Number(deployment.model_size_in_billions),
-          quantization: deployment.quantization,
-          gpuCount: replica.gpu_count,
-          workerAddress: replica.engine_worker,
-        });
+        const outcome = await client.launch(launchSpecOf(deployment, replica));
         log.info({ deployment_id: deploymentId, replica: replica.ordinal, outcome }, 'model launched');
       }
     } catch (error) {

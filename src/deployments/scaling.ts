@@ -13,9 +13,9 @@ import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
 import { recordScale } from './deployment-changes.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
-import { findDeployment, findPlacedDeployment, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
+import { findDeployment, findPlacedDeployment, findPlacedReplicas, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
-import { engineModelUid, TERMINATE_QUEUE } from './provisioning.ts';
+import { engineModelUid, launchSpecOf, TERMINATE_QUEUE } from './provisioning.ts';
 import {
   inFlightByReplica,
   liveReplicas,
@@ -269,27 +269,12 @@ export class Scaler {
     if (!replicas.length) return;
     const deployment = await findPlacedDeployment(this.#db, deploymentId);
     if (!deployment) return;
-    const placed = await this.#db('gpu_allocations as a')
-      .join('instances as i', 'i.id', 'a.instance_id')
-      .whereIn(
-        'a.id',
-        replicas.map((replica) => replica.gpu_allocation_id),
-      )
-      .select<Array<{ id: string; gpu_count: number; engine_worker: string }>>('a.id', 'a.gpu_count', 'i.engine_worker');
+    const placed = await findPlacedReplicas(this.#db, deploymentId, 'starting');
     for (const replica of replicas) {
-      const allocation = placed.find((row) => row.id === replica.gpu_allocation_id);
+      const spec = placed.find((row) => row.id === replica.id);
+      if (!spec) continue;
       try {
-        await client.launch({
-          modelUid: replica.engine_model_uid,
-          modelName: deployment.model_name,
-          modelType: deployment.model_type,
-          modelEngine: deployment.model_engine,
-          modelFormat: deployment.model_format,
-          modelSizeInBillions: Number(deployment.model_size_in_billions),
-          quantization: deployment.quantization,
-          gpuCount: allocation?.gpu_count ?? 1,
-          ...(allocation ? { workerAddress: allocation.engine_worker } : {}),
-        });
+        await client.launch(launchSpecOf(deployment, spec));
         log.info({ deployment_id: deploymentId, replica: replica.ordinal }, 'replica launched');
       } catch (error) {
         if (!(error instanceof EngineError)) throw error;

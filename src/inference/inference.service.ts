@@ -191,15 +191,12 @@ export function createInferenceService(deps: {
    * killed afterwards has it); an answer cut short is recorded with the next batch.
    */
   const relayMetered = async (
-    context: HandlerContext<OperationId>,
-    principal: Principal,
-    admission: Admission | undefined,
-    target: Target,
-    route: string,
+    call: { context: HandlerContext<OperationId>; principal: Principal; admission: Admission | undefined; target: Target; route: string },
     /** What the relay sends besides the request and its target (the request's own `req`, `res`, `target` and `route`). */
     forward: Omit<Parameters<Relay['forward']>[0], 'beforeEnd' | 'req' | 'res' | 'target' | 'path'>,
     meter: (answer: AnswerWatch) => Metered | Promise<Metered>,
   ): Promise<void> => {
+    const { context, principal, admission, target, route } = call;
     const usageRecord = (outcome: Delivery['outcome'], metered: Metered): UsageRecord => {
       limiter.settle(admission, metered.unit === 'token' ? metered.totalTokens : 0);
       return {
@@ -283,11 +280,7 @@ export function createInferenceService(deps: {
         hostedModel: target.deploymentId === null ? target.modelName : null,
       });
       await relayMetered(
-        context,
-        principal,
-        admission,
-        target,
-        path,
+        { context, principal, admission, target, route: path },
         {
           body: payload,
           contentType: 'application/json',
@@ -318,11 +311,7 @@ export function createInferenceService(deps: {
     const admission = await admit(context, principal, { tokens: 0, hostedModel: null });
     const path = '/v1/audio/transcriptions';
     await relayMetered(
-      context,
-      principal,
-      admission,
-      target,
-      path,
+      { context, principal, admission, target, route: path },
       {
         // Whisper answers only json and verbose_json: text, srt and vtt are rendered here.
         body: form.body(target.engineModelUid, engineFormatFor),

@@ -51,14 +51,15 @@ async function read(id: string): Promise<Deployment> {
   return data;
 }
 
+/** Waits until the deployment shows these replica counts. */
 async function untilReplicas(id: string, wanted: Partial<Deployment['replicas']>): Promise<void> {
   await waitUntil(
-    async () => Object.entries(wanted).every(([field, count]) => (read(id) as unknown) && true && count !== undefined) && matches(await read(id), wanted),
+    async () => matches(await read(id), wanted),
     `replicas ${JSON.stringify(wanted)}`,
     20_000,
   );
 }
-const matches = (d: Deployment, wanted: Partial<Deployment['replicas']>) => Object.entries(wanted).every(([field, count]) => d.replicas[field as keyof Deployment['replicas']] === count);
+const matches = (d: Deployment, wanted: Partial<Deployment['replicas']>) => Object.entries(wanted).every(([name, count]) => d.replicas[name as keyof Deployment['replicas']] === count);
 
 /** A chat request sent as is, its status. */
 async function chat(key: string, model: string, options: { body?: Record<string, unknown>; scaleUpTimeout?: string } = {}): Promise<number> {

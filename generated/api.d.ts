@@ -230,6 +230,32 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/model-deployments/{deployment_id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a deployment's metrics
+         * @description One of the caller's deployments' request metrics over a range (see `MetricsRangeQuery`): its
+         *     requests by outcome, latency and time-to-first-token percentiles, tokens, requests held for a
+         *     cold start, GPU seconds and replicas, each series an array of `[timestamp, value]` points (Unix
+         *     seconds) a chart plots as it is. The API processes count requests in memory and write one row
+         *     per deployment and minute, once a minute: the current minute shows within a minute. Minutes are
+         *     kept 30 days. Scoped and authorized as reading the deployment; 404 when it does not exist or
+         *     belongs to someone else.
+         */
+        get: operations["getDeploymentMetrics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/docs": {
         parameters: {
             query?: never;
@@ -1368,6 +1394,32 @@ export interface paths {
         patch: operations["updateApiKey"];
         trace?: never;
     };
+    "/v1/organization/api-keys/{api_key_id}/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get an API key's usage metrics
+         * @description The key's request metrics over a range (see `MetricsRangeQuery`): the same series as a
+         *     deployment's metrics for the requests made with this key, whatever deployment or hosted model
+         *     they called (refusals before routing included: a 429 of the key's limits, an unknown model),
+         *     without GPU seconds or replicas. Each series is an array of `[timestamp, value]` points (Unix
+         *     seconds). Written once a minute; minutes are kept 30 days. Needs role admin or super_admin, as
+         *     the key list (403 `FORBIDDEN` otherwise); 404 `NOT_FOUND` when the key is not one of the
+         *     organization's.
+         */
+        get: operations["getApiKeyUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/organization/invitations": {
         parameters: {
             query?: never;
@@ -2253,6 +2305,26 @@ export interface components {
          * @enum {string}
          */
         ApiKeyUpdatableStatus: "active" | "disabled";
+        /** @description An API key's request metrics over a range, one point per step in each series. */
+        ApiKeyUsage: {
+            /**
+             * Format: int32
+             * @description The key's id.
+             */
+            api_key_id: number;
+            /**
+             * Format: date-time
+             * @description Start of the range (inclusive), on a step boundary.
+             */
+            start: string;
+            /**
+             * Format: date-time
+             * @description End of the range (exclusive), on a step boundary.
+             */
+            end: string;
+            step: components["schemas"]["MetricsStep"];
+            series: components["schemas"]["RequestMetricSeries"];
+        };
         /**
          * @description The billing account of an organization, created with it (status `active`, mode `postpaid`,
          *     currency `usd`). Processor fields are `null` until the customer or subscription exists.
@@ -3714,6 +3786,61 @@ export interface components {
             /** @description Why, in one sentence: when refused, exactly the `detail` create would answer. */
             detail: string;
         };
+        /** @description A deployment's series: its requests' figures, and what it ran on. */
+        DeploymentMetricSeries: {
+            /** @description Requests answered with 2xx. */
+            requests_2xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests answered with 4xx other than 429 (a client gone before the answer: 499). */
+            requests_4xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests answered with 5xx (the engine failed, timed out, or a cold start outlasted its wait: 503). */
+            requests_5xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests refused with 429 (the API key's limits). */
+            requests_429: components["schemas"]["MetricPoint"][];
+            /** @description Median request duration, ms; null for a step without requests. */
+            latency_p50_ms: components["schemas"]["MetricPoint"][];
+            /** @description 95th percentile of the request duration, ms. */
+            latency_p95_ms: components["schemas"]["MetricPoint"][];
+            /** @description 99th percentile of the request duration, ms. */
+            latency_p99_ms: components["schemas"]["MetricPoint"][];
+            /** @description Median time to first token of streamed answers, ms; null for a step without streams. */
+            ttft_p50_ms: components["schemas"]["MetricPoint"][];
+            /** @description 95th percentile of the time to first token, ms. */
+            ttft_p95_ms: components["schemas"]["MetricPoint"][];
+            /** @description 99th percentile of the time to first token, ms. */
+            ttft_p99_ms: components["schemas"]["MetricPoint"][];
+            /** @description Prompt tokens metered. */
+            tokens_in: components["schemas"]["MetricPoint"][];
+            /** @description Completion tokens metered. */
+            tokens_out: components["schemas"]["MetricPoint"][];
+            /** @description Requests that met the deployment at zero replicas and were held for its cold start. */
+            held_requests: components["schemas"]["MetricPoint"][];
+            /** @description GPU instance seconds metered for its replicas (as billed, `gpu_instance_seconds`), split over the steps they overlap; filled in as the meter accrues them. */
+            gpu_seconds: components["schemas"]["MetricPoint"][];
+            /** @description Replicas the autoscaler wanted, the highest sampled in the step (sampled once a minute while the deployment runs); null where none was sampled. */
+            replicas_desired: components["schemas"]["MetricPoint"][];
+            /** @description Replicas serving, the highest sampled in the step; null where none was sampled. */
+            replicas_ready: components["schemas"]["MetricPoint"][];
+        };
+        /** @description A deployment's metrics over a range, one point per step in each series. */
+        DeploymentMetrics: {
+            /**
+             * Format: uuid
+             * @description The deployment's id.
+             */
+            deployment_id: string;
+            /**
+             * Format: date-time
+             * @description Start of the range (inclusive), on a step boundary.
+             */
+            start: string;
+            /**
+             * Format: date-time
+             * @description End of the range (exclusive), on a step boundary.
+             */
+            end: string;
+            step: components["schemas"]["MetricsStep"];
+            series: components["schemas"]["DeploymentMetricSeries"];
+        };
         /**
          * @description What creating this deployment would do, decided by the same code as create and provisioning,
          *     with nothing written.
@@ -4381,6 +4508,23 @@ export interface components {
             estimated_amount_currency: components["schemas"]["CurrencyCode"];
         };
         /**
+         * @description One point of a series, ready for a chart: `[timestamp, value]`, the timestamp in Unix seconds
+         *     (UTC) of the start of its step. The value is a count (0 for a step without requests) or, for
+         *     percentiles and replicas, null where the step has none.
+         */
+        MetricPoint: (number | null)[];
+        /**
+         * @description The step of a metrics series: `1m` for a range of at most 6 hours, `5m` for at most 48 hours,
+         *     `1h` for at most 30 days (the retention). A step the range does not allow answers 422.
+         * @enum {string}
+         */
+        MetricsStep: "1m" | "5m" | "1h";
+        /**
+         * @description A named window of request metrics, ending now.
+         * @enum {string}
+         */
+        MetricsWindow: "1h" | "24h" | "7d";
+        /**
          * @description The caller's current organization, as the caller sees it.
          * @example {
          *       "id": 7,
@@ -4591,6 +4735,43 @@ export interface components {
             country?: string;
             /** @description Phone number as the user entered it, e.g. `+1 202 555 0143`. */
             contact_number?: string;
+        };
+        /**
+         * @description Requests and their figures, one point per step of the range (empty steps included), counted
+         *     when each answer ended. Outcome classes are disjoint: `requests_429` is not in `requests_4xx`;
+         *     a client that left before any answer counts as a 4xx (499). Refusals count too (a 422 or 429
+         *     the gateway answered), for the deployment once the request was routed to it. Percentiles come
+         *     from mergeable log-bucketed sketches within 1 % of the true value (milliseconds, from the
+         *     request's arrival to the end of its answer; the time to first token from the arrival to the
+         *     first chunk of a streamed answer).
+         */
+        RequestMetricSeries: {
+            /** @description Requests answered with 2xx. */
+            requests_2xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests answered with 4xx other than 429 (a client gone before the answer: 499). */
+            requests_4xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests answered with 5xx (the engine failed, timed out, or a cold start outlasted its wait: 503). */
+            requests_5xx: components["schemas"]["MetricPoint"][];
+            /** @description Requests refused with 429 (the API key's limits). */
+            requests_429: components["schemas"]["MetricPoint"][];
+            /** @description Median request duration, ms; null for a step without requests. */
+            latency_p50_ms: components["schemas"]["MetricPoint"][];
+            /** @description 95th percentile of the request duration, ms. */
+            latency_p95_ms: components["schemas"]["MetricPoint"][];
+            /** @description 99th percentile of the request duration, ms. */
+            latency_p99_ms: components["schemas"]["MetricPoint"][];
+            /** @description Median time to first token of streamed answers, ms; null for a step without streams. */
+            ttft_p50_ms: components["schemas"]["MetricPoint"][];
+            /** @description 95th percentile of the time to first token, ms. */
+            ttft_p95_ms: components["schemas"]["MetricPoint"][];
+            /** @description 99th percentile of the time to first token, ms. */
+            ttft_p99_ms: components["schemas"]["MetricPoint"][];
+            /** @description Prompt tokens metered. */
+            tokens_in: components["schemas"]["MetricPoint"][];
+            /** @description Completion tokens metered. */
+            tokens_out: components["schemas"]["MetricPoint"][];
+            /** @description Requests that met the deployment at zero replicas and were held for its cold start. */
+            held_requests: components["schemas"]["MetricPoint"][];
         };
         /** @description Documents ranked by relevance, most relevant first. */
         Rerank: {
@@ -5562,6 +5743,14 @@ export interface components {
          *     skip others. Opaque: send `next_cursor` unchanged. Not together with a non-zero `offset`.
          */
         CursorQuery: string;
+        /** @description End of a custom range (RFC 3339), with `start`. */
+        "MetricsRangeQuery.end": string;
+        /** @description Start of a custom range (RFC 3339), with `end`. */
+        "MetricsRangeQuery.start": string;
+        /** @description The series' step; by default the smallest the range allows. */
+        "MetricsRangeQuery.step": components["schemas"]["MetricsStep"];
+        /** @description A named window ending now; absent with `start` and `end`. */
+        "MetricsRangeQuery.window": components["schemas"]["MetricsWindow"];
         /** @description Page size. */
         "PageQuery.limit": number;
         /** @description Number of items to skip. */
@@ -6641,6 +6830,262 @@ export interface operations {
                      * @example 1
                      */
                     "Retry-After": number;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getDeploymentMetrics: {
+        parameters: {
+            query?: {
+                /** @description A named window ending now; absent with `start` and `end`. */
+                window?: components["parameters"]["MetricsRangeQuery.window"];
+                /** @description Start of a custom range (RFC 3339), with `end`. */
+                start?: components["parameters"]["MetricsRangeQuery.start"];
+                /** @description End of a custom range (RFC 3339), with `start`. */
+                end?: components["parameters"]["MetricsRangeQuery.end"];
+                /** @description The series' step; by default the smallest the range allows. */
+                step?: components["parameters"]["MetricsRangeQuery.step"];
+            };
+            header?: never;
+            path: {
+                /** @description The deployment's id (UUID). A value that is not a UUID answers 422 `VALIDATION_FAILED`; an unknown one 404. */
+                deployment_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+                     *       "start": "2026-12-03T09:00:00Z",
+                     *       "end": "2026-12-03T09:02:00Z",
+                     *       "step": "1m",
+                     *       "series": {
+                     *         "requests_2xx": [
+                     *           [
+                     *             1796288400,
+                     *             12
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             30
+                     *           ]
+                     *         ],
+                     *         "requests_4xx": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1
+                     *           ]
+                     *         ],
+                     *         "requests_5xx": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             0
+                     *           ]
+                     *         ],
+                     *         "requests_429": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             2
+                     *           ]
+                     *         ],
+                     *         "latency_p50_ms": [
+                     *           [
+                     *             1796288400,
+                     *             412.5
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             398.1
+                     *           ]
+                     *         ],
+                     *         "latency_p95_ms": [
+                     *           [
+                     *             1796288400,
+                     *             905.2
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1210.4
+                     *           ]
+                     *         ],
+                     *         "latency_p99_ms": [
+                     *           [
+                     *             1796288400,
+                     *             1022.7
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1405.9
+                     *           ]
+                     *         ],
+                     *         "ttft_p50_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             88.3
+                     *           ]
+                     *         ],
+                     *         "ttft_p95_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             140.2
+                     *           ]
+                     *         ],
+                     *         "ttft_p99_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             151.7
+                     *           ]
+                     *         ],
+                     *         "tokens_in": [
+                     *           [
+                     *             1796288400,
+                     *             5210
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             14980
+                     *           ]
+                     *         ],
+                     *         "tokens_out": [
+                     *           [
+                     *             1796288400,
+                     *             2480
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             7315
+                     *           ]
+                     *         ],
+                     *         "held_requests": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             0
+                     *           ]
+                     *         ],
+                     *         "gpu_seconds": [
+                     *           [
+                     *             1796288400,
+                     *             60
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             105
+                     *           ]
+                     *         ],
+                     *         "replicas_desired": [
+                     *           [
+                     *             1796288400,
+                     *             1
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             2
+                     *           ]
+                     *         ],
+                     *         "replicas_ready": [
+                     *           [
+                     *             1796288400,
+                     *             1
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1
+                     *           ]
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["DeploymentMetrics"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;
                 };
@@ -12400,6 +12845,231 @@ export interface operations {
              *     id in `deployment_ids` is not a deployment of the organization or is `terminated`, or
              *     `expires_at` is not in the future.
              */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getApiKeyUsage: {
+        parameters: {
+            query?: {
+                /** @description A named window ending now; absent with `start` and `end`. */
+                window?: components["parameters"]["MetricsRangeQuery.window"];
+                /** @description Start of a custom range (RFC 3339), with `end`. */
+                start?: components["parameters"]["MetricsRangeQuery.start"];
+                /** @description End of a custom range (RFC 3339), with `start`. */
+                end?: components["parameters"]["MetricsRangeQuery.end"];
+                /** @description The series' step; by default the smallest the range allows. */
+                step?: components["parameters"]["MetricsRangeQuery.step"];
+            };
+            header?: never;
+            path: {
+                api_key_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The request has succeeded. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "api_key_id": 12,
+                     *       "start": "2026-12-03T09:00:00Z",
+                     *       "end": "2026-12-03T09:02:00Z",
+                     *       "step": "1m",
+                     *       "series": {
+                     *         "requests_2xx": [
+                     *           [
+                     *             1796288400,
+                     *             12
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             30
+                     *           ]
+                     *         ],
+                     *         "requests_4xx": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1
+                     *           ]
+                     *         ],
+                     *         "requests_5xx": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             0
+                     *           ]
+                     *         ],
+                     *         "requests_429": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             2
+                     *           ]
+                     *         ],
+                     *         "latency_p50_ms": [
+                     *           [
+                     *             1796288400,
+                     *             412.5
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             398.1
+                     *           ]
+                     *         ],
+                     *         "latency_p95_ms": [
+                     *           [
+                     *             1796288400,
+                     *             905.2
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1210.4
+                     *           ]
+                     *         ],
+                     *         "latency_p99_ms": [
+                     *           [
+                     *             1796288400,
+                     *             1022.7
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             1405.9
+                     *           ]
+                     *         ],
+                     *         "ttft_p50_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             88.3
+                     *           ]
+                     *         ],
+                     *         "ttft_p95_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             140.2
+                     *           ]
+                     *         ],
+                     *         "ttft_p99_ms": [
+                     *           [
+                     *             1796288400,
+                     *             null
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             151.7
+                     *           ]
+                     *         ],
+                     *         "tokens_in": [
+                     *           [
+                     *             1796288400,
+                     *             5210
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             14980
+                     *           ]
+                     *         ],
+                     *         "tokens_out": [
+                     *           [
+                     *             1796288400,
+                     *             2480
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             7315
+                     *           ]
+                     *         ],
+                     *         "held_requests": [
+                     *           [
+                     *             1796288400,
+                     *             0
+                     *           ],
+                     *           [
+                     *             1796288460,
+                     *             0
+                     *           ]
+                     *         ]
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ApiKeyUsage"];
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
             422: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];

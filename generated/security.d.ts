@@ -24,10 +24,12 @@ export interface OperationSecurity {
   "deleteWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
   "getApiKeyLimitDefaults": "SessionCookie";
+  "getApiKeyUsage": "SessionCookie";
   "getBillingAccount": "SessionCookie";
   "getBillingConfig": "SessionCookie";
   "getDeployableModel": "SessionCookie";
   "getDeployment": "SessionCookie";
+  "getDeploymentMetrics": "SessionCookie";
   "getDocs": "none";
   "getHealth": "none";
   "getOpenApiDocument": "none";

@@ -10,6 +10,7 @@ import { sendError } from './http/problem.ts';
 import { installRequestLog, setRoute } from './http/request-log.ts';
 import { bytesInWords, jsonBodies } from './http/request-body.ts';
 import { createInferenceGateway } from './inference/gateway.ts';
+import type { RequestMetrics } from './inference/request-metrics.ts';
 import { originCheck } from './http/security.ts';
 import { securityHeaders } from './http/security-headers.ts';
 import type { Handlers } from './http/types.ts';
@@ -34,6 +35,8 @@ export interface AppOptions {
    * says. Without them those paths are unknown to the API (404).
    */
   localPages?: RequestHandler | undefined;
+  /** Where each inference answer is counted for its deployment and API key (inference/request-metrics.ts). */
+  requestMetrics?: RequestMetrics | undefined;
 }
 
 /** Where docsAssets() serves (its router matches paths case-insensitively, as Express does). */
@@ -71,6 +74,7 @@ export async function createApp(options: AppOptions): Promise<HttpService> {
     validateResponses: options.validateResponses,
     before: [startRequest, setSecurityHeaders, checkOrigin],
     fail: (error, req, res) => sendError(req, res, toAppError(error, req)),
+    requestMetrics: options.requestMetrics,
   });
 
   const assets = docsAssets();

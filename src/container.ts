@@ -34,6 +34,7 @@ import { KeyLimiter } from './inference/key-limiter.ts';
 import { createInferenceService } from './inference/inference.service.ts';
 import { ColdStarts } from './inference/cold-start.ts';
 import { DeploymentLoad } from './inference/deployment-load.ts';
+import { pruneRequestMetricsJob, RequestMetrics } from './inference/request-metrics.ts';
 import { Scaler, scalingJobs } from './deployments/scaling.ts';
 import { GpuMeter, meterGpuSecondsJob } from './metering/gpu-metering.ts';
 import { paymentProcessor } from './adapters/stripe.ts';
@@ -94,6 +95,7 @@ export function createContainer(deps: ContainerDeps) {
   const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning, replicaLost: (...lost) => scaler.replicaLost(...lost) });
   const deploymentLoad = new DeploymentLoad(db, deps.log);
+  const requestMetrics = new RequestMetrics(db, deps.log);
   const coldStarts = new ColdStarts({ db, boss, load: deploymentLoad, settings: config.scaling, log: deps.log });
   const router = new InferenceRouter({ db, clusters, log: deps.log, billing: { enforcement: config.billingEnforcement }, load: deploymentLoad, coldStarts });
   const journal = deps.usageJournalDir === undefined ? undefined : new UsageJournal(deps.usageJournalDir, deps.log, keyring.key(USAGE_JOURNAL_KEY_PURPOSE));
@@ -143,6 +145,7 @@ export function createContainer(deps: ContainerDeps) {
     provisioner,
     scaler,
     deploymentLoad,
+    requestMetrics,
     coldStarts,
     apiKeys,
     router,
@@ -182,6 +185,7 @@ export function jobDefinitions(c: Container): JobDefinition[] {
     pruneWebhookDeliveriesJob(c.db),
     pruneEndedSessionsJob(c.sessions),
     compactUsageRollupsJob(c.db),
+    pruneRequestMetricsJob(c.db),
     maintainUsagePartitionsJob(c.db, { retentionMonths: c.config.usageRetentionMonths, reportsUsage: c.usageReporter !== undefined }),
   ] as JobDefinition[];
 }

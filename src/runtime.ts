@@ -125,12 +125,15 @@ export async function startRuntime(options: RuntimeOptions): Promise<Runtime> {
       hsts: config.env === 'production',
       metrics: container.metrics,
       localPages: options.localPages,
+      requestMetrics: container.requestMetrics,
     });
     await container.usage.start();
     await lifecycle.started('usage records', () => container.usage.stop());
     await lifecycle.started('key limit shares', () => container.keyLimiter.stop());
     container.deploymentLoad.start();
     await lifecycle.started('deployment load reports', () => container.deploymentLoad.stop());
+    container.requestMetrics.start();
+    await lifecycle.started('request metrics', () => container.requestMetrics.stop());
     server = await lifecycle.start('HTTP server', () => listen(app, config.port, config.host), (listening) => closeServer(listening, config.shutdownTimeoutMs));
     // Released before the server closes: requests held for a cold start are routed anew (a 503 if still at zero).
     await lifecycle.started('cold-start holds', async () => container.coldStarts.releaseAll());

@@ -3,7 +3,7 @@ import type { ApiKeysService } from './api-keys.service.ts';
 
 type ApiKeyHandlers = Pick<
   Handlers,
-  'listApiKeys' | 'createApiKey' | 'listApiKeyDeploymentOptions' | 'updateApiKey' | 'revokeApiKey' | 'getApiKeyLimitDefaults' | 'updateApiKeyLimitDefaults'
+  'listApiKeys' | 'createApiKey' | 'getApiKeyUsage' | 'listApiKeyDeploymentOptions' | 'updateApiKey' | 'revokeApiKey' | 'getApiKeyLimitDefaults' | 'updateApiKeyLimitDefaults'
 >;
 
 export function apiKeyHandlers(deps: { apiKeys: ApiKeysService }): ApiKeyHandlers {
@@ -13,6 +13,7 @@ export function apiKeyHandlers(deps: { apiKeys: ApiKeysService }): ApiKeyHandler
     createApiKey: async (context) => ({ status: 201, body: await apiKeys.create(context.auth, context.body) }),
     listApiKeyDeploymentOptions: async (context) => ({ status: 200, body: await apiKeys.deploymentOptions(context.auth) }),
     updateApiKey: async (context) => ({ status: 200, body: await apiKeys.update(context.auth, context.params.api_key_id, context.body) }),
+    getApiKeyUsage: async (context) => ({ status: 200, body: await apiKeys.usage(context.auth, context.params.api_key_id, context.query) }),
     revokeApiKey: async (context) => ({ status: 200, body: await apiKeys.revoke(context.auth, context.params.api_key_id) }),
     getApiKeyLimitDefaults: async (context) => ({ status: 200, body: await apiKeys.limitDefaults(context.auth) }),
     updateApiKeyLimitDefaults: async (context) => ({ status: 200, body: await apiKeys.setLimitDefaults(context.auth, context.body) }),

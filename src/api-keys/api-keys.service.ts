@@ -28,11 +28,14 @@ import {
 } from './api-keys.repository.ts';
 import { generateKey, isWellFormedKey, keyPrefixOf } from './key-format.ts';
 import { OrganizationListCache } from '../organizations/list-cache.ts';
+import { keySeries } from '../metrics/metric-series.ts';
+import type { MetricsQuery } from '../metrics/metrics-window.ts';
 
 type ApiKey = components['schemas']['ApiKey'];
 type CreateApiKeyRequest = components['schemas']['CreateApiKeyRequest'];
 type UpdateApiKeyRequest = components['schemas']['UpdateApiKeyRequest'];
 type ApiKeyDeployment = components['schemas']['ApiKeyDeployment'];
+type ApiKeyUsage = components['schemas']['ApiKeyUsage'];
 
 /**
  * How long a key's state (valid, disabled, revoked, expired) is trusted without a lookup, in this
@@ -150,6 +153,13 @@ export class ApiKeysService {
     });
     this.forget(id);
     return updated;
+  }
+
+  /** The key's request metrics over the query's range (src/metrics/metric-series.ts); 404 when it is not the organization's. */
+  async usage(principal: SessionPrincipal, id: number, query: MetricsQuery): Promise<ApiKeyUsage> {
+    const key = await findKey(this.#db, requireOrganization(principal).id, id);
+    if (!key) throw new AppError('NOT_FOUND', `API key ${id} was not found.`);
+    return { api_key_id: key.id, ...(await keySeries(this.#db, key.id, query)) };
   }
 
   /** Revokes for good; revoking a revoked key returns it unchanged. */

@@ -34,9 +34,12 @@ import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { ListCursors } from './list-cursor.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
 import { readOnlySnapshot } from '../db/query.ts';
+import { deploymentSeries } from '../metrics/metric-series.ts';
+import type { MetricsQuery } from '../metrics/metrics-window.ts';
 
 type CreateDeploymentRequest = components['schemas']['CreateDeploymentRequest'];
 type UpdateDeploymentRequest = components['schemas']['UpdateDeploymentRequest'];
+type DeploymentMetrics = components['schemas']['DeploymentMetrics'];
 
 export interface Page<T> {
   items: T[];
@@ -93,6 +96,12 @@ export class DeploymentsService {
 
   async get(principal: SessionPrincipal, id: string): Promise<Deployment> {
     return this.#shown(this.#db, await this.#find(this.#db, principal, id));
+  }
+
+  /** The deployment's request metrics over the query's range (src/metrics/metric-series.ts), scoped as `get`. */
+  async metrics(principal: SessionPrincipal, id: string, query: MetricsQuery): Promise<DeploymentMetrics> {
+    const row = await this.#find(this.#db, principal, id);
+    return { deployment_id: row.id, ...(await deploymentSeries(this.#db, row.id, query)) };
   }
 
   async create(principal: SessionPrincipal, input: CreateDeploymentRequest): Promise<Deployment> {

@@ -11,6 +11,7 @@ import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
 import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
+import { writeReplicaSamples, type ReplicaSample } from '../metrics/request-metrics.repository.ts';
 import { recordScale } from './deployment-changes.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
 import { findDeployment, findPlacedDeployment, findPlacedReplicas, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
@@ -120,6 +121,11 @@ export function scaleMessage(scale: DeploymentScale, detail: { load?: number; ta
   }
 }
 
+/** The start of the minute `at` is in. */
+function minuteOf(at: Date): Date {
+  return new Date(at.getTime() - (at.getTime() % 60_000));
+}
+
 /**
  * Replicas on load and scale to zero (docs/decisions/2026-11-29-elastic-deployments.md). The
  * autoscaler (`decide`, every AUTOSCALER_INTERVAL_SECONDS in one worker) writes each running
@@ -136,6 +142,8 @@ export class Scaler {
   readonly #clusters: ClustersService;
   readonly #provisioning: Config['provisioning'];
   readonly #scaling: Config['scaling'];
+  /** The minute whose replicas this worker last sampled (ms). */
+  #sampledMinute = 0;
 
   constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; provisioning: Config['provisioning']; scaling: Config['scaling'] }) {
     this.#db = deps.db;
@@ -149,8 +157,11 @@ export class Scaler {
   async decide(log: Logger): Promise<void> {
     await pruneLoad(this.#db);
     const now = new Date();
-    for (const state of await readScalingStates(this.#db)) {
+    const states = await readScalingStates(this.#db);
+    const samples: ReplicaSample[] = [];
+    for (const state of states) {
       const decision = decideReplicas(state, now, this.#scaling.scaleDownCooldownSeconds);
+      samples.push({ deploymentId: state.id, desired: decision.reason ? decision.desired : state.desired_replicas, ready: state.ready });
       const lastRequestAt = requestToRemember(state);
       if (decision.fewerWantedSince !== undefined || lastRequestAt) {
         await rememberScaling(this.#db, state.id, { lastRequestAt, fewerWantedSince: decision.fewerWantedSince });
@@ -166,6 +177,19 @@ export class Scaler {
       const settled = decision.desired === state.ready + state.starting && state.starting === 0 && state.leaving === 0;
       if (!settled) await this.#boss.send(SCALE_QUEUE, { deploymentId: state.id }, { singletonKey: state.id });
     }
+    const minute = minuteOf(now);
+    if (minute.getTime() !== this.#sampledMinute) await this.sampleReplicas(minute, samples);
+  }
+
+  /**
+   * Writes every running deployment's replicas (desired, ready) for the minute: the deployment
+   * metrics' replica series. The autoscaler's run does it once a minute per worker, from the
+   * states it read anyway (one statement); a second sample of a minute replaces the first.
+   */
+  async sampleReplicas(minute = minuteOf(new Date()), samples?: readonly ReplicaSample[]): Promise<void> {
+    const taken = samples ?? (await readScalingStates(this.#db)).map((state) => ({ deploymentId: state.id, desired: state.desired_replicas, ready: state.ready }));
+    await writeReplicaSamples(this.#db, minute, taken);
+    this.#sampledMinute = minute.getTime();
   }
 
   /** Brings the deployment's replicas towards its desired count, one step; runs again soon while replicas start or leave. */

@@ -10,6 +10,7 @@ import { parseCookies, readJsonBody } from '../http/request-body.ts';
 import { setRoute } from '../http/request-log.ts';
 import type { Handlers, OperationId } from '../http/types.ts';
 import type { Principal } from '../principal.ts';
+import { answerRecorder, type RequestMetrics } from './request-metrics.ts';
 
 /**
  * The data plane: the inference operations of the document (those that accept an API key), served
@@ -51,6 +52,8 @@ export interface GatewayOptions {
   fail: (error: unknown, req: Request, res: Response) => void;
   /** Validate each reply against the document (a mismatch becomes a 500). */
   validateResponses: boolean;
+  /** Where each inference answer is counted for its deployment and API key (request-metrics.ts); none: not counted. */
+  requestMetrics?: RequestMetrics | undefined;
 }
 
 export function createInferenceGateway(options: GatewayOptions): InferenceGateway {
@@ -66,6 +69,7 @@ export function createInferenceGateway(options: GatewayOptions): InferenceGatewa
     routes.set(rule.operationId, { rule, operation, handler: options.handlers[rule.operationId] as unknown as LooseHandler, params: pathParameters(operation.path) });
   }
   const routeOf = (operation: Operation | undefined) => (operation ? routes.get(operation.operationId ?? '') : undefined);
+  const recordAnswer = options.requestMetrics ? answerRecorder(options.requestMetrics) : undefined;
 
   /** The steps of an inference request, in order. */
   async function serve(route: Route, req: Request, res: Response): Promise<void> {
@@ -135,6 +139,8 @@ export function createInferenceGateway(options: GatewayOptions): InferenceGatewa
       const match = options.router.match(req.method, req.path);
       const route = routeOf(match.operation);
       if (route) {
+        // Every answer of an inference operation is counted as it closes, refusals included.
+        if (recordAnswer) res.once('close', recordAnswer);
         if (begin(req, res, route.rule)) serve(route, req, res).catch((error: unknown) => options.fail(error, req, res));
         return true;
       }

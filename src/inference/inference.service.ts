@@ -10,6 +10,7 @@ import { byImages, byRerankTokens, byTokens, perRequest, type Meter, type Metere
 import type { AnswerWatch } from './answer-watch.ts';
 import type { Admission, Cost, KeyLimiter } from './key-limiter.ts';
 import { Relay, type AnswerRewrite, type Delivery, type MediaType } from './proxy.ts';
+import type { RequestNote } from './request-metrics.ts';
 import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
 import { engineFormatFor, isTextFormat, renderTranscript, type TextFormat } from './transcripts.ts';
@@ -69,6 +70,9 @@ function scaleUpTimeout(context: HandlerContext<OperationId>): number | undefine
   const seconds = typeof header === 'string' || typeof header === 'number' ? Number(header) : Number.NaN;
   return Number.isFinite(seconds) && seconds >= 0 ? seconds : undefined;
 }
+
+/** The request's notes for its metrics (request-metrics.ts), on its answer's locals. */
+const noteOf = (context: HandlerContext<OperationId>) => context.res.locals as RequestNote;
 
 function callerOf(context: HandlerContext<OperationId>): Principal {
   if (!context.auth) throw new AppError('UNAUTHENTICATED', 'Send an API key or sign in.', { inference: { code: 'missing_credentials' } });
@@ -199,6 +203,8 @@ export function createInferenceService(deps: {
     const { context, principal, admission, target, route } = call;
     const usageRecord = (outcome: Delivery['outcome'], metered: Metered): UsageRecord => {
       limiter.settle(admission, metered.unit === 'token' ? metered.totalTokens : 0);
+      noteOf(context).metricsTokensIn = metered.promptTokens;
+      noteOf(context).metricsTokensOut = metered.completionTokens;
       return {
         usageId: randomUUID(),
         requestId: context.requestId,
@@ -296,7 +302,7 @@ export function createInferenceService(deps: {
       const body = { ...(context.body as unknown as Record<string, unknown>) };
       options.refuse?.(body);
       const asked = body.model;
-      const target = await router.resolve(principal, asked, { scaleUpTimeoutSeconds: scaleUpTimeout(context) });
+      const target = await router.resolve(principal, asked, { scaleUpTimeoutSeconds: scaleUpTimeout(context), note: noteOf(context) });
       try {
         await relay(context, principal, target, asked as string, body);
       } finally {
@@ -381,7 +387,7 @@ export function createInferenceService(deps: {
       const principal = callerOf(context);
       const form = await TranscriptionForm.open(context.req, context.bodyLimit);
       try {
-        const target = await router.resolve(principal, form.model, { scaleUpTimeoutSeconds: scaleUpTimeout(context) });
+        const target = await router.resolve(principal, form.model, { scaleUpTimeoutSeconds: scaleUpTimeout(context), note: noteOf(context) });
         try {
           await relayTranscription(context, principal, target, form);
         } finally {

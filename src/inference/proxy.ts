@@ -5,6 +5,7 @@ import { AppError } from '../errors.ts';
 import { toInferenceError } from '../http/problem.ts';
 import type { Metrics } from '../metrics/metrics.ts';
 import { AnswerWatch } from './answer-watch.ts';
+import type { RequestNote } from './request-metrics.ts';
 import { EngineConnections } from './engine-connection.ts';
 import { ENGINE_ERROR_READ, engineError, refusesCredential, upstreamFailure, upstreamTimeout } from './engine-errors.ts';
 import { ModelNameSwap } from './model-name.ts';
@@ -184,12 +185,15 @@ export class Relay {
       }
       const answer = new AnswerWatch(streaming);
       // The idle clock runs while the engine owes the next chunk, not while a slow client holds it back.
-      let firstChunk = measures !== undefined;
+      // A stream's first chunk is also its time to first token in the request metrics (request-metrics.ts).
+      let firstChunk = measures !== undefined || streaming;
       const { ended, held } = await pump(response, res, answer, swap, rewrite, streaming, input.beforeEnd !== undefined, {
         onChunk: () => {
           if (firstChunk) {
             firstChunk = false;
-            measures?.firstChunk((performance.now() - sentAt) / 1000);
+            const now = performance.now();
+            measures?.firstChunk((now - sentAt) / 1000);
+            if (streaming) (res.locals as RequestNote).metricsFirstChunkAt = now;
           }
           watch(this.#limits.idleTimeoutMs);
         },

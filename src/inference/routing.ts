@@ -12,6 +12,7 @@ import { findHostedRoutes, type HostedRoute } from '../hosted/hosted-models.repo
 import { findRoutingCandidates, type Candidate, type ReadyReplica } from './inference.repository.ts';
 import { notServingYet, type ColdStarts } from './cold-start.ts';
 import type { DeploymentLoad } from './deployment-load.ts';
+import type { RequestNote } from './request-metrics.ts';
 
 export type { Candidate } from './inference.repository.ts';
 
@@ -171,9 +172,11 @@ export class InferenceRouter {
    * The target of a call naming `model`. A deployment's request is counted in flight on the chosen
    * replica from here: the caller calls `done` with the target once its answer has ended. A running
    * deployment with no replica ready holds the request for its cold start (`ColdStarts`), at most
-   * `scaleUpTimeoutSeconds` when the caller sent `X-Scale-Up-Timeout`.
+   * `scaleUpTimeoutSeconds` when the caller sent `X-Scale-Up-Timeout`. The chosen deployment, and
+   * how long a cold start held the request, are noted on `note` (the request's metrics) as soon as
+   * they are known, so that a refusal afterwards counts for the deployment too.
    */
-  async resolve(principal: Principal, model: unknown, options: { scaleUpTimeoutSeconds?: number | undefined } = {}): Promise<Target> {
+  async resolve(principal: Principal, model: unknown, options: { scaleUpTimeoutSeconds?: number | undefined; note?: RequestNote | undefined } = {}): Promise<Target> {
     if (typeof model !== 'string' || !model) throw missingModel();
     let chosen: Candidate;
     try {
@@ -184,10 +187,17 @@ export class InferenceRouter {
       if (!(error instanceof AppError) || !HOSTED_FALLBACK.has(error.inference?.code) || isUuid(model)) throw error;
       return (await this.#hosted(principal, model)) ?? Promise.reject(error);
     }
+    const note = options.note;
+    if (note) note.metricsDeploymentId = chosen.id;
     let replica = this.#replicaOf(chosen);
     if (!replica) {
       if (!this.#coldStarts) throw notServingYet(chosen.id, 'has no replica ready');
-      await this.#coldStarts.hold(chosen.id, options.scaleUpTimeoutSeconds);
+      const heldAt = performance.now();
+      try {
+        await this.#coldStarts.hold(chosen.id, options.scaleUpTimeoutSeconds);
+      } finally {
+        if (note) note.metricsHeldMs = performance.now() - heldAt;
+      }
       // Routed anew: the replica that became ready, or the refusal of what the deployment became.
       this.#cache.clear();
       chosen = chooseTarget(principal, model, await this.#candidates(principal), this.#unusable());

@@ -77,6 +77,8 @@ const ADDED_ROUTES = [
   'PATCH /v1/organization/members/{user_id}', 'DELETE /v1/organization/members/{user_id}',
   'DELETE /v1/organization/invitations/{invitation_id}',
   'GET /v1/organization/api-key-limits', 'PUT /v1/organization/api-key-limits',
+  // Metrics per deployment and per API key.
+  'GET /api/v1/model-deployments/{deployment_id}/metrics', 'GET /v1/organization/api-keys/{api_key_id}/usage',
   // Deployment events and organization webhooks.
   'GET /api/v1/model-deployments/{deployment_id}/events',
   'GET /v1/organization/webhook-endpoints', 'POST /v1/organization/webhook-endpoints',

@@ -188,6 +188,7 @@ export async function listenOn(container: Container, options: { hsts?: boolean }
     allowedOrigins: container.config.allowedOrigins,
     trustProxy: false,
     validateResponses: true,
+    requestMetrics: container.requestMetrics,
     ...options,
   });
   const server = await listen(app, 0, '127.0.0.1');

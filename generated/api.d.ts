@@ -829,6 +829,52 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/billing/usage/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export usage
+         * @description Every metered quantity of the organization in a period, with its price and exact amount,
+         *     grouped by deployment, API key or service, and the period's totals, which are the usage
+         *     summary's for the same period to the cent (`GET /v1/billing/usage-summary` for `current`): the
+         *     same computation, in the same database snapshot as the rows. Needs role admin or super_admin.
+         *
+         *     `period`: `current` (the default), the usage summary's period (the subscription's current
+         *     period, or the calendar month, UTC, without one); `YYYY-MM`, a calendar month (UTC); or the id
+         *     of one of the organization's invoices (`in_…`, as `GET /v1/billing/invoices` lists them), the
+         *     period it bills. A closed period (its end passed) comes with its invoice, when one of exactly
+         *     that period is stored, and whether its lines add up to the totals: they differ when a
+         *     correction was invoiced on it, when usage was refused by the processor and not sent again, or
+         *     when a price changed during the period (the export, as the summary, prices the whole period at
+         *     the current price; the invoice at the price of the day the usage was reported).
+         *
+         *     Rounding: each row's `amount` is exact (quantity × unit price, not rounded); each meter's total
+         *     is the exact sum of its rows, rounded once to the cent (half away from zero), as the invoice
+         *     line is; the total is the sum of the meter totals. So the totals equal the summary's even where
+         *     rows rounded one by one would add up to a cent more or less.
+         *
+         *     The answer streams: rows are read through a database cursor and written as the client takes
+         *     them, so an export of any size holds a batch of rows in memory, not the whole. A failure after
+         *     the first bytes ends the connection without the end of the document (no closing `]}` or total
+         *     line), never a complete-looking partial answer.
+         *
+         *     Errors: 422 `VALIDATION_FAILED` for a `period`, `group_by` or `format` not listed here, or a
+         *     month that has not begun (`errors[]` names `query/period`); 404 `NOT_FOUND` for an invoice id
+         *     that is not one of the organization's.
+         */
+        get: operations["exportUsage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/billing/webhook": {
         parameters: {
             query?: never;
@@ -5351,6 +5397,152 @@ export interface components {
             [key: string]: string;
         };
         /**
+         * @description Every metered quantity of the organization in a period, priced. `totals` are computed first and
+         *     are exactly the usage summary's for the same period; `rows` then stream in the order meter,
+         *     group, service. Rows' amounts are exact, so their sum per meter, rounded once, is that meter's
+         *     `meter_totals` amount; rounding each row first could differ from it in the last cent.
+         * @example {
+         *       "period": {
+         *         "id": "current",
+         *         "start": "2026-11-01T00:00:00Z",
+         *         "end": "2026-12-01T00:00:00Z",
+         *         "closed": false
+         *       },
+         *       "currency": "usd",
+         *       "group_by": "deployment",
+         *       "totals": {
+         *         "meter_totals": [
+         *           {
+         *             "meter": "gpu_instance_seconds",
+         *             "estimated_amount": "357.57",
+         *             "estimated_amount_currency": "usd"
+         *           },
+         *           {
+         *             "meter": "hosted_tokens",
+         *             "estimated_amount": "1.45",
+         *             "estimated_amount_currency": "usd"
+         *           }
+         *         ],
+         *         "estimated_total": "359.02"
+         *       },
+         *       "invoice": null,
+         *       "rows": [
+         *         {
+         *           "group": {
+         *             "deployment_id": "0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21",
+         *             "model_name": "mistral-instruct-v0.3"
+         *           },
+         *           "meter": "gpu_instance_seconds",
+         *           "service_key": "aws:us-east-1:gpu_instance:g5.xlarge:a10g:1",
+         *           "quantity": "1281600",
+         *           "unit": "second",
+         *           "unit_amount_decimal": "0.000279",
+         *           "amount": "357.5664"
+         *         },
+         *         {
+         *           "group": {
+         *             "deployment_id": null,
+         *             "model_name": null
+         *           },
+         *           "meter": "hosted_tokens",
+         *           "service_key": "platform::hosted_model:qwen2.5-instruct::",
+         *           "quantity": "4820113",
+         *           "unit": "token",
+         *           "unit_amount_decimal": "0.0000003",
+         *           "amount": "1.4460339"
+         *         }
+         *       ]
+         *     }
+         */
+        UsageExport: {
+            period: components["schemas"]["UsageExportPeriod"];
+            currency: components["schemas"]["CurrencyCode"];
+            group_by: components["schemas"]["UsageExportGroupBy"];
+            totals: components["schemas"]["UsageExportTotals"];
+            /**
+             * @description For a closed period, the organization's invoice of exactly that period (the one asked for by
+             *     id, else the latest not voided), with whether its lines add up to the totals; `null` for an
+             *     open period or when none is stored.
+             */
+            invoice: components["schemas"]["UsageExportInvoice"] | null;
+            rows: components["schemas"]["UsageExportRow"][];
+        };
+        /**
+         * @description The answer's format: one JSON `UsageExport`, or CSV (RFC 4180).
+         * @enum {string}
+         */
+        UsageExportFormat: "json" | "csv";
+        /**
+         * @description What a row is grouped by; the fields present depend on `group_by`. `deployment`:
+         *     `deployment_id` and `model_name`; `api_key`: `api_key_id`, `name` and `key_prefix`; `service_key`:
+         *     `service_key` and `display_name`. They are `null` for usage that has no such owner (hosted tokens
+         *     by deployment, GPU seconds or calls by session by API key).
+         */
+        UsageExportGroup: {
+            /** Format: uuid */
+            deployment_id?: string | null;
+            model_name?: string | null;
+            /** Format: int32 */
+            api_key_id?: number | null;
+            name?: string | null;
+            key_prefix?: string | null;
+            service_key?: string;
+            display_name?: string;
+        };
+        /**
+         * @description What the rows of a usage export are grouped by.
+         * @enum {string}
+         */
+        UsageExportGroupBy: "deployment" | "api_key" | "service_key";
+        /** @description The invoice of a closed period, beside the export's totals. */
+        UsageExportInvoice: {
+            processor_invoice_id: string;
+            /** @description The processor's status: `draft`, `open`, `paid`, `uncollectible` or `void`. */
+            status: string;
+            /**
+             * Format: int64
+             * @description The sum of the invoice's lines, in the currency's minor unit (cents), before tax.
+             */
+            lines_amount: number;
+            /** @description Whether `lines_amount` equals `totals.estimated_total` (in cents). */
+            matches_totals: boolean;
+        };
+        /** @description The period a usage export covers. */
+        UsageExportPeriod: {
+            /** @description The period as asked for: `current`, a month `YYYY-MM`, or an invoice id `in_…`. */
+            id: string;
+            /** Format: date-time */
+            start: string;
+            /**
+             * Format: date-time
+             * @description Exclusive.
+             */
+            end: string;
+            /** @description True once `end` has passed: no more usage will be added to it (usage reported late aside). */
+            closed: boolean;
+        };
+        /** @description One metered quantity of the period: a group's usage of one service, its price and its exact amount. */
+        UsageExportRow: {
+            group: components["schemas"]["UsageExportGroup"];
+            meter: components["schemas"]["UsageMeter"];
+            /** @description The service the quantity is priced as (`UsageTotal.service_key`). */
+            service_key: string;
+            quantity: components["schemas"]["BillingDecimal"];
+            /** @description `second` for `gpu_instance_seconds`, `token` for `hosted_tokens`. */
+            unit: string;
+            /** @description The price per `unit` (the price table's, as the usage summary prices the whole period). */
+            unit_amount_decimal: components["schemas"]["BillingDecimal"];
+            /** @description `quantity` × `unit_amount_decimal`, exactly: not rounded (trailing zeros left out). */
+            amount: components["schemas"]["BillingDecimal"];
+        };
+        /** @description The export's totals: the usage summary's figures for the period, computed by the same code. */
+        UsageExportTotals: {
+            /** @description One line per meter used: the meter's exact amounts summed, rounded once to the cent (half away from zero), as the invoice line is. */
+            meter_totals: components["schemas"]["MeterTotal"][];
+            /** @description The sum of `meter_totals`. */
+            estimated_total: components["schemas"]["BillingDecimal"];
+        };
+        /**
          * @description A metered service: `gpu_instance_seconds` (dedicated deployments, per running second) or `hosted_tokens` (hosted models, per token).
          * @enum {string}
          */
@@ -9271,6 +9463,90 @@ export interface operations {
              *     `x-required-role`) or `CSRF_FAILED`.
              */
             403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 422: `VALIDATION_FAILED` with `errors[]`, or a route-specific rule. */
+            422: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Any other error: 500 `INTERNAL_ERROR`, 400 `MALFORMED_REQUEST` (a body that is not valid JSON), 501 `NOT_IMPLEMENTED`, 503 `SERVICE_UNAVAILABLE`. */
+            default: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    exportUsage: {
+        parameters: {
+            query?: {
+                /** @description `current` (default), a month `YYYY-MM` (UTC), or an invoice id `in_…` of the organization. */
+                period?: string;
+                /** @description What each row is grouped by; `service_key` when absent. */
+                group_by?: components["schemas"]["UsageExportGroupBy"];
+                /** @description `json` or `csv`; when absent, CSV if the `Accept` header prefers `text/csv`, else JSON. */
+                format?: components["schemas"]["UsageExportFormat"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The usage export as one JSON document (`format=json`, the default), written as it is read. */
+            200: {
+                headers: {
+                    /** @description `attachment; filename="usage-<organization id>-<period start, YYYY-MM-DD>-<group_by>.csv"` (on CSV answers only). */
+                    "Content-Disposition"?: string;
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageExport"];
+                    "text/csv": string;
+                };
+            };
+            /** @description 401: `UNAUTHENTICATED` (no valid session) or `AUTHORIZATION_HEADER_NOT_ALLOWED`. */
+            401: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description 403: `FORBIDDEN` (the caller has no organization yet, or their role is below the operation's
+             *     `x-required-role`) or `CSRF_FAILED`.
+             */
+            403: {
+                headers: {
+                    "X-Request-Id": components["headers"]["X-Request-Id"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description 404: `NOT_FOUND`, the resource does not exist or does not belong to the caller. */
+            404: {
                 headers: {
                     "X-Request-Id": components["headers"]["X-Request-Id"];
                     [name: string]: unknown;

@@ -23,6 +23,7 @@ export interface OperationSecurity {
   "deleteDeployment": "CsrfToken" | "SessionCookie";
   "deleteWebhookEndpoint": "CsrfToken" | "SessionCookie";
   "detachPaymentMethod": "CsrfToken" | "SessionCookie";
+  "exportUsage": "SessionCookie";
   "getApiKeyLimitDefaults": "SessionCookie";
   "getApiKeyUsage": "SessionCookie";
   "getBillingAccount": "SessionCookie";

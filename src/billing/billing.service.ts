@@ -11,6 +11,7 @@ import { PaymentProcessorError, requireProcessor, type PaymentProcessor, type Pr
 import { listInvoicesOf, lockAccount, recordCustomer, recordDefaultPaymentMethod, recordSubscription } from './processor-state.repository.ts';
 import { METER_PRICES } from './usage-reporting.ts';
 import { usageSummary, type UsageSummary } from '../metering/usage-summary.ts';
+import { openUsageExport, type UsageExport, type UsageExportGroupBy } from './usage-export.ts';
 
 type Schemas = components['schemas'];
 export type CollectionMethod = Schemas['CollectionMethod'];
@@ -61,6 +62,11 @@ export class BillingService {
 
   async usage(principal: SessionPrincipal): Promise<UsageSummary> {
     return usageSummary(this.#db, requireOrganization(principal).id);
+  }
+
+  /** The period's usage export, open: the caller writes its rows and closes it (usage-export.ts). */
+  async exportUsage(principal: SessionPrincipal, request: { period: string; groupBy: UsageExportGroupBy }): Promise<UsageExport> {
+    return openUsageExport(this.#db, requireOrganization(principal).id, request);
   }
 
   async subscription(principal: SessionPrincipal): Promise<Schemas['Subscription']> {

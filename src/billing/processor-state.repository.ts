@@ -99,6 +99,20 @@ export async function listInvoicesOf(db: Db, accountId: number): Promise<Invoice
   return InvoiceRow.query(db).where({ billing_account_id: accountId }).orderBy([{ column: 'created', order: 'desc' }, { column: 'processor_invoice_id', order: 'desc' }]).limit(100);
 }
 
+/** One of the account's invoices by the processor's id. */
+export async function findInvoiceOf(db: Db, accountId: number, invoiceId: string): Promise<InvoiceRow | undefined> {
+  return InvoiceRow.query(db).findOne({ billing_account_id: accountId, processor_invoice_id: invoiceId });
+}
+
+/** The account's latest invoice, not voided, billing exactly `[start, end)`. */
+export async function findInvoiceOfPeriod(db: Db, accountId: number, period: { start: Date; end: Date }): Promise<InvoiceRow | undefined> {
+  return InvoiceRow.query(db)
+    .where({ billing_account_id: accountId, period_start: period.start, period_end: period.end })
+    .whereNot({ status: 'void' })
+    .orderBy([{ column: 'created', order: 'desc' }, { column: 'processor_invoice_id', order: 'desc' }])
+    .first();
+}
+
 /** Stores a verified event; false when its id was stored before (a replay). */
 export async function insertWebhookEvent(trx: Knex.Transaction, event: ProcessorEvent): Promise<boolean> {
   const inserted = await trx('billing_webhook_events')

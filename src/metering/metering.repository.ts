@@ -268,3 +268,81 @@ function splitByHours(period: Period): { hours: Period; edges: [Period, Period] 
     ],
   };
 }
+
+// ---- the usage export
+
+/** What the rows of a usage export are grouped by, besides the service (the summary's own grouping). */
+export type UsageOwner = 'deployment' | 'api_key';
+
+/** One row of a usage export: an owner's usage of one priced service, amounts as Postgres renders exact numerics. */
+export interface UsageExportRow {
+  /** The deployment's id or the API key's id, as text; null for usage with no such owner. */
+  group_id: string | null;
+  /** The deployment's model name or the API key's name. */
+  group_name: string | null;
+  /** The API key's prefix (`api_key` only). */
+  key_prefix: string | null;
+  meter: 'gpu_instance_seconds' | 'hosted_tokens';
+  service_key: string;
+  unit: string;
+  quantity: string;
+  unit_amount_decimal: string;
+  /** quantity × unit price, exact, trailing zeros left out. */
+  amount: string;
+}
+
+/** The owner's id and names, per grouping (fixed texts: no input reaches the SQL). */
+const OWNERS: Record<UsageOwner, { column: string; select: string; join: string }> = {
+  deployment: {
+    column: 'deployment_id',
+    select: 'g.deployment_id::text as group_id, d.model_name as group_name, null::text as key_prefix',
+    join: 'left join deployments d on d.id = g.deployment_id',
+  },
+  api_key: {
+    column: 'api_key_id',
+    select: 'g.api_key_id::text as group_id, k.name as group_name, k.key_prefix',
+    join: 'left join api_keys k on k.id = g.api_key_id',
+  },
+};
+
+/**
+ * The statement behind a usage export's rows grouped by owner, for a cursor: the organization's
+ * usage in `period` per owner and priced service, from the raw rows the summary's rollups are made
+ * of (the rollups keep no owner): GPU seconds of closed intervals clipped to the period, the seconds
+ * of serving replicas not closed yet up to `now` (as the summary counts them), and hosted-model
+ * tokens. Per service, its rows add up to the summary's quantity exactly: the same rows, the same
+ * clipping. Ordered by meter, owner (none last) and service.
+ */
+export function usageExportRowsQuery(db: Db, organizationId: number, owner: UsageOwner, period: Period, now: Date): Knex.Raw {
+  const { column, select, join } = OWNERS[owner];
+  return db.raw(
+    `with used (deployment_id, api_key_id, service_key, quantity) as (
+       select i.deployment_id, null::integer, i.service_key,
+              extract(epoch from least(i.ended_at, :end) - greatest(i.started_at, :start))::bigint
+       from gpu_usage_intervals i
+       where i.organization_id = :organization and tstzrange(i.started_at, i.ended_at) && tstzrange(:start, :end)
+       union all
+       select r.deployment_id, null::integer, r.gpu_service_key,
+              extract(epoch from least(coalesce(r.running_until, :now), :end) - greatest(coalesce(r.accrued_until, r.running_since), :start))::bigint
+       from deployment_replicas r
+       where r.organization_id = :organization and r.gpu_service_key is not null and r.running_since is not null
+         and (r.running_until is null or r.accrued_until is distinct from r.running_until)
+         and least(coalesce(r.running_until, :now), :end) > greatest(coalesce(r.accrued_until, r.running_since), :start)
+       union all
+       select null::uuid, u.api_key_id, p.service_key, u.quantity
+       from usage_records u
+       join prices p on p.resource_kind = 'hosted_model' and p.instance_type = u.model
+       where u.organization_id = :organization and u.deployment_id is null and u.unit = 'token'
+         and u.created_at >= :start and u.created_at < :end
+     ), g as (
+       select ${column}, service_key, sum(quantity) as quantity from used group by 1, 2
+     )
+     select ${select}, p.meter, p.service_key, p.unit, g.quantity::text as quantity,
+            trim_scale(p.unit_amount_decimal)::text as unit_amount_decimal,
+            trim_scale(g.quantity * p.unit_amount_decimal)::text as amount
+     from g join prices p using (service_key)
+     ${join}
+     order by p.meter, g.${column} nulls last, p.service_key`,
+    { organization: organizationId, start: period.start, end: period.end, now },
+  );
+}

@@ -32,19 +32,37 @@ export async function usageSummary(db: Knex, organizationId: number, at?: Date):
   const [account, now] = await Promise.all([findAccountPeriod(db, organizationId), at ?? currentSecond(db)]);
   if (!account) throw new Error(`organization ${organizationId} has no billing account`);
   const period = currentPeriod(account, now);
-  const [totals, openAnomalies] = await Promise.all([usageTotals(db, organizationId, period, now), countOpenAnomalies(db, organizationId, period)]);
-  const meterTotals = meterLines(totals, account.currency);
+  const [usage, openAnomalies] = await Promise.all([periodUsage(db, organizationId, period, now, account.currency), countOpenAnomalies(db, organizationId, period)]);
   return {
     organization_id: organizationId,
     period_start: period.start.toISOString(),
     period_end: period.end.toISOString(),
     currency: account.currency,
-    usage_totals: totals.map(toUsageTotal),
-    meter_totals: meterTotals,
-    estimated_total: formatCents(meterTotals.reduce((sum, line) => sum + toCents(line.estimated_amount), 0n)),
+    usage_totals: usage.services.map(toUsageTotal),
+    meter_totals: usage.meterTotals,
+    estimated_total: usage.estimatedTotal,
     estimated_total_currency: account.currency,
     open_anomalies: openAnomalies,
   };
+}
+
+/** A period's usage per priced service and its amounts as the invoice rounds them. */
+export interface PeriodUsage {
+  services: UsageTotalRow[];
+  meterTotals: MeterTotal[];
+  /** The sum of `meterTotals`, in the currency's major unit with two decimals. */
+  estimatedTotal: string;
+}
+
+/**
+ * The organization's usage in any period (GPU seconds of serving replicas counted up to `now`), per
+ * service and per meter line: the one computation behind the usage summary and the usage export's
+ * totals, so the two cannot disagree.
+ */
+export async function periodUsage(db: Knex, organizationId: number, period: Period, now: Date, currency: string): Promise<PeriodUsage> {
+  const services = await usageTotals(db, organizationId, period, now);
+  const meterTotals = meterLines(services, currency);
+  return { services, meterTotals, estimatedTotal: formatCents(meterTotals.reduce((sum, line) => sum + toCents(line.estimated_amount), 0n)) };
 }
 
 /** One line per meter used, as the invoice will have it: its services' exact amounts summed, rounded once. */

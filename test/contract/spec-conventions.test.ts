@@ -87,6 +87,8 @@ const ADDED_ROUTES = [
   'POST /v1/organization/webhook-endpoints/{webhook_endpoint_id}/test', 'GET /v1/organization/webhook-endpoints/{webhook_endpoint_id}/attempts',
   // Stripe's thin events (meter error reports) from an event destination.
   'POST /v1/billing/event-notifications',
+  // The usage export for admins.
+  'GET /v1/billing/usage/export',
   // The OpenAI surface as clients meet it: one model, and the legacy completions.
   'GET /v1/models/{model}', 'POST /v1/completions',
 ];

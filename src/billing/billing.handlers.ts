@@ -6,9 +6,8 @@ import type { Handlers } from '../http/types.ts';
 import type { BillingWebhooks } from './billing-webhooks.ts';
 import type { BillingService } from './billing.service.ts';
 import { csvChunks, jsonChunks, type UsageExport, type UsageExportFormat } from './usage-export.ts';
+import { STREAMED } from '../http/operation-call.ts';
 
-/** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
-const STREAMED = { status: 200, body: undefined } as never;
 
 type BillingHandlers = Pick<
   Handlers,

@@ -3,11 +3,10 @@ import type { DeploymentsService } from '../deployments/deployments.service.ts';
 import { AppError } from '../errors.ts';
 import type { Handlers } from '../http/types.ts';
 import type { DeploymentEventStreams } from './event-streams.ts';
+import { STREAMED } from '../http/operation-call.ts';
 
 type EventHandlers = Pick<Handlers, 'streamDeploymentEvents'>;
 
-/** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
-const STREAMED = { status: 200, body: undefined } as never;
 
 export function eventHandlers(deps: { deployments: DeploymentsService; eventStreams: DeploymentEventStreams; sessions: SessionStore }): EventHandlers {
   const { deployments, eventStreams, sessions } = deps;

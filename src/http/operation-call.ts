@@ -15,6 +15,9 @@ import type { OperationId } from './types.ts';
  */
 
 /** The handler shape the planes work with; each handler's own type is checked in its map. */
+/** A handler's reply when it has written the answer itself (a stream): the dispatcher sends nothing more. */
+export const STREAMED = { status: 200, body: undefined } as never;
+
 export type LooseHandler = (context: object) => Promise<LooseReply> | LooseReply;
 export interface LooseReply {
   status: number;

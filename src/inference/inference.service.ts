@@ -15,6 +15,7 @@ import type { InferenceRouter, Target } from './routing.ts';
 import { TranscriptionForm } from './transcription-form.ts';
 import { engineFormatFor, isTextFormat, renderTranscript, type TextFormat } from './transcripts.ts';
 import type { UsageRecord, UsageRecorder } from './usage.ts';
+import { STREAMED } from '../http/operation-call.ts';
 
 type InferenceHandlers = Pick<
   Handlers,
@@ -60,8 +61,6 @@ function askForStreamUsage(body: Record<string, unknown>): undefined {
   return undefined;
 }
 
-/** The handler has written the answer itself (a stream); the dispatcher sends nothing more. */
-const STREAMED = { status: 200, body: undefined } as never;
 
 /** The caller's `X-Scale-Up-Timeout` (seconds): the longest it will wait for a cold start. */
 function scaleUpTimeout(context: HandlerContext<OperationId>): number | undefined {

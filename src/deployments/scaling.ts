@@ -12,6 +12,7 @@ import { retryingTransaction } from '../db/transactions.ts';
 import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
 import { recordScale } from './deployment-changes.ts';
+import type { EngineLog } from './engine-log.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
 import { findDeployment, findPlacedDeployment, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
@@ -121,9 +122,12 @@ export class Scaler {
   readonly #clusters: ClustersService;
   readonly #provisioning: Config['provisioning'];
   readonly #scaling: Config['scaling'];
+  /** What brings the engine's events of a replica that failed into the deployment's event log. */
+  readonly #engineLog: EngineLog | undefined;
 
-  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; provisioning: Config['provisioning']; scaling: Config['scaling'] }) {
+  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; provisioning: Config['provisioning']; scaling: Config['scaling']; engineLog?: EngineLog }) {
     this.#db = deps.db;
+    this.#engineLog = deps.engineLog;
     this.#boss = deps.boss;
     this.#clusters = deps.clusters;
     this.#provisioning = deps.provisioning;
@@ -320,6 +324,8 @@ export class Scaler {
   /** A replica that failed: its model stopped (its GPUs freed once the engine confirms), an event, and no new replica for a while. */
   async #replicaFailed(client: XinferenceClient, deploymentId: string, replica: DeploymentReplicaRow, reason: string, log: Logger): Promise<void> {
     const stopped = (await client.stop(replica.engine_model_uid).catch(() => 'pending' as const)) === 'stopped';
+    // The engine's account of the replica's failure goes before the scale action that replaces it.
+    await this.#engineLog?.import(deploymentId, log, [replica.id]);
     await retryingTransaction(this.#db, async (trx) => {
       const locked = await findDeployment(trx, deploymentId, { forUpdate: true });
       if (!locked) return;

@@ -107,6 +107,28 @@ describe('engine events in the deployment’s events', () => {
     }
   });
 
+  it('shows the engine’s events of a second replica that fails to start, under its ordinal, before the scale action that replaces it', async () => {
+    const { data: created } = await owner.api.POST('/api/v1/model-deployments', { body: { model_name: 'qwen2.5-instruct', min_replicas: 2, max_replicas: 2 } });
+    if (!created) throw new Error('create failed');
+    // Replica 1 is launched by the scale job once the deployment runs.
+    simulator().failNextLaunch('error', engineModelUid(created.id, 1));
+    const { reader } = await StreamReader.open(owner.browser, created.id);
+    try {
+      await reader.until((events) => events.some((event) => event.scale?.reason === 'replica_failed'), 'the failed replica replaced');
+      const events = reader.events.map((event) => event.data);
+      const replaced = events.findIndex((event) => event.scale?.reason === 'replica_failed');
+      const replicaOne = events.filter((event) => event.engine_event?.replica === 1);
+      expect(replicaOne.map((event) => [event.engine_event?.level, event.message])).toEqual([
+        ['info', 'Launch model'],
+        ['info', 'Terminate model'],
+      ]);
+      for (const event of replicaOne) expect(events.indexOf(event)).toBeLessThan(replaced);
+      expect(events[replaced]?.message).toMatch(/Engine core initialization failed/);
+    } finally {
+      reader.close();
+    }
+  });
+
   it('never shows an event of another deployment’s model: each log holds its own replicas’ engine events only', async () => {
     const healthy = await deployment(app, owner, 'running');
     const healthyUid = engineModelUid(healthy.id);

@@ -14,10 +14,12 @@ import {
 } from './simulator/cluster.ts';
 import { inferenceRoutes } from './simulator/generation.ts';
 import { readJsonObject, sendJson, sendText, SimulatorError } from './simulator/http.ts';
+import type { EngineEvent } from './simulator/events.ts';
 import { createRouter } from './simulator/routes.ts';
 
 export type { LaunchFailureKind, LaunchRecord, SimulatedGpu, SimulatedWorker, SimulatorLog, TerminationRecord } from './simulator/cluster.ts';
 export type { SimulatedUser, SimulatorAuthOptions } from './simulator/auth.ts';
+export type { EngineEvent } from './simulator/events.ts';
 
 /**
  * Local GPU cluster simulator: an honest stand-in for the supervisor of a Xinference 3.x cluster,
@@ -38,6 +40,9 @@ export type { SimulatedUser, SimulatorAuthOptions } from './simulator/auth.ts';
  *   a scale-up answers once its replica is loaded, scale changes of a model run one at a time,
  *   requests go round robin over the ready replicas, and each replica may be given a concurrency
  *   limit beyond which requests queue (`simulator/cluster.ts`, `simulator/replica-config.ts`).
+ * - each model's events (`GET /v1/models/{uid}/events`, `models:read`): launches, terminations,
+ *   recreations after a crash and inference errors, as the supervisor's event collector keeps them
+ *   (`simulator/events.ts`).
  * - the inference routes answer as Xinference's do where they differ from the hosted API: an image
  *   `url` is a path on the worker's disk (JPEG), Whisper answers `json` and `verbose_json` only,
  *   `logit_bias` is 501, `n` and `encoding_format` are dropped (`simulator/generation.ts`);
@@ -109,6 +114,8 @@ export interface ClusterSimulator {
    */
   crash(modelUid: string, options?: { recover?: boolean; message?: string }): boolean;
   setModelLoadMs(ms: number): void;
+  /** The model's events as `GET /v1/models/{uid}/events` answers them (`simulator/events.ts`). */
+  engineEvents(modelUid: string): EngineEvent[];
   setTokenLatencyMs(ms: number): void;
   /** Requests each replica generates at once, the rest queued; null lifts the limit (and admits those waiting). */
   setReplicaConcurrency(limit: number | null): void;
@@ -308,6 +315,7 @@ export async function startClusterSimulator(options: ClusterSimulatorOptions = {
     },
     failNextLaunch: (kind, modelUid) => cluster.failNextLaunch(kind, modelUid),
     crash: (modelUid, crashOptions) => cluster.crash(modelUid, crashOptions),
+    engineEvents: (modelUid) => cluster.events.of(modelUid),
     setModelLoadMs(ms: number) {
       cluster.settings.modelLoadMs = nonNegative(ms, 'modelLoadMs');
     },

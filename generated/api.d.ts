@@ -202,11 +202,11 @@ export interface paths {
         /**
          * Stream a deployment's events
          * @description Follows a deployment: its status changes, provisioning steps (with progress while the model
-         *     loads) and scale actions, as server-sent events. The history comes first, then new events live, whichever API
+         *     loads), scale actions and its engine's events (why a model failed or restarted), as server-sent events. The history comes first, then new events live, whichever API
          *     process or worker made them. To resume, send the last event id received as `Last-Event-ID`
          *     (an `EventSource` does so by itself when it reconnects): only later events are sent. Events
-         *     carry `event: deployment.status_changed`, `event: deployment.provisioning_step` or
-         *     `event: deployment.scaled`, so an `EventSource` receives them through `addEventListener` with
+         *     carry `event: deployment.status_changed`, `event: deployment.provisioning_step`,
+         *     `event: deployment.scaled` or `event: deployment.engine_event`, so an `EventSource` receives them through `addEventListener` with
          *     those names (not `onmessage`).
          *     When the deployment is `failed` or `terminated` (final: only a DELETE of a failed deployment
          *     changes it again) and its events are all sent, one `event: end` (a `DeploymentEventStreamEnd`)
@@ -3698,9 +3698,31 @@ export interface components {
             currency: components["schemas"]["CurrencyCode"];
         };
         /**
-         * @description One event of a deployment's log: every status change, provisioning step and scale action, appended in the
-         *     same transaction as the change. `id` increases with each event; within one deployment, events
-         *     are never seen out of order. The same object is the `data` of a webhook delivery.
+         * @description An event the serving engine recorded for one of the deployment's replicas (Xinference's model
+         *     events): a launch, a termination, a recreation after the model's process died, an error it
+         *     answered. They are read from the engine when a replica fails to start, is lost, or stops or
+         *     comes back serving, and appended once each, in the engine's order, before the status change or
+         *     scale action they explain (docs/events-and-webhooks.md, Engine events). The engine keeps the
+         *     last 100 of each replica: older ones may be missing.
+         */
+        DeploymentEngineEvent: {
+            level: components["schemas"]["EngineEventLevel"];
+            /**
+             * Format: date-time
+             * @description When the engine recorded it, by the engine's clock, to the second (the engine keeps whole seconds).
+             */
+            occurred_at: string;
+            /**
+             * Format: int32
+             * @description The replica (its ordinal: 0 is the deployment's first) whose model the engine recorded it for.
+             */
+            replica: number;
+        };
+        /**
+         * @description One event of a deployment's log: every status change, provisioning step and scale action,
+         *     appended in the same transaction as the change, and the engine's events of its replicas, as they
+         *     are read from the engine. `id` increases with each event; within one deployment, events are
+         *     never seen out of order. The same object is the `data` of a webhook delivery.
          * @example {
          *       "id": 4182,
          *       "type": "deployment.provisioning_step",
@@ -3712,6 +3734,7 @@ export interface components {
          *       "progress": 0.42,
          *       "failure_stage": null,
          *       "scale": null,
+         *       "engine_event": null,
          *       "message": "The engine is loading the model (42%).",
          *       "created_at": "2026-11-20T09:31:02Z"
          *     }
@@ -3754,9 +3777,13 @@ export interface components {
             failure_stage: "instance_selection" | "capacity" | "instance_provisioning" | "model_launch" | "health_check" | null;
             /** @description On a `deployment.scaled` event: the desired replicas before and after, and why; otherwise `null`. */
             scale: components["schemas"]["DeploymentScale"] | null;
+            /** @description On a `deployment.engine_event` event: the engine event's level, time and replica; otherwise `null`. */
+            engine_event: components["schemas"]["DeploymentEngineEvent"] | null;
             /**
              * @description A sentence for people: why an instance was chosen (to `provisioning`), why it failed (to
-             *     `failed`), how far loading is, why the replicas changed. `null` when there is nothing to add.
+             *     `failed`), how far loading is, why the replicas changed. On a `deployment.engine_event`, the
+             *     engine's own text, cut at 1000 characters, with the names the engine gives other models left
+             *     out. `null` when there is nothing to add.
              */
             message: string | null;
             /**
@@ -3794,12 +3821,14 @@ export interface components {
          * @description What a deployment event records: `deployment.status_changed` (the deployment moved from
          *     `from_status` to `to_status`; at creation `from_status` is `null`),
          *     `deployment.provisioning_step` (a step of provisioning made progress: `step`, `progress`; the
-         *     status, `to_status`, is unchanged), or `deployment.scaled` (the replicas the deployment wants
+         *     status, `to_status`, is unchanged), `deployment.scaled` (the replicas the deployment wants
          *     changed: `scale` says from how many to how many and why; the status is unchanged, and a
-         *     deployment scaled to zero stays `running`).
+         *     deployment scaled to zero stays `running`), or `deployment.engine_event` (an event the serving
+         *     engine recorded for one of the deployment's replicas: `engine_event` says its level, when and
+         *     which replica, `message` is the engine's text; the status is unchanged).
          * @enum {string}
          */
-        DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled";
+        DeploymentEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled" | "deployment.engine_event";
         /**
          * @description The step at which provisioning failed.
          * @enum {string}
@@ -4145,6 +4174,11 @@ export interface components {
             /** Format: int32 */
             total_tokens: number;
         };
+        /**
+         * @description How serious an engine event is, as the engine labels it (Xinference: INFO, WARNING, ERROR).
+         * @enum {string}
+         */
+        EngineEventLevel: "info" | "warning" | "error";
         /**
          * @description Stable machine-readable error codes. Clients branch on these, never on `title` or `detail`.
          * @enum {string}
@@ -5900,7 +5934,7 @@ export interface components {
          * @description The type of a webhook event: a deployment event's type, or `webhook.test` (sent on request, to one endpoint).
          * @enum {string}
          */
-        WebhookEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled" | "webhook.test";
+        WebhookEventType: "deployment.status_changed" | "deployment.provisioning_step" | "deployment.scaled" | "deployment.engine_event" | "webhook.test";
         /** @description The webhook acknowledgement. */
         WebhookReceived: {
             /** @enum {boolean} */
@@ -6966,7 +7000,7 @@ export interface operations {
                      *
                      *     id: 4182
                      *     event: deployment.provisioning_step
-                     *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"scale":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
+                     *     data: {"id":4182,"type":"deployment.provisioning_step","deployment_id":"0192f1c6-2b9e-7c4e-9b1a-5d0c8e6f7a21","organization_id":"7","from_status":null,"to_status":"starting","step":"model_loading","progress":0.42,"failure_stage":null,"scale":null,"engine_event":null,"message":"The engine is loading the model (42%).","created_at":"2026-11-20T09:31:02Z"}
                      */
                     "text/event-stream": components["schemas"]["DeploymentEvent"] | components["schemas"]["DeploymentEventStreamEnd"];
                 };

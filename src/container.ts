@@ -36,6 +36,7 @@ import { ColdStarts } from './inference/cold-start.ts';
 import { DeploymentLoad } from './inference/deployment-load.ts';
 import { pruneRequestMetricsJob, RequestMetrics } from './inference/request-metrics.ts';
 import { Scaler, scalingJobs } from './deployments/scaling.ts';
+import { EngineLog } from './deployments/engine-log.ts';
 import { GpuMeter, meterGpuSecondsJob } from './metering/gpu-metering.ts';
 import { paymentProcessor } from './adapters/stripe.ts';
 import { BillingService } from './billing/billing.service.ts';
@@ -92,8 +93,9 @@ export function createContainer(deps: ContainerDeps) {
     loadTimeoutSeconds: config.provisioning.startTimeoutSeconds,
   });
   const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
-  const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling });
-  const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning, replicaLost: (...lost) => scaler.replicaLost(...lost) });
+  const engineLog = new EngineLog({ db, clusters });
+  const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling, engineLog });
+  const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning, replicaLost: (...lost) => scaler.replicaLost(...lost), engineLog });
   const deploymentLoad = new DeploymentLoad(db, deps.log);
   const requestMetrics = new RequestMetrics(db, deps.log);
   const coldStarts = new ColdStarts({ db, boss, load: deploymentLoad, settings: config.scaling, log: deps.log });

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
+import { EngineEventCollector } from './events.ts';
 import { notReady, pyList, runtimeError, SimulatorError, valueError, workerHost } from './http.ts';
 import { familyAbilities, launchProblem } from './model-registry.ts';
 import { normalizeReplicaConfig, type DeviceConfig, type ReplicaConfig } from './replica-config.ts';
@@ -175,6 +176,8 @@ export class SimulatedCluster {
   readonly terminations: TerminationRecord[] = [];
   readonly pendingFailures: { kind: LaunchFailureKind; modelUid: string | undefined }[] = [];
   readonly settings: ClusterSettings;
+  /** The supervisor's event collector: what `GET /v1/models/{uid}/events` answers (`events.ts`). */
+  readonly events = new EngineEventCollector();
   /**
    * The replica statuses the status guard keeps of a model that is gone, until its uid is launched
    * again (`core/status_guard.py`: a terminated instance is dropped from the lists, not from
@@ -275,6 +278,7 @@ export class SimulatedCluster {
       const routedReplica = [...this.orphans].flatMap((m) => m.replicas).find((r) => r.routed && r.uid.startsWith(`${uid}-rep`));
       if (routedReplica) throw valueError(`Model is already in the model list, uid: ${routedReplica.uid}`);
       this.#place(model, 'n_gpu' in body ? body.n_gpu : 'auto', candidates, gpuIdx);
+      this.#report(model.replicas, 'INFO', 'Launch model');
       // model/llm/core.py, create_llm_model_instance: an unknown combination fails in the worker.
       const problem = this.settings.checkModels ? launchProblem(model) : undefined;
       if (problem) this.#after(model, Math.floor(model.loadMs * 0.1), () => this.#failLaunch(model, new SimulatorError(400, problem)));
@@ -287,6 +291,8 @@ export class SimulatedCluster {
       if (id < model.replicaCount && !beforeReplicas) {
         model.replicas.push(this.#replica(model, id, candidates[0], [], null, 0, 'n_gpu' in body ? body.n_gpu : 'auto'));
       }
+      // Every replica a worker was asked to launch reported it first (the supervisor's own refusals come before any).
+      this.#report(model.replicas, 'INFO', 'Launch model');
       this.#failLaunch(model, error instanceof SimulatorError ? error : new SimulatorError(500, String(error)));
     }
     if (done) {
@@ -426,7 +432,10 @@ export class SimulatedCluster {
     this.#after(model, Math.floor(model.loadMs * 0.5), () => this.#loaded(model));
     this.#after(model, Math.floor(model.loadMs * 0.75), () => {
       const failure = injected ? launchFailure(injected.kind, model) : this.#outOfMemory(model);
-      if (failure) this.#failLaunch(model, failure);
+      if (!failure) return;
+      // core/worker.py, wait_for_load: the worker's cleanup of a failed load terminates the replica.
+      this.#report(model.replicas, 'INFO', 'Terminate model');
+      this.#failLaunch(model, failure);
     });
     this.#after(model, model.loadMs, () => this.#routed(model));
   }
@@ -524,6 +533,7 @@ export class SimulatedCluster {
       replica.status = 'TERMINATING';
       replica.modelState = 'stopping';
     }
+    this.#report(active, 'INFO', 'Terminate model');
     if (this.settings.terminateMs > 0) await new Promise((resolve) => setTimeout(resolve, this.settings.terminateMs));
     // core/worker.py, terminate_model: each replica's state ends "stopped" (TERMINATED).
     for (const replica of active) replica.status = 'TERMINATED';
@@ -636,6 +646,8 @@ export class SimulatedCluster {
       replica.label = label;
       replica.active = false;
       model.replicas.push(replica);
+      // core/worker.py, launch_builtin_model: reported before the worker allocates its GPUs.
+      this.#report([replica], 'INFO', 'Launch model');
       try {
         replica.gpuIdx = target.gpuIdx ?? this.#allocate(worker, target.nGpu);
         replica.memoryGb = memoryPerGpu(model, worker, replica.gpuIdx.length);
@@ -686,6 +698,7 @@ export class SimulatedCluster {
         const failure = injected ? launchFailure(injected.kind, model) : this.#outOfMemory(model, [replica]);
         if (!failure) return;
         failed = true;
+        this.#report([replica], 'INFO', 'Terminate model');
         reject(failure);
       });
       later(1, () => {
@@ -717,6 +730,7 @@ export class SimulatedCluster {
       model.status = 'TERMINATING';
       replica.status = 'TERMINATING';
       replica.modelState = 'stopping';
+      this.#report([replica], 'INFO', 'Terminate model');
       for (const generation of [...model.generations]) if (replica.serving.has(generation.res)) generation.fail(reason);
       failQueue(replica, reason);
       if (this.settings.terminateMs > 0) await new Promise((resolve) => setTimeout(resolve, this.settings.terminateMs));
@@ -857,6 +871,8 @@ export class SimulatedCluster {
     // A replica a scale-up is still loading runs in a process of its own: the crash is the others'.
     const active = model.replicas.filter((replica) => replica.active);
     if (active.some((replica) => !replica.routed)) {
+      // After the engine's load() returned, the death surfaces in wait_for_load, whose cleanup terminates the replicas.
+      if (!model.launching) this.#report(active, 'INFO', 'Terminate model');
       this.#failLaunch(model, runtimeError(reason));
       return true;
     }
@@ -877,6 +893,8 @@ export class SimulatedCluster {
       return true;
     }
     model.recovering = true;
+    // core/worker.py, recover_sub_pool: "Recreate model" is reported only under a bounded budget.
+    const bounded = model.recoveriesLeft !== null;
     if (model.recoveriesLeft !== null) model.recoveriesLeft--;
     // Recreating the model is a new load, of the load time configured now, after the teardown.
     const recoveryMs = this.settings.modelLoadMs;
@@ -885,6 +903,9 @@ export class SimulatedCluster {
       model.status = 'ERROR';
       model.launching = true;
       for (const replica of active) replica.modelState = 'loading';
+      if (bounded) this.#report(active, 'WARNING', 'Recreate model');
+      // recover_model relaunches through launch_builtin_model, which reports the launch.
+      this.#report(active, 'INFO', 'Launch model');
     });
     this.#after(model, Math.max(teardownMs + 1, Math.floor(recoveryMs * 0.5)), () => {
       model.status = 'READY';
@@ -928,14 +949,14 @@ export class SimulatedCluster {
     const model = typeof uid === 'string' ? this.models.get(uid) : undefined;
     if (!model || !model.registered) {
       const uids = [...this.models.values()].filter((m) => m.registered).map((m) => m.uid);
-      throw new SimulatorError(404, `Model not found in the model list, uid: ${String(uid)}. Available model uids: ${pyList(uids)}`);
+      throw this.#reportedError(uid, new SimulatorError(404, `Model not found in the model list, uid: ${String(uid)}. Available model uids: ${pyList(uids)}`));
     }
     const active = model.replicas.filter((r) => r.active);
     const replica = active[model.nextReplica++ % Math.max(1, active.length)];
     if (!replica) throw new SimulatorError(404, `Model not found in the model list, uid: ${model.uid}`);
     if (!replica.routed) throw notReady(`Model ${model.uid} is launching, not yet ready for inference`);
     // `worker.py`, `get_model`: a replica being torn down is a RuntimeError (500); one loading, 503.
-    if (replica.modelState === 'stopping') throw new SimulatorError(500, `Model ${replica.uid} is in stopping state`);
+    if (replica.modelState === 'stopping') throw this.#reportedError(uid, new SimulatorError(500, `Model ${replica.uid} is in stopping state`));
     if (replica.modelState !== 'ready') throw notReady(`Model ${replica.uid} is loading`);
     replica.requests++;
     const limit = this.settings.replicaConcurrency;
@@ -1075,6 +1096,17 @@ export class SimulatedCluster {
   }
 
   // ------------------------------------------------------------------ helpers
+
+  /** Each replica's event, under its model's uid (`events.ts` says who reports what). */
+  #report(replicas: readonly Replica[], type: 'INFO' | 'WARNING' | 'ERROR', content: string): void {
+    for (const replica of replicas) this.events.report(replica.uid.replace(/-rep\d+$/, ''), type, content);
+  }
+
+  /** An inference error as the REST layer reports it (`api/utils.py`, `require_model`), under the uid the request named. */
+  #reportedError(uid: unknown, error: SimulatorError): SimulatorError {
+    if (typeof uid === 'string') this.events.report(uid, 'ERROR', error.message);
+    return error;
+  }
 
   #after(model: Model, ms: number, run: () => void): void {
     const timer = setTimeout(() => {

@@ -101,6 +101,8 @@ export function createRouter(deps: RouterDeps) {
       scopes: ['models:write'],
       handle: deleteReplica,
     },
+    // `api/routers/models.py`: the model's events (`events.ts`), under `models:read` as progress.
+    { method: 'GET', path: uidPath('/events'), name: 'GET /v1/models/{model_uid}/events', scopes: ['models:read'], handle: ({ res, uid }) => sendJson(res, 200, cluster.events.of(uid)) },
     { method: 'GET', path: uidPath('/progress'), name: 'GET /v1/models/{model_uid}/progress', scopes: ['models:read'], handle: ({ res, uid }) => sendJson(res, 200, cluster.progress(uid)) },
     {
       method: 'POST',

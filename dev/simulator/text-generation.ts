@@ -99,6 +99,8 @@ export function textGeneration(cluster: SimulatedCluster, settings: GenerationSe
       fail(message: string) {
         if (generation.done) return;
         generation.stop();
+        // api/restful_api.py: a generation that fails is reported (`_report_error_event`) before it is answered.
+        cluster.events.report(model.uid, 'ERROR', message);
         onFail(message);
       },
     };

@@ -77,6 +77,17 @@ export interface EngineReplica {
   gpuIdx: number[] | null;
 }
 
+/**
+ * One of a model's events as the engine records them (`GET /v1/models/{uid}/events`; Xinference's
+ * `core/event.py`, `EventCollectorActor`): its level, when (whole seconds: the engine keeps
+ * `int(time.time())`) and its text. docs/engine.md, Events, says which events the engine records.
+ */
+export interface EngineEvent {
+  level: 'info' | 'warning' | 'error';
+  occurredAt: Date;
+  message: string;
+}
+
 /** What a replica's DELETE did: `deleted` (the model is gone when none remain), `missing`, or `pending` (loading or recovering: ask again later). */
 export type ReplicaDeletion = { state: 'deleted'; remainingReplicas: number } | { state: 'missing' } | { state: 'pending' };
 
@@ -148,6 +159,8 @@ const CAPACITY_MESSAGE = /out of memory|OutOfMemoryError|less than desired GPU m
 /** A model uid nothing on the engine can ever be: a uid may not end in `-rep<n>` (`core/utils.py`, `is_valid_model_uid`). */
 const PROBE_UID = 'platform-capability-probe-rep0';
 const DEFAULT_LOAD_TIMEOUT_MS = 30 * 60_000;
+/** The engine's event levels (`core/event.py`, `EventType`: INFO, WARNING, ERROR, answered by name). */
+const EVENT_LEVELS: Readonly<Record<string, EngineEvent['level']>> = { INFO: 'info', WARNING: 'warning', ERROR: 'error' };
 
 /**
  * The serving engine of a GPU cluster: a Xinference 3.x supervisor's REST API over `got`, against a
@@ -325,6 +338,27 @@ export class XinferenceClient {
       errorMessage: replica.error_message ?? null,
       gpuIdx: replica.accelerators ? replica.accelerators.map(Number) : (replica.gpu_idx ?? null),
     }));
+  }
+
+  /**
+   * A model's events, oldest first (`GET /v1/models/{uid}/events`, scope `models:read`; Xinference's
+   * `api/routers/models.py`, `get_model_events`): the last 100 the engine kept under the uid, kept
+   * after the model is terminated. A uid the engine has no event of answers none (the engine answers
+   * `[]`; a 404, from an engine without the route, counts as none too). Entries that are not
+   * `{event_type, event_ts, event_content}` with a known level are left out.
+   */
+  async events(modelUid: string): Promise<EngineEvent[]> {
+    const response = await this.#managed('GET', `v1/models/${encodeURIComponent(modelUid)}/events`);
+    if (response.status === 404) return [];
+    if (response.status !== 200 || !Array.isArray(response.body)) {
+      throw new EngineError('unavailable', `GET /v1/models/{uid}/events answered ${response.status}: ${response.detail}`);
+    }
+    return (response.body as unknown[]).flatMap((entry) => {
+      const { event_type: type, event_ts: ts, event_content: content } = (entry ?? {}) as Record<string, unknown>;
+      const level = typeof type === 'string' && Object.hasOwn(EVENT_LEVELS, type) ? EVENT_LEVELS[type] : undefined;
+      if (!level || typeof ts !== 'number' || !Number.isFinite(ts) || typeof content !== 'string') return [];
+      return [{ level, occurredAt: new Date(ts * 1000), message: content }];
+    });
   }
 
   /**

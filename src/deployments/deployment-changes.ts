@@ -4,10 +4,10 @@ import type { DeploymentEventRow, DeploymentScale } from '../db/models/deploymen
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { inTransaction } from '../db/query.ts';
 import { statusChangeMessage } from '../events/event-messages.ts';
-import { insertDeploymentEvent, latestEvent, type NewDeploymentEvent } from '../events/events.repository.ts';
+import { engineEventKey, importedEngineEvents, insertDeploymentEvent, latestEvent, type NewDeploymentEvent } from '../events/events.repository.ts';
 import { addDeliveriesOf } from '../webhooks/webhooks.repository.ts';
 import { replicasOnMove, type DeploymentStatus } from './deployment-states.ts';
-import { insertDeploymentRow, lockDeploymentIn, moveReplicas, updateDeploymentStatus, type NewDeployment, type StatusMove } from './deployments.repository.ts';
+import { findDeployment, insertDeploymentRow, lockDeploymentIn, moveReplicas, updateDeploymentStatus, type NewDeployment, type StatusMove } from './deployments.repository.ts';
 
 type Db = Knex | Knex.Transaction;
 
@@ -108,6 +108,44 @@ export async function recordScale(db: Db, id: string, event: { status: Deploymen
       message: event.message,
     });
     return true;
+  });
+}
+
+/** An engine event of one of the deployment's replicas (src/deployments/engine-log.ts reads them). */
+export interface ReplicaEngineEvent {
+  /** The replica's ordinal. */
+  replica: number;
+  level: NonNullable<DeploymentEventRow['engine_level']>;
+  /** By the engine's clock, whole seconds. */
+  occurredAt: Date;
+  message: string;
+}
+
+/**
+ * Appends the engine's events of the deployment's replicas that its log does not hold yet
+ * (`deployment.engine_event`), oldest first by the engine's clock (one replica's events keep the
+ * engine's order), under its row lock, each with its webhook deliveries and notification; the
+ * deployment's status, whichever it is, is the events' `to_status`. Returns how many were appended.
+ */
+export async function recordEngineEvents(db: Db, id: string, events: readonly ReplicaEngineEvent[]): Promise<number> {
+  if (!events.length) return 0;
+  return inTransaction(db, async (trx) => {
+    const row = await findDeployment(trx, id, { forUpdate: true });
+    if (!row) return 0;
+    const rows = events
+      .map((event, order) => ({ event, order }))
+      .sort((a, b) => a.event.occurredAt.getTime() - b.event.occurredAt.getTime() || a.order - b.order)
+      .map(({ event }) => ({ engine_replica: event.replica, engine_occurred_at: event.occurredAt, engine_level: event.level, message: event.message }));
+    const seen = await importedEngineEvents(trx, id, rows);
+    let appended = 0;
+    for (const engine of rows) {
+      const key = engineEventKey(engine);
+      if (seen.has(key)) continue;
+      seen.add(key);
+      await recordEvent(trx, { deployment_id: id, organization_id: row.organization_id, type: 'deployment.engine_event', from_status: null, to_status: row.status, ...engine });
+      appended++;
+    }
+    return appended;
   });
 }
 

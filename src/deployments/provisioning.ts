@@ -40,6 +40,7 @@ import {
   type PlacedReplica,
 } from './deployments.repository.ts';
 import { moveDeployment, recordProvisioningStep } from './deployment-changes.ts';
+import type { EngineLog } from './engine-log.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
 import { loadingMessage } from '../events/event-messages.ts';
 import { releaseGpus } from '../clusters/gpu-ledger.ts';
@@ -132,10 +133,13 @@ export class Provisioner {
 
   /** What takes a lost replica of a deployment that still serves out and replaces it (the scaler's). */
   readonly #replicaLost: ReplicaLost | undefined;
+  /** What brings the engine's events of a deployment's replicas into its event log, when one fails or recovers. */
+  readonly #engineLog: EngineLog | undefined;
 
-  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; settings: Config['provisioning']; replicaLost?: ReplicaLost }) {
+  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; settings: Config['provisioning']; replicaLost?: ReplicaLost; engineLog?: EngineLog }) {
     this.#db = deps.db;
     this.#replicaLost = deps.replicaLost;
+    this.#engineLog = deps.engineLog;
     this.#boss = deps.boss;
     this.#clusters = deps.clusters;
     this.#settings = deps.settings;
@@ -264,6 +268,8 @@ export class Provisioner {
     } catch (error) {
       log.warn({ deployment_id: deploymentId, err: String(error) }, 'could not stop the model; its GPUs stay allocated until the engine confirms');
     }
+    // The engine's account of the failure (its events of the replicas) goes before the change to failed.
+    await this.#engineLog?.import(deploymentId, log);
     const failed = await retryingTransaction(this.#db, async (trx) => {
       const status = await lockInStatus(trx, deploymentId, statusesAllowing('fail'));
       if (!status) return false;
@@ -368,6 +374,7 @@ export class Provisioner {
     const state = worstState(states);
     if (state.state === 'ready') {
       if (deployment.engine_unhealthy_since) {
+        await this.#engineLog?.import(deployment.id, log);
         await recordEngineHealth(this.#db, deployment.id, deployment.status, null);
         log.info({ deployment_id: deployment.id }, 'the engine serves the model again');
       }
@@ -379,6 +386,7 @@ export class Provisioner {
     }
     const what = state.state === 'loading' ? 'The engine reports the model loading again.' : state.message;
     if (!deployment.engine_unhealthy_since) {
+      await this.#engineLog?.import(deployment.id, log);
       await recordEngineHealth(this.#db, deployment.id, deployment.status, 'now');
       log.warn({ deployment_id: deployment.id, engine_state: state.state }, 'the engine reports a running model not ready; waiting for its recovery');
       return;

@@ -13,6 +13,7 @@ import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
 import { writeReplicaSamples, type ReplicaSample } from '../metrics/request-metrics.repository.ts';
 import { recordScale } from './deployment-changes.ts';
+import type { EngineLog } from './engine-log.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
 import { findDeployment, findPlacedDeployment, findPlacedReplicas, insertAllocation, insertReplica, lockPlacementCandidates, moveReplicas, toCandidate } from './deployments.repository.ts';
 import { requiredGpuMemoryGb, selectPlacement } from './instance-selection.ts';
@@ -144,9 +145,12 @@ export class Scaler {
   readonly #scaling: Config['scaling'];
   /** The minute whose replicas this worker last sampled (ms). */
   #sampledMinute = 0;
+  /** What brings the engine's events of a replica that failed into the deployment's event log. */
+  readonly #engineLog: EngineLog | undefined;
 
-  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; provisioning: Config['provisioning']; scaling: Config['scaling'] }) {
+  constructor(deps: { db: Knex; boss: PgBoss; clusters: ClustersService; provisioning: Config['provisioning']; scaling: Config['scaling']; engineLog?: EngineLog }) {
     this.#db = deps.db;
+    this.#engineLog = deps.engineLog;
     this.#boss = deps.boss;
     this.#clusters = deps.clusters;
     this.#provisioning = deps.provisioning;
@@ -348,6 +352,8 @@ export class Scaler {
    */
   async #replicaFailed(client: XinferenceClient, deploymentId: string, replica: DeploymentReplicaRow, reason: string, log: Logger, options = { backOff: true }): Promise<void> {
     const stopped = (await client.stop(replica.engine_model_uid).catch(() => 'pending' as const)) === 'stopped';
+    // The engine's account of the replica's failure goes before the scale action that replaces it.
+    await this.#engineLog?.import(deploymentId, log, [replica.id]);
     await retryingTransaction(this.#db, async (trx) => {
       const locked = await findDeployment(trx, deploymentId, { forUpdate: true });
       if (!locked) return;

@@ -436,6 +436,71 @@ describe('M7, M11: launches the engine refuses after accepting them', () => {
   });
 });
 
+describe('model events (GET /v1/models/{uid}/events)', () => {
+  it('lists a model\'s events oldest first as {event_type, event_ts, event_content}: a launch is INFO "Launch model"; an unknown uid has none; an API key may read them', async () => {
+    const spec = { ...engine.launchSpec(), modelName: 'gemma-2-it', modelSizeInBillions: 9 };
+    const before = Math.floor(Date.now() / 1000);
+    await client.launch(spec);
+    await poll(async () => ((await client.state(spec.modelUid)).state === 'error' ? true : undefined), 'the launch to fail', engine.loadTimeoutMs, engine.pollMs);
+    const answered = await raw(`/v1/models/${spec.modelUid}/events`, { bearer: engine.apiKey });
+    expect(answered.status).toBe(200);
+    const listed = answered.body as unknown as Array<{ event_type: string; event_ts: number; event_content: string }>;
+    // core/event.py: the EventType's name, whole seconds, the text; core/worker.py reports the launch before the model is looked up.
+    expect(listed[0]).toEqual({ event_type: 'INFO', event_ts: expect.any(Number), event_content: 'Launch model' });
+    for (const event of listed) {
+      expect(Object.keys(event).sort()).toEqual(['event_content', 'event_ts', 'event_type']);
+      expect(['INFO', 'WARNING', 'ERROR']).toContain(event.event_type);
+      expect(Number.isInteger(event.event_ts)).toBe(true);
+    }
+    // The engine's clock may differ from ours: a minute either way.
+    expect(listed[0]?.event_ts).toBeGreaterThanOrEqual(before - 60);
+    expect(listed[0]?.event_ts).toBeLessThanOrEqual(Math.ceil(Date.now() / 1000) + 60);
+    const events = await client.events(spec.modelUid);
+    expect(events[0]).toEqual({ level: 'info', occurredAt: new Date((listed[0]?.event_ts ?? 0) * 1000), message: 'Launch model' });
+    expect(await client.events(`conformance-unknown-${spec.modelUid}`)).toEqual([]);
+    await stopped(spec.modelUid);
+  });
+
+  simulatorOnly('records a failed load\'s cleanup, a recreation under a bounded recover budget, the relaunch and an inference error, under the model uid (simulator only)', async () => {
+    const isolated = await engineUnderTest({ autoRecoverLimit: 2 });
+    try {
+      const sim = isolated.simulator;
+      if (!sim) throw new Error('no simulator');
+      const target = isolated.client();
+      const oom = isolated.launchSpec();
+      sim.failNextLaunch('oom', oom.modelUid);
+      await target.launch(oom);
+      await poll(async () => ((await target.state(oom.modelUid)).state === 'error' ? true : undefined), 'the load to fail', isolated.loadTimeoutMs, isolated.pollMs);
+      // A failed load is no ERROR event: its error is the replica's error_message (core/supervisor.py, _launch_one_model).
+      expect((await target.events(oom.modelUid)).map((e) => [e.level, e.message])).toEqual([
+        ['info', 'Launch model'],
+        ['info', 'Terminate model'],
+      ]);
+      const spec = isolated.launchSpec();
+      await target.launch(spec);
+      await poll(async () => ((await target.state(spec.modelUid)).state === 'ready' ? true : undefined), 'the model to load', isolated.loadTimeoutMs, isolated.pollMs);
+      sim.crash(spec.modelUid);
+      const chat = await fetch(`${isolated.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${isolated.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: spec.modelUid, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(chat.status).toBe(500);
+      await poll(async () => ((await target.state(spec.modelUid)).state === 'ready' ? true : undefined), 'the model to recover', isolated.loadTimeoutMs, isolated.pollMs);
+      expect((await target.events(spec.modelUid)).map((e) => [e.level, e.message])).toEqual([
+        ['info', 'Launch model'],
+        ['error', `Model ${spec.modelUid}-rep0 is in stopping state`],
+        ['warning', 'Recreate model'],
+        ['info', 'Launch model'],
+      ]);
+      await stopped(spec.modelUid, target);
+      expect((await target.events(spec.modelUid)).at(-1)).toMatchObject({ level: 'info', message: 'Terminate model' });
+    } finally {
+      await isolated.stop();
+    }
+  });
+});
+
 describe('M15, M16: workers', () => {
   it('reports each worker GPU by its raw NVML name, which the GPU name table knows', async () => {
     const workers = await client.workers();

@@ -11,7 +11,7 @@ import { closeServer, listen } from '../../src/http/server.ts';
 import { createJobQueue } from '../../src/jobs/queue.ts';
 import { createLogger } from '../../src/logger.ts';
 import { loadOpenApiDocument } from '../../src/openapi-document.ts';
-import type { ClusterSimulator, SimulatedWorker } from '../../dev/cluster-simulator.ts';
+import type { ClusterSimulator, ClusterSimulatorOptions, SimulatedWorker } from '../../dev/cluster-simulator.ts';
 import { startLocalCluster } from '../../dev/local-cluster.ts';
 import { startRuntime } from '../../src/runtime.ts';
 import { createTestDatabase } from './database.ts';
@@ -63,7 +63,7 @@ export interface TestAppOptions {
    */
   workers?: boolean;
   /** Start the GPU cluster simulator and register it as the cluster. */
-  cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[] };
+  cluster?: { modelLoadMs?: number; tokenLatencyMs?: number; workers?: SimulatedWorker[]; simulator?: Partial<ClusterSimulatorOptions> };
   /**
    * Start a Stripe emulator as the payment processor (through the `stripe` SDK, as with Stripe), with
    * a webhook endpoint to this app's webhook route. Without it, no processor is configured.

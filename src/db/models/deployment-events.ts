@@ -8,7 +8,7 @@ export interface DeploymentScale {
   reason: 'load' | 'idle' | 'request' | 'settings' | 'capacity_shortfall' | 'spending_limit' | 'replica_failed';
 }
 
-/** `deployment_events`: the log of a deployment's status changes and provisioning steps (src/events/). */
+/** `deployment_events`: the log of a deployment's status changes, provisioning steps, scale actions and engine events (src/events/). */
 export class DeploymentEventRow extends BaseModel {
   static override tableName = 'deployment_events';
   /** bigint: read as a string. */
@@ -25,5 +25,9 @@ export class DeploymentEventRow extends BaseModel {
   declare message: string | null;
   /** On a `deployment.scaled` event: the desired replicas before and after, and why. */
   declare scale: DeploymentScale | null;
+  /** On a `deployment.engine_event` event: the engine event's level, its time by the engine's clock, and the replica's ordinal. */
+  declare engine_level: components['schemas']['EngineEventLevel'] | null;
+  declare engine_occurred_at: Date | null;
+  declare engine_replica: number | null;
   declare created_at: Date;
 }

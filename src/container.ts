@@ -92,7 +92,7 @@ export function createContainer(deps: ContainerDeps) {
     engineTimeoutSeconds: config.engineTimeoutSeconds,
     loadTimeoutSeconds: config.provisioning.startTimeoutSeconds,
   });
-  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring });
+  const deployments = new DeploymentsService({ db, boss, catalog, billing: { enforcement: config.billingEnforcement }, keyring, log: deps.log });
   const engineLog = new EngineLog({ db, clusters });
   const scaler = new Scaler({ db, boss, clusters, provisioning: config.provisioning, scaling: config.scaling, engineLog });
   const provisioner = new Provisioner({ db, boss, clusters, settings: config.provisioning, replicaLost: (...lost) => scaler.replicaLost(...lost), engineLog });

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { PgBoss } from 'pg-boss';
+import type { Logger } from 'pino';
 import type { components } from '../../generated/api.d.ts';
 import { requireOrganization, type SessionPrincipal } from '../principal.ts';
 import { deploymentGuardVerdicts, firstRefusal, loadGuardInputs, lockGuardInputs, type DeploymentGuardSettings } from '../billing/deployment-guard.ts';
@@ -29,7 +30,7 @@ import {
 import { insertDeployment, moveDeployment, recordScale } from './deployment-changes.ts';
 import { capacityOf, offeredInstanceTypes, planPlacement, replicasThatFit, requiredGpuMemoryGb } from './instance-selection.ts';
 import { checkFixedFields, desiredWithin, initialReplicas, settingsOnCreate, settingsOnUpdate, settingsScaleMessage } from './scaling-settings.ts';
-import { requestScale } from './scaling.ts';
+import { requestScale, wakeAutoscaler } from './scaling.ts';
 import { resolveLaunch, type ResolvedLaunch } from './launch-spec.ts';
 import { ListCursors } from './list-cursor.ts';
 import { PROVISION_QUEUE, TERMINATE_QUEUE } from './provisioning.ts';
@@ -67,7 +68,10 @@ export class DeploymentsService {
   readonly #billing: DeploymentGuardSettings;
   readonly #cursors: ListCursors;
 
-  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService; billing: DeploymentGuardSettings; keyring: Keyring }) {
+  readonly #log: Logger;
+
+  constructor(deps: { db: Knex; boss: PgBoss; catalog: CatalogService; billing: DeploymentGuardSettings; keyring: Keyring; log: Logger }) {
+    this.#log = deps.log;
     this.#db = deps.db;
     this.#cursors = new ListCursors(deps.keyring);
     this.#boss = deps.boss;
@@ -110,7 +114,7 @@ export class DeploymentsService {
     const settings = settingsOnCreate(input);
     if (input.instance_type !== undefined) checkInstanceType(input.instance_type, await readPlacementCandidates(this.#db));
 
-    return this.#db.transaction(async (trx) => {
+    const created = await this.#db.transaction(async (trx) => {
       // The billing account is locked before the count: concurrent creates are checked one after the other.
       const inputs = await lockGuardInputs(trx, organization.id);
       const refusal = firstRefusal(deploymentGuardVerdicts(inputs, await countActiveDeployments(trx, organization.id), this.#billing));
@@ -131,6 +135,8 @@ export class DeploymentsService {
       await enqueue(this.#boss, trx, PROVISION_QUEUE, { deploymentId: deployment.id }, { singletonKey: deployment.id });
       return toDeployment(deployment, NO_REPLICAS);
     });
+    await wakeAutoscaler(this.#boss, created, this.#log);
+    return created;
   }
 
   /**
@@ -181,7 +187,7 @@ export class DeploymentsService {
    * (as delete), 422 for a failed or terminated deployment, which never serves again.
    */
   async update(principal: SessionPrincipal, id: string, input: UpdateDeploymentRequest): Promise<Deployment> {
-    return this.#db.transaction(async (trx) => {
+    const updated = await this.#db.transaction(async (trx) => {
       const deployment = await this.#find(trx, principal, id, true);
       checkUpdatable(deployment.status);
       checkFixedFields(deployment, input);
@@ -195,6 +201,8 @@ export class DeploymentsService {
       if (deployment.status === SERVING) await requestScale(this.#boss, trx, id);
       return this.#shown(trx, await this.#find(trx, principal, id));
     });
+    await wakeAutoscaler(this.#boss, updated, this.#log);
+    return updated;
   }
 
   /** Starts termination (the state machine's `delete`); 409 while a cleanup runs; a terminated deployment is returned as it is. */

@@ -74,8 +74,12 @@ export interface ScalingState {
   leaving: number;
 }
 
-/** Every running deployment with what the autoscaler needs, in one query. */
-export async function readScalingStates(db: Db): Promise<ScalingState[]> {
+/**
+ * The running deployments with what the autoscaler needs, in one query: those it may have to act
+ * on (`which: 'elastic'`: bounds apart, able to go to zero, or replicas not yet at the desired
+ * count), or all of them (the replicas' samples of the metrics).
+ */
+export async function readScalingStates(db: Db, which: 'elastic' | 'all' = 'elastic'): Promise<ScalingState[]> {
   const { rows } = await db.raw<{ rows: ScalingState[] }>(
     `select d.id, d.min_replicas, d.max_replicas, d.target_concurrency, d.scale_to_zero_after_seconds, d.desired_replicas,
             coalesce(l.load, 0)::int as load, l.last_request_at as reported_request_at, a.last_request_at as remembered_request_at, a.fewer_wanted_since,
@@ -92,10 +96,20 @@ export async function readScalingStates(db: Db): Promise<ScalingState[]> {
               count(*) filter (where status in ('draining', 'stopping', 'failed')) as leaving, max(ready_at) as last_ready_at
        from deployment_replicas where deployment_id = d.id and status in ('starting', 'ready', 'draining', 'stopping', 'failed')
      ) r on true
-     where d.status = ?`,
-    [LOAD_FRESH_SECONDS, SERVING],
+     where d.status = ? and (? or d.min_replicas = 0 or d.min_replicas <> d.max_replicas
+       or coalesce(r.ready, 0) + coalesce(r.starting, 0) <> d.desired_replicas or coalesce(r.starting, 0) + coalesce(r.leaving, 0) > 0)`,
+    [LOAD_FRESH_SECONDS, SERVING, which === 'all'],
   );
   return rows;
+}
+
+/** Whether an elastic deployment (able to go to zero, or with bounds apart) is on its way to running: the autoscaler will soon have work. */
+export async function elasticDeploymentComing(db: Db): Promise<boolean> {
+  const { rows } = await db.raw<{ rows: Array<{ coming: boolean }> }>(
+    `select exists (select 1 from deployments where status in ('requested', 'provisioning', 'starting')
+       and (min_replicas = 0 or min_replicas <> max_replicas)) as coming`,
+  );
+  return rows[0]?.coming ?? false;
 }
 
 /** Remembers what the autoscaler keeps between its runs for a deployment (a field left out is unchanged). */

@@ -9,9 +9,9 @@ import type { DeploymentScale } from '../db/models/deployment-events.ts';
 import type { DeploymentReplicaRow } from '../db/models/deployment-replicas.ts';
 import type { DeploymentRow } from '../db/models/deployments.ts';
 import { retryingTransaction } from '../db/transactions.ts';
-import { chainedJob, enqueue, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
+import { chainedJob, enqueue, hurryChain, sendLater, startChain, type JobDefinition } from '../jobs/queue.ts';
 import { loadGuardInputs, scaleUpRefusal } from '../billing/deployment-guard.ts';
-import { writeReplicaSamples, type ReplicaSample } from '../metrics/request-metrics.repository.ts';
+import { writeReplicaSamples } from '../metrics/request-metrics.repository.ts';
 import { recordScale } from './deployment-changes.ts';
 import type { EngineLog } from './engine-log.ts';
 import { replicaMove, SERVING, type ReplicaEvent } from './deployment-states.ts';
@@ -24,6 +24,7 @@ import {
   nextOrdinal,
   pruneLoad,
   readScalingStates,
+  elasticDeploymentComing,
   rememberScaling,
   shortfallReportedAt,
   writeDesiredReplicas,
@@ -47,6 +48,11 @@ export async function requestScale(boss: PgBoss, trx: Knex.Transaction, deployme
  * These seconds are billed (the replica holds its GPUs until its model stops).
  */
 const DRAIN_SETTLE_SECONDS = 2;
+/**
+ * How often the autoscaler runs while no deployment is elastic or unsettled (its idle cost): at
+ * most this long before it sees a new elastic deployment, which is still being provisioned then.
+ */
+const QUIET_INTERVAL_SECONDS = 5;
 /** How often a starting replica's engine state is read (the cold start waits on it). */
 const STARTING_POLL_SECONDS = 0.25;
 /** How often draining and stopping replicas are looked at. */
@@ -157,15 +163,24 @@ export class Scaler {
     this.#scaling = deps.scaling;
   }
 
-  /** The autoscaler's run: each running deployment's desired count, and a scale job for those whose replicas differ from it. */
-  async decide(log: Logger): Promise<void> {
-    await pruneLoad(this.#db);
+  /**
+   * The autoscaler's run: each running deployment it may have to act on gets its desired count,
+   * and a scale job when its replicas differ from it. Returns when to run next: every
+   * AUTOSCALER_INTERVAL_SECONDS while some running deployment is elastic or unsettled, or an
+   * elastic one is on its way to running; else after QUIET_INTERVAL_SECONDS (fixed deployments
+   * need no autoscaler: their changes queue their own scale job), so that a platform of fixed
+   * deployments does not pay a run a second.
+   */
+  async decide(log: Logger): Promise<number> {
     const now = new Date();
+    const minute = minuteOf(now);
+    if (minute.getTime() !== this.#sampledMinute) {
+      await this.sampleReplicas(minute);
+      await pruneLoad(this.#db);
+    }
     const states = await readScalingStates(this.#db);
-    const samples: ReplicaSample[] = [];
     for (const state of states) {
       const decision = decideReplicas(state, now, this.#scaling.scaleDownCooldownSeconds);
-      samples.push({ deploymentId: state.id, desired: decision.reason ? decision.desired : state.desired_replicas, ready: state.ready });
       const lastRequestAt = requestToRemember(state);
       if (decision.fewerWantedSince !== undefined || lastRequestAt) {
         await rememberScaling(this.#db, state.id, { lastRequestAt, fewerWantedSince: decision.fewerWantedSince });
@@ -181,17 +196,17 @@ export class Scaler {
       const settled = decision.desired === state.ready + state.starting && state.starting === 0 && state.leaving === 0;
       if (!settled) await this.#boss.send(SCALE_QUEUE, { deploymentId: state.id }, { singletonKey: state.id });
     }
-    const minute = minuteOf(now);
-    if (minute.getTime() !== this.#sampledMinute) await this.sampleReplicas(minute, samples);
+    const busy = states.length > 0 || (await elasticDeploymentComing(this.#db));
+    return busy ? this.#scaling.intervalSeconds : Math.max(QUIET_INTERVAL_SECONDS, this.#scaling.intervalSeconds);
   }
 
   /**
    * Writes every running deployment's replicas (desired, ready) for the minute: the deployment
-   * metrics' replica series. The autoscaler's run does it once a minute per worker, from the
-   * states it read anyway (one statement); a second sample of a minute replaces the first.
+   * metrics' replica series. The autoscaler's first run of each minute does it (one read, one
+   * statement); a second sample of a minute replaces the first.
    */
-  async sampleReplicas(minute = minuteOf(new Date()), samples?: readonly ReplicaSample[]): Promise<void> {
-    const taken = samples ?? (await readScalingStates(this.#db)).map((state) => ({ deploymentId: state.id, desired: state.desired_replicas, ready: state.ready }));
+  async sampleReplicas(minute = minuteOf(new Date())): Promise<void> {
+    const taken = (await readScalingStates(this.#db, 'all')).map((state) => ({ deploymentId: state.id, desired: state.desired_replicas, ready: state.ready }));
     await writeReplicaSamples(this.#db, minute, taken);
     this.#sampledMinute = minute.getTime();
   }
@@ -408,6 +423,15 @@ export function scalingJobs(scaler: Scaler, boss: PgBoss, settings: Config['scal
 
 /** The autoscaler's chain: one queued run at a time across all workers. */
 const AUTOSCALER = { queue: AUTOSCALE_QUEUE, key: 'autoscaler' };
+
+/**
+ * Has the autoscaler run now: a deployment just became elastic (created or changed so), and the
+ * autoscaler may be in its quiet interval. Whatever fails here only delays it to its next run.
+ */
+export async function wakeAutoscaler(boss: PgBoss, settings: Pick<DeploymentRow, 'min_replicas' | 'max_replicas'>, log: Logger): Promise<void> {
+  if (settings.min_replicas !== 0 && settings.min_replicas === settings.max_replicas) return;
+  await hurryChain(boss, AUTOSCALER).catch((error: unknown) => log.warn({ err: error }, 'could not wake the autoscaler'));
+}
 
 /** Starts the autoscaler's chain in a worker process. */
 export async function startAutoscaler(boss: PgBoss): Promise<void> {

@@ -64,19 +64,25 @@ export async function sendLater(boss: PgBoss, queue: string, data: object, optio
 }
 
 /**
- * A job that runs again `intervalSeconds()` after each run ends, whatever the run's outcome: one
- * queued at a time across all workers under `key` (a chain; `startChain` starts it in a worker).
+ * A job that runs again after each run ends, whatever the run's outcome: `intervalSeconds` later,
+ * or as many seconds as the run returned. One queued at a time across all workers under `key` (a
+ * chain; `startChain` starts it in a worker).
  */
-export function chainedJob(boss: PgBoss, chain: { queue: string; key: string; intervalSeconds: number }, run: (log: Logger) => Promise<void>): JobDefinition<object> {
+export function chainedJob(
+  boss: PgBoss,
+  chain: { queue: string; key: string; intervalSeconds: number },
+  run: (log: Logger) => Promise<number | undefined> | Promise<void>,
+): JobDefinition<object> {
   return {
     queue: chain.queue,
     policy: 'short',
     retryLimit: 0,
     async handle(_data, { log }) {
+      let next = chain.intervalSeconds;
       try {
-        await run(log);
+        next = (await run(log)) ?? next;
       } finally {
-        await sendLater(boss, chain.queue, {}, { singletonKey: chain.key, afterSeconds: chain.intervalSeconds });
+        await sendLater(boss, chain.queue, {}, { singletonKey: chain.key, afterSeconds: next });
       }
     },
   };
@@ -85,6 +91,17 @@ export function chainedJob(boss: PgBoss, chain: { queue: string; key: string; in
 /** Starts a chain of `chainedJob` (one queued run at a time across all workers). */
 export async function startChain(boss: PgBoss, chain: { queue: string; key: string }): Promise<void> {
   await boss.send(chain.queue, {}, { singletonKey: chain.key });
+}
+
+/**
+ * Runs a chain's next run now rather than when it was due: its queued run is cancelled and one is
+ * sent for now (a run under way is left to finish; its successor is then the one sent here, the
+ * queue holding one run of the key). From any process.
+ */
+export async function hurryChain(boss: PgBoss, chain: { queue: string; key: string }): Promise<void> {
+  const queued = await boss.findJobs(chain.queue, { key: chain.key, queued: true });
+  if (queued.length) await boss.cancel(chain.queue, queued.map((job) => job.id));
+  await startChain(boss, chain);
 }
 
 /** What a job handler knows about the attempt it runs. */

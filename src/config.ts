@@ -239,6 +239,19 @@ export function parseEnvironment<Schema extends z.ZodType>(settings: Schema, env
   return parsed.data;
 }
 
+/** What a process that only migrates the database needs: where the database is, and how much to log. */
+export type DatabaseSettings = Pick<Config, 'logLevel' | 'databaseUrl' | 'dataDir' | 'embeddedPgPort'>;
+
+/**
+ * The settings of `node dist/cli/migrate.js` (the migrations Job): the database's alone, so a
+ * migration runs without the service's secrets and peers (no `APP_SECRET`, `SMTP_URL`, Stripe keys),
+ * which it never uses. Each is read and checked as `loadConfig` reads it.
+ */
+export function loadDatabaseSettings(env: NodeJS.ProcessEnv = process.env): DatabaseSettings {
+  const e = parseEnvironment(schema.pick({ LOG_LEVEL: true, DATABASE_URL: true, DATA_DIR: true, EMBEDDED_PG_PORT: true }), env);
+  return { logLevel: e.LOG_LEVEL, databaseUrl: e.DATABASE_URL, dataDir: e.DATA_DIR, embeddedPgPort: e.EMBEDDED_PG_PORT };
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const e = parseEnvironment(schema, env);
   const publicUrl = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/+$/, '');

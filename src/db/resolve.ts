@@ -21,7 +21,7 @@ const EMBEDDED_DATABASE = 'model_deployment';
  * `useRunning` (the operator CLI, `make migrate`) its database is used, on the port it listens on,
  * and left running; otherwise (a second service on the same data) start-up fails saying so.
  */
-export async function resolveDatabase(config: Config, log: Logger, options: { useRunning?: boolean } = {}): Promise<ResolvedDatabase> {
+export async function resolveDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir' | 'embeddedPgPort'>, log: Logger, options: { useRunning?: boolean } = {}): Promise<ResolvedDatabase> {
   if (config.databaseUrl) {
     return { url: config.databaseUrl, description: 'DATABASE_URL', stop: async () => {} };
   }

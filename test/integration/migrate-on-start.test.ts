@@ -1,4 +1,6 @@
+import { execFile } from 'node:child_process';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config.ts';
 import { createDatabase } from '../../src/db/database.ts';
@@ -69,5 +71,24 @@ describe('MIGRATE_ON_START', () => {
     expect((await fetch(`${app.url}/healthz`)).status).toBe(200);
     await app.db.migrate.latest();
     expect(await ready()).toEqual({ status: 200, detail: undefined });
+  });
+});
+
+describe('the migrations Job (`node dist/cli/migrate.js`)', () => {
+  it('runs in production with only DATABASE_URL: no APP_SECRET, SMTP_URL or processor keys, which migrations never use', async () => {
+    const database = await databaseWithOnePending();
+    try {
+      const env = { PATH: process.env.PATH ?? '', NODE_ENV: 'production', DATABASE_URL: database.url, LOG_LEVEL: 'info' };
+      const { stdout } = await promisify(execFile)(process.execPath, [path.join(import.meta.dirname, '../../src/cli/migrate.ts')], { env });
+      expect(stdout).toContain(database.pending);
+      const db = createDatabase({ url: database.url, poolMax: 1 });
+      try {
+        expect(await db('knex_migrations').pluck('name')).toContain(database.pending);
+      } finally {
+        await db.destroy();
+      }
+    } finally {
+      await database.drop();
+    }
   });
 });

@@ -107,6 +107,7 @@ export const VALID_REQUESTS: Record<string, (world: FuzzWorld, variant: number, 
   createApiKey: async (world) => ({ fields: { deployment_ids: [world.deployments.chat.id] } }),
   updateApiKey: async (world) => ({ path: { api_key_id: await world.apiKeyId() } }),
   revokeApiKey: async (world) => ({ path: { api_key_id: await world.apiKeyId() } }),
+  getApiKeyUsage: async (world) => ({ path: { api_key_id: await world.apiKeyId() } }),
   createWebhookEndpoint: async (world) => {
     await world.roomForWebhookEndpoint();
     return { fields: { url: 'http://127.0.0.1:9/hooks' } };

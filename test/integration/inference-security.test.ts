@@ -196,9 +196,11 @@ describe('transcription uploads are parsed, checked and rebuilt', () => {
       if (modelFirst) yield modelPart;
       yield Buffer.from(`--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n`);
       for (let i = 0; i < 24; i++) {
-        // Paced (a MiB every 25 ms, about a second in all): a loaded machine's slower consumers never
-        // let data pile up in flight, so what the measure below sees held is what the service holds.
-        if (!modelFirst) await new Promise((resolve) => setTimeout(resolve, 25));
+        // Paced (a MiB every 50 ms, about a second and a quarter in all): a loaded machine's slower
+        // consumers (the spool's disk, shared with the suite's other files) never let data pile up
+        // in flight, so what the measure below sees held is what the service holds. At 25 ms the
+        // whole suite's load was seen to hold the file in flight (27.7 MB).
+        if (!modelFirst) await new Promise((resolve) => setTimeout(resolve, 50));
         yield megabyte;
       }
       yield Buffer.from('\r\n');

@@ -1,9 +1,12 @@
 import type { Knex } from 'knex';
 import { markReused } from '../http/reused-body.ts';
-import { listVersionOf } from './organizations.repository.ts';
+import { listVersionOf, type VersionedList } from './organizations.repository.ts';
 
-/** The whole-list routes whose large answers are kept (each read once per change of the organization). */
+/** The whole-list routes whose large answers are kept (each read once per change it shows). */
 export type OrganizationList = 'invitations' | 'api-keys' | 'deployment-options';
+
+/** Each list's version, as `organization_list_versions` names it. */
+const VERSION_OF: Record<OrganizationList, VersionedList> = { invitations: 'invitations', 'api-keys': 'api_keys', 'deployment-options': 'deployment_options' };
 
 /** A list's answer as its loader read it, its number of items, and until when it reads the same if nothing changes. */
 export interface LoadedList<B extends object> {
@@ -27,9 +30,10 @@ const MAX_ITEMS = 50_000;
 const MAX_LARGE = 1_000;
 
 /**
- * The large whole-list answers of organizations, kept per process and reused while the
- * organization's list version (`organization_list_versions`, raised at the commit of every change
- * those lists show) is unchanged and no item's status has lapsed. A reuse costs one primary-key
+ * The large whole-list answers of organizations, kept per process and reused while the list's
+ * version (`organization_list_versions`, one per organization and list, raised at the commit of
+ * every change that list shows: a deployment's status raises the deployment options, and the keys
+ * only when a key's scope names it) is unchanged and no item's status has lapsed. A reuse costs one primary-key
  * read. The version is read before the list, so a list is never kept under an older version than
  * a change it shows. A kept body is shared, never changed, and serialized once (`markReused`).
  * Measurements and rules: docs/performance.md, Data at scale.
@@ -53,7 +57,7 @@ export class OrganizationListCache {
       if (size >= this.#minItems) this.#remember(key);
       return body;
     }
-    const version = await this.#versionOf(organizationId);
+    const version = await listVersionOf(this.#db, organizationId, VERSION_OF[list]);
     const entry = this.#entries.get(key);
     if (entry && entry.version === version && Date.now() < entry.validUntil) {
       // Most recently used last: the first entries are the ones evicted.
@@ -65,10 +69,6 @@ export class OrganizationListCache {
     this.#drop(key);
     if (size >= this.#minItems && size <= MAX_ITEMS) this.#keep(key, { version, validUntil, body: markReused(body), size });
     return body;
-  }
-
-  #versionOf(organizationId: number): Promise<string> {
-    return listVersionOf(this.#db, organizationId);
   }
 
   #remember(key: string): void {

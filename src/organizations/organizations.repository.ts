@@ -122,8 +122,11 @@ export async function adminsOf(db: Db, organizationId: number): Promise<Array<{ 
     .castTo<Array<{ email: string; name: string }>>();
 }
 
-/** The version of the organization's lists (raised by a trigger at the commit of every change to them; 0 before any). */
-export async function listVersionOf(db: Db, organizationId: number): Promise<string> {
-  const row = (await db('organization_list_versions').where({ organization_id: organizationId }).first('version')) as { version: string | number } | undefined;
-  return String(row?.version ?? 0);
+/** The lists whose versions `organization_list_versions` keeps, by the column that holds each. */
+export type VersionedList = 'invitations' | 'api_keys' | 'deployment_options';
+
+/** The version of one of the organization's lists (raised by a trigger at the commit of every change it shows; 0 before any). */
+export async function listVersionOf(db: Db, organizationId: number, list: VersionedList): Promise<string> {
+  const row = (await db('organization_list_versions').where({ organization_id: organizationId }).first(list)) as Record<VersionedList, string | number> | undefined;
+  return String(row?.[list] ?? 0);
 }

@@ -6,8 +6,8 @@ import { startServices, type Services } from '../helpers/services.ts';
 
 /**
  * The kept copies of organizations' whole lists (`OrganizationListCache`) against the real schema:
- * what raises an organization's list version (the deferred triggers of
- * 20261126100000_organization_list_versions), and when a kept list is read again.
+ * what raises each of an organization's list versions (the deferred triggers of
+ * 20261126100000_organization_list_versions, one version per list since 20261204000000), and when a kept list is read again.
  */
 let services: Services;
 let owner: SessionPrincipal;
@@ -19,8 +19,21 @@ beforeAll(async () => {
 });
 afterAll(() => services.close());
 
-const versionOf = async (id: number): Promise<number> =>
-  Number((await services.db('organization_list_versions').where({ organization_id: id }).first('version'))?.version ?? 0);
+type Versions = { invitations: number; api_keys: number; deployment_options: number };
+
+/** The organization's list versions (0 before any change). */
+const versionsOf = async (id: number): Promise<Versions> => {
+  const row = await services.db('organization_list_versions').where({ organization_id: id }).first('invitations', 'api_keys', 'deployment_options');
+  return { invitations: Number(row?.invitations ?? 0), api_keys: Number(row?.api_keys ?? 0), deployment_options: Number(row?.deployment_options ?? 0) };
+};
+
+/** Which of the organization's lists a change raised, each by how much. */
+async function raisedBy(id: number, change: () => Promise<unknown>): Promise<Partial<Versions>> {
+  const before = await versionsOf(id);
+  await change();
+  const after = await versionsOf(id);
+  return Object.fromEntries(Object.entries(after).flatMap(([list, version]) => (version === before[list as keyof Versions] ? [] : [[list, version - before[list as keyof Versions]]])));
+}
 
 /** A loader that counts its reads and returns `size` items. */
 function counted(size: number, validUntil?: number) {
@@ -31,48 +44,76 @@ function counted(size: number, validUntil?: number) {
   return loader;
 }
 
-describe('the organization list version', () => {
-  it('rises at the commit of each change to what the lists show, and not before', async () => {
-    const start = await versionOf(organizationId);
+describe('the organization list versions', () => {
+  it('rise at the commit of each change to what their list shows, once per transaction, and not before', async () => {
+    const start = await versionsOf(organizationId);
     await services.db.transaction(async (trx) => {
       await trx('organizations').where({ id: organizationId }).update({ name: 'Renamed Ltd' });
       // Deferred to the commit: another reader sees no new version while the change is open.
-      expect(await versionOf(organizationId)).toBe(start);
+      expect(await versionsOf(organizationId)).toEqual(start);
     });
-    const renamed = await versionOf(organizationId);
-    expect(renamed).toBe(start + 1);
+    // The name shows in every invitation, and in no other list.
+    expect(await versionsOf(organizationId)).toEqual({ ...start, invitations: start.invitations + 1 });
     // Once per transaction, however many of its rows changed.
-    await services.db.transaction(async (trx) => {
-      for (const name of ['First Ltd', 'Second Ltd', 'Renamed Ltd']) await trx('organizations').where({ id: organizationId }).update({ name });
+    expect(
+      await raisedBy(organizationId, () =>
+        services.db.transaction(async (trx) => {
+          for (const name of ['First Ltd', 'Second Ltd', 'Renamed Ltd']) await trx('organizations').where({ id: organizationId }).update({ name });
+        }),
+      ),
+    ).toEqual({ invitations: 1 });
+
+    let invitationId = 0;
+    expect(await raisedBy(organizationId, async () => (invitationId = (await services.container.invitations.create(owner, { email: uniqueEmail('listed') })).id))).toEqual({
+      invitations: 1,
     });
-    expect(await versionOf(organizationId)).toBe(renamed + 1);
-
-    const invitation = await services.container.invitations.create(owner, { email: uniqueEmail('listed') });
-    const invited = await versionOf(organizationId);
-    expect(invited).toBeGreaterThan(renamed + 1);
     // The mail worker's delivery status, in the emails table, is part of the invitation as listed.
-    await services.db('emails').where({ invitation_id: invitation.id }).update({ status: 'failed', last_error: 'mailbox full' });
-    const delivered = await versionOf(organizationId);
-    expect(delivered).toBeGreaterThan(invited);
-
-    // A change to a column no list shows leaves the version alone.
-    await services.db('organizations').where({ id: organizationId }).update({ description: 'not listed' });
-    expect(await versionOf(organizationId)).toBe(delivered);
+    expect(await raisedBy(organizationId, () => services.db('emails').where({ invitation_id: invitationId }).update({ status: 'failed', last_error: 'mailbox full' }))).toEqual({
+      invitations: 1,
+    });
+    // A change to a column no list shows leaves every version alone.
+    expect(await raisedBy(organizationId, () => services.db('organizations').where({ id: organizationId }).update({ description: 'not listed' }))).toEqual({});
   });
 
-  it('is raised by keys (not by their use), their scopes and the deployments they name, in the organization of the change only', async () => {
+  it('raise the key list for keys (not their use) and the deployments their scopes name, in the organization of the change only', async () => {
     const other = await services.owner();
-    const otherStart = await versionOf(other.organization?.id as number);
-    const start = await versionOf(organizationId);
-    const { api_key: key } = await services.container.apiKeys.create(owner, { name: 'listed', deployment_ids: [], allow_hosted_models: true });
-    const created = await versionOf(organizationId);
-    expect(created).toBeGreaterThan(start);
+    const otherStart = await versionsOf(other.organization?.id as number);
+    let keyId = 0;
+    expect(
+      await raisedBy(organizationId, async () => {
+        keyId = (await services.container.apiKeys.create(owner, { name: 'listed', deployment_ids: [], allow_hosted_models: true })).api_key.id;
+      }),
+    ).toEqual({ api_keys: 1 });
     // Its use does not (the key list is kept at most a minute instead).
-    await services.db('api_keys').where({ id: key.id }).update({ last_used_at: services.db.fn.now() });
-    expect(await versionOf(organizationId)).toBe(created);
-    await services.container.apiKeys.revoke(owner, key.id);
-    expect(await versionOf(organizationId)).toBeGreaterThan(created);
-    expect(await versionOf(other.organization?.id as number)).toBe(otherStart);
+    expect(await raisedBy(organizationId, () => services.db('api_keys').where({ id: keyId }).update({ last_used_at: services.db.fn.now() }))).toEqual({});
+    expect(await raisedBy(organizationId, () => services.container.apiKeys.revoke(owner, keyId))).toEqual({ api_keys: 1 });
+    expect(await versionsOf(other.organization?.id as number)).toEqual(otherStart);
+  });
+
+  it('raise the deployment options for every deployment change, and the key list only for a deployment a key names', async () => {
+    const created = await raisedBy(organizationId, () => services.container.deployments.create(owner, { model_name: 'qwen2.5-instruct' }));
+    expect(created).toEqual({ deployment_options: 1 });
+    const [unscoped, scoped] = await Promise.all([1, 2].map(async () => (await services.container.deployments.create(owner, { model_name: 'qwen2.5-instruct' })).id));
+    const setStatus = (id: string | undefined, status: string) => services.db('deployments').where({ id }).update({ status });
+    // The churn of an organization with live deployments: the invitations and keys stay as kept.
+    expect(await raisedBy(organizationId, () => setStatus(unscoped, 'provisioning'))).toEqual({ deployment_options: 1 });
+    expect(await raisedBy(organizationId, () => services.container.apiKeys.create(owner, { name: 'scoped', deployment_ids: [scoped as string] }))).toEqual({ api_keys: 1 });
+    // A key shows its scoped deployments' status.
+    expect(await raisedBy(organizationId, () => setStatus(scoped, 'provisioning'))).toEqual({ deployment_options: 1, api_keys: 1 });
+    // One transaction changing both: each list once.
+    expect(
+      await raisedBy(organizationId, () =>
+        services.db.transaction(async (trx) => {
+          await trx('deployments').where({ id: unscoped }).update({ status: 'starting' });
+          await trx('deployments').where({ id: scoped }).update({ status: 'starting' });
+        }),
+      ),
+    ).toEqual({ deployment_options: 1, api_keys: 1 });
+    // A deployment moved to another organization leaves the lists of both.
+    const other = (await services.owner()).organization?.id as number;
+    const otherStart = await versionsOf(other);
+    expect(await raisedBy(organizationId, () => services.db('deployments').where({ id: unscoped }).update({ organization_id: other }))).toEqual({ deployment_options: 1 });
+    expect(await versionsOf(other)).toEqual({ ...otherStart, deployment_options: otherStart.deployment_options + 1 });
   });
 });
 
@@ -91,7 +132,11 @@ describe('OrganizationListCache', () => {
     await cache.get(organizationId, 'api-keys', large.load);
     expect(large.reads).toBe(2);
 
+    // A change another list shows (the name, in invitations) leaves it kept; one of its own does not.
     await services.db('organizations').where({ id: organizationId }).update({ name: 'Changed again' });
+    await cache.get(organizationId, 'api-keys', large.load);
+    expect(large.reads).toBe(2);
+    await services.container.apiKeys.create(owner, { name: 'changes the list', deployment_ids: [], allow_hosted_models: true });
     await cache.get(organizationId, 'api-keys', large.load);
     await cache.get(organizationId, 'api-keys', large.load);
     expect(large.reads).toBe(3);

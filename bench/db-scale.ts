@@ -20,6 +20,8 @@
  *     BENCH_DB_ROUTE_SECONDS per route; the deployment list at its first page and, for the heavy user,
  *     at BENCH_DB_DEEP_OFFSET (100,000), and through the keyset cursor (`after`) when
  *     generated/openapi.json has it;
+ *     then, unless BENCH_DB_CHURN=0, every route of both users again, each call after a committed
+ *     status change of one of the caller organization's running deployments (the churn phase);
  *  5. EXPLAIN (ANALYZE) of the hot queries, as the repositories build them, in one line each;
  *  6. one table, each budget met or missed, bench/results/db-<timestamp>.json and db-latest.md.
  *
@@ -212,12 +214,14 @@ async function warmUp(base: string, probes: readonly Probe[], settings: Settings
   }
 }
 
-async function timeRoute(base: string, probe: Probe, settings: Settings): Promise<RouteTiming> {
+/** Times the route's calls; `beforeCall`, when given, runs (untimed) before each one. */
+async function timeRoute(base: string, probe: Probe, settings: Settings, beforeCall?: () => Promise<void>): Promise<RouteTiming> {
   const samples: number[] = [];
   const unexpected: Record<string, number> = {};
   let lastBody = '';
   const measuring = performance.now();
   while (samples.length < settings.run.calls && (samples.length < 3 || performance.now() - measuring < settings.run.routeSeconds * 1000)) {
+    await beforeCall?.();
     const answer = await call(base, probe);
     if (answer.status !== 200) unexpected[String(answer.status)] = (unexpected[String(answer.status)] ?? 0) + 1;
     lastBody = answer.body;
@@ -233,16 +237,89 @@ async function timeRoute(base: string, probe: Probe, settings: Settings): Promis
   const timing: RouteTiming = { who: caller.who, route, kind, calls: samples.length, p50: percentile(samples, 0.5), p99: percentile(samples, 0.99), max: Math.max(...samples), unexpected, ...(items !== undefined ? { items } : {}) };
   const failed = Object.entries(unexpected).map(([status, n]) => `${n}× ${status}`).join(', ');
   out(
-    `  ${caller.who.padEnd(9)} ${route.padEnd(58)} p50 ${timing.p50.toFixed(2).padStart(8)} ms  p99 ${timing.p99.toFixed(2).padStart(8)} ms  ${timing.p99 <= LIMITS[kind] && !failed ? 'ok' : 'MISSED'}` +
+    `  ${caller.who.padEnd(15)} ${route.padEnd(58)} p50 ${timing.p50.toFixed(2).padStart(8)} ms  p99 ${timing.p99.toFixed(2).padStart(8)} ms  ${timing.p99 <= LIMITS[kind] && !failed ? 'ok' : 'MISSED'}` +
       `${timing.calls < settings.run.calls ? ` (${timing.calls} calls)` : ''}${items !== undefined ? ` ${fmt(items)} items` : ''}${failed ? ` [${failed}: ${lastBody.slice(0, 200)}]` : ''}`,
   );
   return timing;
+}
+
+/**
+ * The churn of an organization with live deployments, as its workers make it in other processes
+ * (straight to the database): each tick commits one status change, its running deployments in turn
+ * `starting`, the one before back to `running`. `restore` leaves them as they were.
+ */
+class StatusChurn {
+  readonly #db: pg.Client;
+  readonly #ids: readonly string[];
+  #next = 0;
+  #changed: string | undefined;
+  ticks = 0;
+
+  constructor(db: pg.Client, ids: readonly string[]) {
+    this.#db = db;
+    this.#ids = ids;
+  }
+
+  async tick(): Promise<void> {
+    const id = this.#ids[this.#next++ % this.#ids.length] as string;
+    await this.#db.query(
+      `update deployments set status = case when id = $2 and status = 'running' then 'starting' else 'running' end, status_changed_at = now()
+       where id = any($1::uuid[])`,
+      [[...new Set([id, this.#changed ?? id])], id],
+    );
+    this.#changed = id;
+    this.ticks++;
+  }
+
+  /** How many deployments it turns over. */
+  get size(): number {
+    return this.#ids.length;
+  }
+
+  async restore(): Promise<void> {
+    if (this.#changed) await this.#db.query(`update deployments set status = 'running' where id = $1 and status = 'starting'`, [this.#changed]);
+  }
+}
+
+/** The organization's running deployments, newest first (what its churn turns over). */
+async function runningDeploymentsOf(admin: pg.Client, organizationId: number): Promise<string[]> {
+  const { rows } = await admin.query<{ id: string }>(`select id from deployments where organization_id = $1 and status = 'running' order by created_at desc, id desc`, [organizationId]);
+  return rows.map((row) => row.id);
 }
 
 async function signIn(base: string, email: string, password: string): Promise<ApiClient> {
   const api = new ApiClient(base);
   await api.post('/v1/user/signin', { email, password });
   return api;
+}
+
+/**
+ * The churn phase: every route of the heavy and the typical user timed again (as `<who> (churn)`,
+ * held to the same budgets), each call after a committed status change of one of the caller
+ * organization's deployments. A change before every read is the worst case of "deployments changing
+ * status every second while the lists are read": whatever the reading rate, no read finds its
+ * organization unchanged since the one before.
+ */
+async function churnPhase(base: string, admin: pg.Client, probes: readonly Probe[], seeded: Omit<Seeded, 'timings'>, settings: Settings): Promise<RouteTiming[]> {
+  const churns = new Map<string, StatusChurn>();
+  for (const who of ['heavy', 'typical'] as const) {
+    const ids = await runningDeploymentsOf(admin, seeded[who].organizationId);
+    if (ids.length) churns.set(who, new StatusChurn(admin, ids));
+    else out(`  the ${who} organization has no running deployment to change: its routes are not timed under churn`);
+  }
+  const churned = probes.filter((probe) => churns.has(probe.caller.who));
+  step(`churn: ${churned.length} routes again, each call after a status change of one of the caller organization's running deployments (${[...churns].map(([who, churn]) => `${who} ${fmt(churn.size)}`).join(', ')})`);
+  const timings: RouteTiming[] = [];
+  try {
+    for (const probe of churned) {
+      const churn = churns.get(probe.caller.who) as StatusChurn;
+      timings.push(await timeRoute(base, { ...probe, caller: { ...probe.caller, who: `${probe.caller.who} (churn)` } }, settings, () => churn.tick()));
+    }
+  } finally {
+    for (const churn of churns.values()) await churn.restore();
+  }
+  out(`  ${[...churns].map(([who, churn]) => `${who}: ${fmt(churn.ticks)} status changes`).join(', ')}`);
+  return timings;
 }
 
 // ---- plans of the hot queries, as the repositories build them
@@ -552,6 +629,7 @@ async function measure(run: BenchRun, settings: Settings): Promise<void> {
   );
   const timings: RouteTiming[] = [];
   for (const probe of probes) timings.push(await timeRoute(base, probe, settings));
+  if (settings.run.churn) timings.push(...(await churnPhase(base, admin, probes, seeded, settings)));
   await service.stop();
   if (only) {
     out();
@@ -584,6 +662,9 @@ async function measure(run: BenchRun, settings: Settings): Promise<void> {
     `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
     `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
     `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
+    settings.run.churn
+      ? 'Churn: the columns `(churn)` time every route of the heavy and the typical user again, each call after a committed status change of one of the caller organization\'s running deployments (one `starting`, the one before back to `running`, straight to the database as a worker in another process writes): a change before every read, the worst case of deployments changing status every second while the lists are read.'
+      : 'Churn: not timed (BENCH_DB_CHURN=0).',
     `Inserts: insertUsageRecords on a pool of its own with synchronous_commit off, as the service writes usage, one batch after the other, hosted-model token rows of an organization of their own; \`empty\` before the usage rows were seeded, \`seeded\` after; each batch size the best of ${settings.run.insertRounds} rounds of ${settings.run.insertSeconds} s, each from a CHECKPOINT${inserts.every((rate) => rate.checkpointed) ? '' : ' (where the role may: not on this server)'} (the first change of a page after it writes the whole page to the WAL: with random keys, usage_id and request_id, that is an index page or two per row on a large table). Reference: ${reference ? `${reference.file} (commit ${reference.commit}), met at >= ${Math.round(0.9 * 100)} % of its rate (noise of a shared machine)` : 'none at this shape in bench/results yet (this run becomes it once committed)'}.`,
     `Machine: ${machine}; load average at the start ${run.loadAtStart.map((v) => v.toFixed(2)).join(' ')} (the 2 cores are shared with other work: p99 figures carry its noise).`,
     'Not timed: GET /api/v1/model-deployments/{id}/events (an event stream, no end), the SSO redirects, /docs, /redoc and /openapi.json (static).',

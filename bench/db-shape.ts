@@ -45,6 +45,12 @@ export interface RunSettings {
   /** Rounds per batch size, each from a checkpoint; the best one counts. */
   insertRounds: number;
   insertBatches: number[];
+  /**
+   * The churn phase (BENCH_DB_CHURN, on by default): every session route of the heavy and the typical
+   * user timed again, each call after a committed status change of one of its organization's
+   * deployments.
+   */
+  churn: boolean;
   /** Rows per seeding statement. */
   seedBatchRows: number;
   /**
@@ -87,6 +93,7 @@ export const SETTINGS_HELP: ReadonlyArray<[env: string, description: string]> = 
   ['BENCH_DB_INSERT_ROUNDS', 'rounds per batch size, each from a CHECKPOINT; the best counts (3)'],
   ['BENCH_DB_INSERT_BATCHES', 'batch sizes of the insert measurement (1,50,500)'],
   ['BENCH_DB_SEED_BATCH_ROWS', 'rows per seeding statement (1,000,000)'],
+  ['BENCH_DB_CHURN', 'the churn phase: every session route timed again, each call after a status change of one of the caller organization\'s deployments (on; 0 skips it)'],
   ['BENCH_DB_ROUTES', 'only the routes whose "<who>: <route>" contains one of these, comma-separated (e.g. "heavy: GET /v1/billing"); no plans, inserts or results written'],
   ['BENCH_DB_KEEP', '1: keep the database afterwards (on a server), for BENCH_DB_REUSE'],
   ['BENCH_DB_REUSE', 'name of a database a kept run seeded: measure it again, no seeding'],
@@ -160,6 +167,7 @@ export function readSettings(env: Record<string, string | undefined>): Settings 
     insertSeconds: number('BENCH_DB_INSERT_SECONDS', 5, (v) => v > 0, 'a number > 0'),
     insertRounds: number('BENCH_DB_INSERT_ROUNDS', 3, (v) => Number.isInteger(v) && v >= 1, 'an integer >= 1'),
     insertBatches: batches,
+    churn: !['0', 'false', 'off', 'no'].includes((env.BENCH_DB_CHURN ?? '').toLowerCase()),
     seedBatchRows: number('BENCH_DB_SEED_BATCH_ROWS', 1_000_000, (v) => Number.isInteger(v) && v >= 1000, 'an integer >= 1000'),
     ...(env.BENCH_DB_ROUTES ? { routes: env.BENCH_DB_ROUTES.split(',').map((part) => part.trim()).filter(Boolean) } : {}),
     keep: ['1', 'true', 'on', 'yes'].includes((env.BENCH_DB_KEEP ?? '').toLowerCase()),

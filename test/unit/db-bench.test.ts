@@ -21,7 +21,8 @@ describe('data-scale benchmark settings', () => {
   it('has the data-scale shape by default', () => {
     const { shape, run } = readSettings({});
     expect(shape).toMatchObject({ users: 10_000, deployments: 1_000_000, heavyDeployments: 200_000, usageRows: 20_000_000, heavyUsageShare: 0.5, usageDays: 30, deepOffset: 100_000 });
-    expect(run).toMatchObject({ calls: 200, insertBatches: [1, 50, 500], insertRounds: 3, keep: false, reuse: undefined });
+    expect(run).toMatchObject({ calls: 200, insertBatches: [1, 50, 500], insertRounds: 3, churn: true, keep: false, reuse: undefined });
+    expect(readSettings({ BENCH_DB_CHURN: '0' }).run.churn).toBe(false);
   });
 
   it('scales every count, keeping the minimums a run needs', () => {

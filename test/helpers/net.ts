@@ -1,13 +1,39 @@
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 
-/** A loopback port that was free a moment ago. */
+/** The kernel's range of ports for outgoing connections and `listen(0)` (Linux; its default elsewhere). */
+function ephemeralRange(): [number, number] {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    if (low && high) return [low, high];
+  } catch {
+    // Not Linux.
+  }
+  return [32768, 60999];
+}
+
+/**
+ * A loopback port that was free a moment ago, for a server (often a child process) that binds it
+ * later. Picked below the kernel's ephemeral range: a port `listen(0)` gives is in that range, where
+ * any test's outgoing connection or `listen(0)` may take it before it is bound (`listen EADDRINUSE`
+ * once in a full run); below it, only another pick of this function could, one in thousands.
+ */
 export async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (!address || typeof address === 'string') throw new Error('no port');
-  return address.port;
+  const [low] = ephemeralRange();
+  const floor = Math.max(1024, low - 12_000);
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const port = floor + Math.floor(Math.random() * (low - floor));
+    const server = createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (bound) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      return port;
+    }
+  }
+  throw new Error(`no free port below ${low}`);
 }
 
 /** Polls `probe` until it resolves true or the deadline passes. */

@@ -57,10 +57,13 @@ export type MeteredReplica = Pick<DeploymentReplicaRow, 'id' | 'running_since' |
 
 /**
  * A replica with GPU seconds still to be closed: one serving, or one that stopped serving since its
- * last interval. Spelled as the predicate of the partial indexes the meter and the usage summary
- * read (`deployment_replicas_gpu_metering`, `deployment_replicas_metered_by_organization`).
+ * last interval. `metering_open` is that condition stored as a column (generated from `running_since`,
+ * `running_until` and `accrued_until`, migration 20261204000000): it is the predicate of the partial
+ * indexes the meter and the usage summary read (`deployment_replicas_gpu_metering`,
+ * `deployment_replicas_metered_by_organization`), and its statistics give the planner the number of
+ * open replicas, which it could not estimate from the condition on the three columns.
  */
-const SECONDS_TO_CLOSE = 'running_since is not null and (running_until is null or accrued_until is distinct from running_until)';
+const SECONDS_TO_CLOSE = 'metering_open';
 
 /**
  * Deployments with GPU seconds still to be closed: those with a replica serving, or one that
@@ -208,9 +211,12 @@ const USAGE_TOTALS = `with rolled_up as (
        from deployment_replicas r
        -- The key stored when it became ready (or by the meter's first accrual, when its price row was
        -- made then): looking each replica's allocation up through deployment_gpu_services cost 6 to 9
-       -- ms of planning and 13 ms for 800 running deployments.
-       where r.organization_id = :organization and r.gpu_service_key is not null and r.running_since is not null
-         and (r.running_until is null or r.accrued_until is distinct from r.running_until)
+       -- ms of planning and 13 ms for 800 running deployments. A replica without a key finds no price
+       -- below and drops out there; saying gpu_service_key is not null here as well made the planner
+       -- multiply its rarity (replicas closed before keys were stored have none) by the open ones' and
+       -- expect a handful of rows, then join the prices by nested loop (8.5 ms instead of about 2 for
+       -- an organization with 900 open replicas among 200,000, docs/performance.md).
+       where r.organization_id = :organization and r.metering_open
          and least(coalesce(r.running_until, :now), :end) > greatest(coalesce(r.accrued_until, r.running_since), :start)
      )
      select p.service_key, p.meter, p.unit, p.display_name, p.provider, p.region, p.resource_kind, p.instance_type,
@@ -325,8 +331,8 @@ export function usageExportRowsQuery(db: Db, organizationId: number, owner: Usag
        select r.deployment_id, null::integer, r.gpu_service_key,
               extract(epoch from least(coalesce(r.running_until, :now), :end) - greatest(coalesce(r.accrued_until, r.running_since), :start))::bigint
        from deployment_replicas r
-       where r.organization_id = :organization and r.gpu_service_key is not null and r.running_since is not null
-         and (r.running_until is null or r.accrued_until is distinct from r.running_until)
+       -- A replica without a key drops out at the join to prices, as in the summary.
+       where r.organization_id = :organization and r.metering_open
          and least(coalesce(r.running_until, :now), :end) > greatest(coalesce(r.accrued_until, r.running_since), :start)
        union all
        select null::uuid, u.api_key_id, p.service_key, u.quantity

@@ -58,7 +58,7 @@ export type MeteredReplica = Pick<DeploymentReplicaRow, 'id' | 'running_since' |
 /**
  * A replica with GPU seconds still to be closed: one serving, or one that stopped serving since its
  * last interval. `metering_open` is that condition stored as a column (generated from `running_since`,
- * `running_until` and `accrued_until`, migration 20261204000000): it is the predicate of the partial
+ * `running_until` and `accrued_until`, migration 20261204000100): it is the predicate of the partial
  * indexes the meter and the usage summary read (`deployment_replicas_gpu_metering`,
  * `deployment_replicas_metered_by_organization`), and its statistics give the planner the number of
  * open replicas, which it could not estimate from the condition on the three columns.

@@ -383,7 +383,7 @@ async function plans(url: string, seeded: Omit<Seeded, 'timings'>, deepOffset: n
   try {
     const deployments = await import('../src/deployments/deployments.repository.ts');
     await explain('deployment list, heavy user, first page', (d) => deployments.listDeploymentsOf(d, heavy, { limit: 100, offset: 0 }));
-    await explain(`deployment list, heavy user, offset ${fmt(deepOffset)}`, (d) => deployments.listDeploymentsOf(d, heavy, { limit: 100, offset: deepOffset }), (sql) => !/count\(/.test(sql));
+    await explain(`deployment list, heavy user, offset ${fmt(deepOffset)}`, (d) => deployments.listDeploymentsOf(d, heavy, { limit: 100, offset: deepOffset }));
     await explain('deployment by id', (d) => deployments.findDeploymentOf(d, heavy, seeded.heavyDeploymentId));
     const metering = await import('../src/metering/metering.repository.ts');
     const summary = await import('../src/metering/usage-summary.ts');

@@ -72,12 +72,12 @@ export interface paths {
          * @description The caller's deployments, newest first (by creation time, then id). Any role may list.
          *
          *     Two ways through a long list. `offset` skips that many deployments, as in 1.0.0; a page deep in
-         *     the list costs more, and a deployment created between two requests shifts the pages (one item
-         *     shows twice). The keyset cursor costs the same at any depth and shifts nothing: start without
-         *     `after`, then send each page's `next_cursor` as `after` until it is `null`; every deployment
-         *     that existed when the walk began comes exactly once, and deployments created meanwhile (newer
-         *     than the walk's first page) do not come. Every page carries `next_cursor`, so a walk may also
-         *     start from an `offset` page.
+         *     the list costs a little more than the first, and a deployment created between two requests
+         *     shifts the pages (one item shows twice). The keyset cursor costs the same at any depth and
+         *     shifts nothing: start without `after`, then send each page's `next_cursor` as `after` until it
+         *     is `null`; every deployment that existed when the walk began comes exactly once, and
+         *     deployments created meanwhile (newer than the walk's first page) do not come. Every page
+         *     carries `next_cursor`, so a walk may also start from an `offset` page.
          *
          *     `after` with a non-zero `offset` answers 422 `VALIDATION_FAILED` (at `query/offset`); with
          *     `after`, the page's `offset` is 0. A cursor that is malformed, altered, or from another user's

@@ -89,6 +89,26 @@ export type ListedDeployment = Pick<DeploymentRow, (typeof SHOWN_COLUMNS)[number
 const LISTED_TIMES = ['created_at', 'updated_at', 'terminated_at'] as const satisfies ReadonlyArray<keyof ListedDeployment>;
 
 /**
+ * From this `offset` on, a page by offset starts from the owner's day counts (`DAY_BUCKET_SQL`)
+ * instead of stepping over `offset` entries of `deployments_by_owner`. Below it, stepping is already
+ * cheap (1,000 entries take about 0.15 ms), while the day counts may read as many rows as the offset
+ * (an owner with one deployment a day) besides the day's entries (docs/scaling.md, Deep pages).
+ */
+export const DAY_BUCKET_FROM_OFFSET = 1_000;
+
+/**
+ * The UTC day a page at offset `?` (the third binding; the first two the owner) starts in, and how
+ * many of the owner's deployments are newer than that day (`before`): the newest-first day whose
+ * running sum of `deployment_day_counts` first exceeds the offset. No row when the offset is past
+ * the owner's last deployment. The counts are read newest first from their primary key and the
+ * window stops at the first day that qualifies, so it reads the days from now back to the page.
+ */
+const DAY_BUCKET_SQL = `select day, through - deployments as before from (
+    select day, deployments, sum(deployments) over (order by day desc rows between unbounded preceding and current row) as through
+    from deployment_day_counts where user_id = ? and organization_id = ?
+  ) days where through > ? order by day desc limit 1`;
+
+/**
  * A page of the scope's deployments, newest first (created_at desc, id desc), the scope's total, and
  * the position after the page's last row when more follow (else null). A deferred join: the page's
  * ids from an index-only scan of `deployments_by_owner`, then only those rows by primary key, in
@@ -96,6 +116,15 @@ const LISTED_TIMES = ['created_at', 'updated_at', 'terminated_at'] as const sati
  * correlated aggregate per row of the page (a lateral join on the replicas' key), never a join of the
  * whole list. `total` is the owner's counter in `deployment_counts`, not a count (docs/scaling.md,
  * Indexes that keep reads cheap).
+ *
+ * An offset of at least `DAY_BUCKET_FROM_OFFSET` does not step over `offset` index entries: the same
+ * statement (one snapshot, so the counts match the rows it reads) first finds the UTC day the page
+ * starts in from `deployment_day_counts` (kept by triggers in every write's transaction, migration
+ * `20261204000100_deployment_day_counts`) and how many deployments are newer (`before`), then scans
+ * `deployments_by_owner` from that day's end (`created_at < (day + 1)::timestamp at time zone 'UTC'`,
+ * an index condition), skipping `offset - before`: O(the owner's days + one day's deployments +
+ * limit) instead of O(offset). The day is the UTC date of `created_at` on both sides, whatever the
+ * session's TimeZone. Past the end no day qualifies: the bound is null and the page empty.
  */
 export async function listDeploymentsOf(
   db: Db,
@@ -109,27 +138,36 @@ export async function listDeploymentsOf(
       { column: 'created_at', order: 'desc' },
       { column: 'id', order: 'desc' },
     ])
-    .limit(page.limit + 1)
-    .offset(page.offset);
+    .limit(page.limit + 1);
+  const byDay = !page.after && page.offset >= DAY_BUCKET_FROM_OFFSET;
+  if (byDay) {
+    // knex compiles a raw OFFSET (its types admit only a number).
+    const skip = db.raw('(select ?::bigint - before from bucket)', [page.offset]) as unknown as number;
+    ids.whereRaw(`created_at < (select (day + 1)::timestamp at time zone 'UTC' from bucket)`).offset(skip);
+  } else {
+    ids.offset(page.offset);
+  }
   if (page.after) ids.whereRaw('(created_at, id) < (?::timestamptz, ?::uuid)', [page.after.createdAt, page.after.id]);
+  // Plain rows of the shown columns, times read as UTC text: parsing every time column into a
+  // Date (and back, for the shown ones) was a fifth of the service's work for a page.
+  const pageQuery = db('deployments as d')
+    .join(ids.as('page'), 'page.id', 'd.id')
+    .joinRaw(`cross join lateral (${REPLICA_COUNTS_SQL}) as replicas`)
+    .select(
+      ...SHOWN_COLUMNS.map((column) => `d.${column}`),
+      'replicas.ready',
+      'replicas.starting',
+      'replicas.draining',
+      ...LISTED_TIMES.map((column) => db.raw(utcTextSql(`d.${column}`, column))),
+      db.raw(`${POSITION_AT} as position_at`),
+    )
+    .orderBy([
+      { column: 'page.created_at', order: 'desc' },
+      { column: 'page.id', order: 'desc' },
+    ]);
+  if (byDay) pageQuery.with('bucket', db.raw(DAY_BUCKET_SQL, [scope.userId, scope.organizationId, page.offset]));
   const [found, counted] = await Promise.all([
-    // Plain rows of the shown columns, times read as UTC text: parsing every time column into a
-    // Date (and back, for the shown ones) was a fifth of the service's work for a page.
-    db('deployments as d')
-      .join(ids.as('page'), 'page.id', 'd.id')
-      .joinRaw(`cross join lateral (${REPLICA_COUNTS_SQL}) as replicas`)
-      .select(
-        ...SHOWN_COLUMNS.map((column) => `d.${column}`),
-        'replicas.ready',
-        'replicas.starting',
-        'replicas.draining',
-        ...LISTED_TIMES.map((column) => db.raw(utcTextSql(`d.${column}`, column))),
-        db.raw(`${POSITION_AT} as position_at`),
-      )
-      .orderBy([
-        { column: 'page.created_at', order: 'desc' },
-        { column: 'page.id', order: 'desc' },
-      ]) as Promise<Array<ListedDeployment & { position_at: string }>>,
+    pageQuery as Promise<Array<ListedDeployment & { position_at: string }>>,
     db('deployment_counts').where({ user_id: scope.userId, organization_id: scope.organizationId }).first<{ deployments: string } | undefined>('deployments'),
   ]);
   const rows = isoTimes(found.slice(0, page.limit), LISTED_TIMES);

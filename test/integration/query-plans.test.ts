@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../src/db/database.ts';
 import { listKeysOf, scopableDeployments, scopesInOrganization } from '../../src/api-keys/api-keys.repository.ts';
-import { findDeploymentOf, listDeploymentsOf, replicaCountsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
+import { DAY_BUCKET_FROM_OFFSET, findDeploymentOf, listDeploymentsOf, replicaCountsOf, type ListPosition, type Scope } from '../../src/deployments/deployments.repository.ts';
 import { eventsAfter } from '../../src/events/events.repository.ts';
 import { findRoutingCandidates } from '../../src/inference/inference.repository.ts';
 import { listInvitationsOf, listOpenInvitationsTo } from '../../src/invitations/invitations.repository.ts';
@@ -211,13 +211,22 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
       expect(statements).toHaveLength(2);
       const [countQuery, pageQuery] = statements.sort((a, b) => Number(a.sql.includes(' join ')) - Number(b.sql.includes(' join ')));
       if (!pageQuery || !countQuery) throw new Error('two statements expected');
+      // A deep page by offset starts from the owner's day counts: the day it starts in bounds the
+      // index scan, and only the rows of that day before the page are skipped.
+      const byDay = !('after' in page()) && page().offset >= DAY_BUCKET_FROM_OFFSET;
+      const bucket = byDay ? String.raw`with "bucket" as \(select day, through - deployments as before from \([\s\S]+ from deployment_day_counts where user_id = \$1 and organization_id = \$2\s+\) days where through > \$3 order by day desc limit 1\) ` : '';
+      const owner = byDay ? String.raw`"user_id" = \$4 and "organization_id" = \$5 and created_at < \(select \(day \+ 1\)::timestamp at time zone 'UTC' from bucket\)` : String.raw`"user_id" = \$1 and "organization_id" = \$2`;
+      const offset = byDay ? String.raw` offset \(select \$7::bigint - before from bucket\)` : String.raw`( offset \$\d)?`;
       // The inner query reads only the index's columns: an index-only scan, however deep the page.
       expect(pageQuery.sql).toMatch(
-        /inner join \(select "id", "created_at" from "deployments" where "user_id" = \$1 and "organization_id" = \$2( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d( offset \$\d)?\) as "page" on "page"."id" = "d"."id" cross join lateral \(select count\(\*\) filter [\s\S]+ from deployment_replicas r where r\.deployment_id = d\.id\) as replicas order by "page"."created_at" desc, "page"."id" desc$/,
+        new RegExp(
+          String.raw`^${bucket}select [\s\S]+ inner join \(select "id", "created_at" from "deployments" where ${owner}( and \(created_at, id\) < \(\$3::timestamptz, \$4::uuid\))? order by "created_at" desc, "id" desc limit \$\d${offset}\) as "page" on "page"."id" = "d"."id" cross join lateral \(select count\(\*\) filter [\s\S]+ from deployment_replicas r where r\.deployment_id = d\.id\) as replicas order by "page"."created_at" desc, "page"."id" desc$`,
+        ),
       );
       const plan = await planOf(planner, pageQuery);
       // The replicas' counts: one aggregate per row of the page, read by the replicas' (deployment_id, ordinal) key.
-      expect(howRead(plan)).toEqual({ indexes: ['deployment_replicas_deployment_id_ordinal_key', 'deployments_by_owner', 'deployments_pkey'], sequentialScans: [], sorts: 0 });
+      const indexes = ['deployment_replicas_deployment_id_ordinal_key', 'deployments_by_owner', 'deployments_pkey'];
+      expect(howRead(plan, ['deployments', 'deployment_day_counts'])).toEqual({ indexes: byDay ? ['deployment_day_counts_pkey', ...indexes] : indexes, sequentialScans: [], sorts: 0 });
       expect(indexOnly(plan)).toEqual(['deployments_by_owner']);
 
       // `total` is the owner's counter row, whatever the number of deployments.
@@ -226,7 +235,7 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
     });
   }
 
-  it('walks to the same rows by cursor as by offset, and counts each owner as its rows (the triggers saw the bulk insert)', async () => {
+  it("walks to the same rows by cursor as by offset, and counts each owner's rows and each owner's day's rows as they are (the triggers saw the bulk insert)", async () => {
     const byOffset = await listDeploymentsOf(db, large, { limit: 5, offset: DEEP + 1 });
     const byCursor = await listDeploymentsOf(db, large, { limit: 5, offset: 0, after: deepPosition });
     expect(byCursor.rows.map((row) => row.id)).toEqual(byOffset.rows.map((row) => row.id));
@@ -237,6 +246,11 @@ describe(`query plans at ${DEPLOYMENTS.toLocaleString('en')} deployments`, () =>
        full join deployment_counts c using (user_id, organization_id) where c.deployments is distinct from rows.deployments`,
     );
     expect(rows).toEqual([{ differing: '0' }]);
+    const { rows: days } = await db.raw<{ rows: Array<{ differing: string }> }>(
+      `select count(*) as differing from (select user_id, organization_id, (created_at at time zone 'UTC')::date as day, count(*)::int as deployments from deployments group by 1, 2, 3) rows
+       full join deployment_day_counts c using (user_id, organization_id, day) where c.deployments is distinct from rows.deployments`,
+    );
+    expect(days).toEqual([{ differing: '0' }]);
   });
 
   it("estimates the largest tenant's rows from the extended statistics, not as if user and organization were independent", async () => {

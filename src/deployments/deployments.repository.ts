@@ -120,7 +120,7 @@ const DAY_BUCKET_SQL = `select day, through - deployments as before from (
  * An offset of at least `DAY_BUCKET_FROM_OFFSET` does not step over `offset` index entries: the same
  * statement (one snapshot, so the counts match the rows it reads) first finds the UTC day the page
  * starts in from `deployment_day_counts` (kept by triggers in every write's transaction, migration
- * `20261204000100_deployment_day_counts`) and how many deployments are newer (`before`), then scans
+ * `20261204000300_deployment_day_counts`) and how many deployments are newer (`before`), then scans
  * `deployments_by_owner` from that day's end (`created_at < (day + 1)::timestamp at time zone 'UTC'`,
  * an index condition), skipping `offset - before`: O(the owner's days + one day's deployments +
  * limit) instead of O(offset). The day is the UTC date of `created_at` on both sides, whatever the

@@ -17,7 +17,7 @@ import type { Knex } from 'knex';
  *
  * An update adds -1 for each old row and +1 for each new one per (user, organization, day) and
  * writes only the sums that are not 0, as `deployment_counts_move` does since migration
- * `20261204000000_deployment_counts_move_without_join`: a join of the old rows to the new, planned
+ * `20261204000200_deployment_counts_move_without_join`: a join of the old rows to the new, planned
  * by PL/pgSQL for the one-row updates that are most updates, stays a nested loop for a later update
  * of thousands of rows in the session (an owner transfer of 8,219 rows took 13 s in a joining
  * version of this trigger).

@@ -32,7 +32,6 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import http from 'node:http';
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Knex } from 'knex';
@@ -40,6 +39,7 @@ import pg from 'pg';
 import { hashPassword } from '../src/accounts/passwords.ts';
 import { createDatabase, migrateToLatest } from '../src/db/database.ts';
 import { ApiClient } from './api-client.ts';
+import { TimingClient, type TimedAnswer } from './timing-client.ts';
 import { elapsed, seed, seededIn, type Seeded } from './db-seed.ts';
 import {
   LIMITS,
@@ -189,21 +189,12 @@ interface Probe {
   kind: RouteTiming['kind'];
 }
 
-/** One keep-alive connection for every timed call (node:http: lighter than fetch, so less of the client in each figure). */
-const callAgent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+/** One keep-alive connection for every timed call, reading into one buffer (bench/timing-client.ts). */
+let timingClient: TimingClient | undefined;
 
-function call(base: string, probe: Probe): Promise<{ ms: number; status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const t0 = performance.now();
-    const request = http.get(`${base}${probe.pathAndQuery}`, { agent: callAgent, headers: probe.caller.headers, timeout: 120_000 }, (response) => {
-      const chunks: Buffer[] = [];
-      response.on('data', (chunk: Buffer) => chunks.push(chunk));
-      response.on('error', reject);
-      response.on('end', () => resolve({ ms: performance.now() - t0, status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-    });
-    request.on('timeout', () => request.destroy(new Error(`no answer from ${probe.pathAndQuery} in 120 s`)));
-    request.on('error', reject);
-  });
+function call(base: string, probe: Probe, keepBody = false): Promise<TimedAnswer> {
+  timingClient ??= new TimingClient(base);
+  return timingClient.get(probe.pathAndQuery, probe.caller.headers, { keepBody });
 }
 
 /** The warm-up pass: every route called `warmupCalls` times (at most a quarter of a route's time), nothing recorded. */
@@ -223,10 +214,14 @@ async function timeRoute(base: string, probe: Probe, settings: Settings, beforeC
   while (samples.length < settings.run.calls && (samples.length < 3 || performance.now() - measuring < settings.run.routeSeconds * 1000)) {
     await beforeCall?.();
     const answer = await call(base, probe);
-    if (answer.status !== 200) unexpected[String(answer.status)] = (unexpected[String(answer.status)] ?? 0) + 1;
-    lastBody = answer.body;
+    if (answer.status !== 200) {
+      unexpected[String(answer.status)] = (unexpected[String(answer.status)] ?? 0) + 1;
+      lastBody = answer.body;
+    }
     samples.push(answer.ms);
   }
+  // The answer's items, read once more outside the timed calls (they kept no body).
+  if (!lastBody) lastBody = (await call(base, probe, true)).body;
   let items: number | undefined;
   try {
     items = itemsIn(JSON.parse(lastBody));
@@ -436,6 +431,7 @@ async function main(): Promise<number> {
         (shape.scale !== 1 ? ` (BENCH_DB_SCALE=${shape.scale})` : ''),
       make: 'make bench-db',
       workDirPrefix: 'mds-bench-db-',
+      keepLogs: Boolean(process.env.BENCH_KEEP_LOGS),
     },
     (run) => measure(run, settings),
   );
@@ -630,6 +626,7 @@ async function measure(run: BenchRun, settings: Settings): Promise<void> {
   const timings: RouteTiming[] = [];
   for (const probe of probes) timings.push(await timeRoute(base, probe, settings));
   if (settings.run.churn) timings.push(...(await churnPhase(base, admin, probes, seeded, settings)));
+  timingClient?.close();
   await service.stop();
   if (only) {
     out();
@@ -661,7 +658,7 @@ async function measure(run: BenchRun, settings: Settings): Promise<void> {
   const notes = [
     `Shape: ${fmt(shape.deployments)} deployments over ${fmt(shape.users)} users, the heavy user ${fmt(shape.heavyDeployments)} (${fmt(Math.round(shape.heavyDeployments * shape.heavyActiveShare))} not terminated), ${fmt(shape.usageRows)} usage rows over ${shape.usageDays} days (${Math.round(shape.heavyUsageShare * 100)} % the heavy organization's, ${Math.round((1 - shape.deploymentUsageShare) * 100)} % hosted-model tokens), ${fmt(shape.gpuIntervals)} one-minute GPU intervals; the heavy organization has ${fmt(shape.heavyMembers + 1)} members, ${fmt(shape.heavyApiKeys)} API keys, ${fmt(shape.heavyInvitations)} invitations, ${fmt(shape.heavyWebhookAttempts)} webhook delivery attempts; its billing period spans all its usage.`,
     `Database: ${database.description.replace(/ \(.*\)$/, '')}, Postgres ${server?.version} (shared_buffers ${server?.shared_buffers}, work_mem ${server?.work_mem}), ${gb(dbSize?.bytes ?? 0)} after seeding${seedSeconds ? ` in ${elapsed(seedSeconds)}` : ' (reused)'}; ${sizes.slice(0, 4).map((size) => `${size.relation} ${gb(size.bytes)}`).join(', ')}.`,
-    `Calls: one at a time over one keep-alive connection (node:http), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
+    `Calls: one at a time over one keep-alive connection (bench/timing-client.ts: read into one reused buffer, bodies counted, not kept), ${settings.run.calls} per route and user after a pass of ${settings.run.warmupCalls} over every route (fewer when ${settings.run.routeSeconds} s ran out first: the count is shown), the service \`node dist/main.js\` ROLE=api, NODE_ENV=production, on the same 2 cores as Postgres and the client. Budgets: p99 <= ${LIMITS.first} ms for every read route at its first page, <= ${LIMITS.deep} ms at offset ${fmt(shape.deepOffset)} for the heavy user, <= ${LIMITS['usage-summary-heavy']} ms for the heavy organization's usage summary.`,
     settings.run.churn
       ? 'Churn: the columns `(churn)` time every route of the heavy and the typical user again, each call after a committed status change of one of the caller organization\'s running deployments (one `starting`, the one before back to `running`, straight to the database as a worker in another process writes): a change before every read, the worst case of deployments changing status every second while the lists are read.'
       : 'Churn: not timed (BENCH_DB_CHURN=0).',

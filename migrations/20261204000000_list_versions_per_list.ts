@@ -81,10 +81,12 @@ export async function up(knex: Knex): Promise<void> {
           -- with it. (Raising a row again for each of the 200,000 rows a bulk statement changes
           -- walks the row's versions of that transaction: quadratic, minutes for a bulk insert.)
           continue when org is null or current_setting('mds_list_versions.raised_' || org || '_' || list, true) = 'yes';
-          -- A deployment shows in the key list only through a key's scope. (Nested: an expression
-          -- is planned when first run, and other tables' ids are not UUIDs.)
+          -- A deployment shows in the key list only through a key's scope, and only an update can
+          -- reach a key: a new deployment is in no scope yet (a scope added with it raises the list
+          -- itself), and a deleted one leaves its scopes by their own delete. (Nested: an
+          -- expression is planned when first run, and other tables' ids are not UUIDs.)
           if TG_TABLE_NAME = 'deployments' and list = 'api_keys' then
-            continue when not exists (select 1 from api_key_deployments where deployment_id = changed.id);
+            continue when TG_OP <> 'UPDATE' or not exists (select 1 from api_key_deployments where deployment_id = changed.id);
           end if;
           perform set_config('mds_list_versions.raised_' || org || '_' || list, 'yes', true);
           -- Gone with its organization (or its invitation or key, whose own change was counted).

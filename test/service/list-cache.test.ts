@@ -109,6 +109,10 @@ describe('the organization list versions', () => {
         }),
       ),
     ).toEqual({ deployment_options: 1, api_keys: 1 });
+    // A scoped deployment deleted leaves the keys through its scope's delete.
+    const deleted = (await services.container.deployments.create(owner, { model_name: 'qwen2.5-instruct' })).id;
+    await services.container.apiKeys.create(owner, { name: 'scoped to a deleted one', deployment_ids: [deleted] });
+    expect(await raisedBy(organizationId, () => services.db('deployments').where({ id: deleted }).delete())).toEqual({ deployment_options: 1, api_keys: 1 });
     // A deployment moved to another organization leaves the lists of both.
     const other = (await services.owner()).organization?.id as number;
     const otherStart = await versionsOf(other);

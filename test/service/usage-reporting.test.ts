@@ -246,15 +246,16 @@ describe('reporting usage to the processor’s meters', () => {
 
 describe('one rounding rule', () => {
   it('estimates what the invoice charges to the cent: one line per meter rounded once, not each service rounded and added up', async () => {
-    const { owner, customerId } = await meteredOrganization([]);
+    const { owner, customerId, deploymentId } = await meteredOrganization([]);
     if (!customerId) throw new Error('no customer');
     const organization_id = organizationOf(owner);
     const subscription = await target.stripe.subscriptions.retrieve((await services.db('billing_accounts').where({ organization_id }).first()).processor_subscription_id);
     const item = subscription.items.data[0] as { current_period_start: number; current_period_end: number };
-    await services.db('billing_accounts').where({ organization_id }).update({
-      current_period_start: new Date(item.current_period_start * 1000),
-      current_period_end: new Date(item.current_period_end * 1000),
-    });
+    const periodStart = new Date(item.current_period_start * 1000);
+    await services.db('billing_accounts').where({ organization_id }).update({ current_period_start: periodStart, current_period_end: new Date(item.current_period_end * 1000) });
+    // Only hosted tokens in the period: the deployment's GPU seconds closed at its start (else a
+    // whole second passed since it, on a loaded machine, adds a GPU line of its own).
+    await services.db('deployment_replicas').where({ deployment_id: deploymentId }).update({ running_until: periodStart, accrued_until: periodStart });
     // Three hosted models of $0.004, $0.0035 and $0.0045 in the period: each rounds to $0.00 on its
     // own, their line ($0.012) to $0.01.
     const usage = [

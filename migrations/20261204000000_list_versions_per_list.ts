@@ -39,6 +39,52 @@ const TRIGGERS = [
   ['deployments_lists_changed', 'deployments', 'after insert or delete or update of status, model_name, organization_id, created_at', null, ['deployment_options', 'api_keys']],
 ] as const;
 
+/**
+ * The body of `organization_lists_changed()` from this migration (after `create function
+ * organization_lists_changed()`); 20261205000000 restores it on its way down.
+ */
+export const LISTS_CHANGED = `returns trigger language plpgsql as $$
+declare
+  changed record := case when TG_OP = 'DELETE' then OLD else NEW end;
+  orgs integer[];
+  org integer;
+  list text;
+begin
+  if TG_TABLE_NAME = 'organizations' then
+    orgs := array[changed.id];
+  elsif TG_TABLE_NAME = 'emails' then
+    orgs := array(select organization_id from invitations where id = coalesce(changed.invitation_id, OLD.invitation_id));
+  elsif TG_TABLE_NAME = 'api_key_deployments' then
+    orgs := array(select organization_id from api_keys where id = changed.api_key_id);
+  elsif TG_OP = 'UPDATE' and OLD.organization_id is distinct from NEW.organization_id then
+    orgs := array[OLD.organization_id, NEW.organization_id];
+  else
+    orgs := array[changed.organization_id];
+  end if;
+  foreach org in array orgs loop
+    foreach list in array TG_ARGV loop
+      -- Once per organization, list and transaction: every change of the transaction commits
+      -- with it. (Raising a row again for each of the 200,000 rows a bulk statement changes
+      -- walks the row's versions of that transaction: quadratic, minutes for a bulk insert.)
+      continue when org is null or current_setting('mds_list_versions.raised_' || org || '_' || list, true) = 'yes';
+      -- A deployment shows in the key list only through a key's scope, and only an update can
+      -- reach a key: a new deployment is in no scope yet (a scope added with it raises the list
+      -- itself), and a deleted one leaves its scopes by their own delete. (Nested: an
+      -- expression is planned when first run, and other tables' ids are not UUIDs.)
+      if TG_TABLE_NAME = 'deployments' and list = 'api_keys' then
+        continue when TG_OP <> 'UPDATE' or not exists (select 1 from api_key_deployments where deployment_id = changed.id);
+      end if;
+      perform set_config('mds_list_versions.raised_' || org || '_' || list, 'yes', true);
+      -- Gone with its organization (or its invitation or key, whose own change was counted).
+      continue when not exists (select 1 from organizations where id = org);
+      execute format(
+        'insert into organization_list_versions as v (organization_id, version, %1$I) values ($1, 1, 1)
+           on conflict (organization_id) do update set version = v.version + 1, %1$I = v.%1$I + 1', list) using org;
+    end loop;
+  end loop;
+  return null;
+end $$;`;
+
 function createTriggers(fn: string, withArguments: boolean): string {
   return TRIGGERS.map(
     ([name, table, events, when, lists]) => `
@@ -57,47 +103,7 @@ export async function up(knex: Knex): Promise<void> {
     alter table organization_list_versions
       ${LISTS.map((list) => `add column ${list} bigint not null default 0`).join(',\n      ')};
 
-    create function organization_lists_changed() returns trigger language plpgsql as $$
-    declare
-      changed record := case when TG_OP = 'DELETE' then OLD else NEW end;
-      orgs integer[];
-      org integer;
-      list text;
-    begin
-      if TG_TABLE_NAME = 'organizations' then
-        orgs := array[changed.id];
-      elsif TG_TABLE_NAME = 'emails' then
-        orgs := array(select organization_id from invitations where id = coalesce(changed.invitation_id, OLD.invitation_id));
-      elsif TG_TABLE_NAME = 'api_key_deployments' then
-        orgs := array(select organization_id from api_keys where id = changed.api_key_id);
-      elsif TG_OP = 'UPDATE' and OLD.organization_id is distinct from NEW.organization_id then
-        orgs := array[OLD.organization_id, NEW.organization_id];
-      else
-        orgs := array[changed.organization_id];
-      end if;
-      foreach org in array orgs loop
-        foreach list in array TG_ARGV loop
-          -- Once per organization, list and transaction: every change of the transaction commits
-          -- with it. (Raising a row again for each of the 200,000 rows a bulk statement changes
-          -- walks the row's versions of that transaction: quadratic, minutes for a bulk insert.)
-          continue when org is null or current_setting('mds_list_versions.raised_' || org || '_' || list, true) = 'yes';
-          -- A deployment shows in the key list only through a key's scope, and only an update can
-          -- reach a key: a new deployment is in no scope yet (a scope added with it raises the list
-          -- itself), and a deleted one leaves its scopes by their own delete. (Nested: an
-          -- expression is planned when first run, and other tables' ids are not UUIDs.)
-          if TG_TABLE_NAME = 'deployments' and list = 'api_keys' then
-            continue when TG_OP <> 'UPDATE' or not exists (select 1 from api_key_deployments where deployment_id = changed.id);
-          end if;
-          perform set_config('mds_list_versions.raised_' || org || '_' || list, 'yes', true);
-          -- Gone with its organization (or its invitation or key, whose own change was counted).
-          continue when not exists (select 1 from organizations where id = org);
-          execute format(
-            'insert into organization_list_versions as v (organization_id, version, %1$I) values ($1, 1, 1)
-               on conflict (organization_id) do update set version = v.version + 1, %1$I = v.%1$I + 1', list) using org;
-        end loop;
-      end loop;
-      return null;
-    end $$;
+    create function organization_lists_changed() ${LISTS_CHANGED}
     ${createTriggers('organization_lists_changed', true)}
   `);
 }

@@ -170,6 +170,30 @@ export async function scopableDeployments(db: Db, organizationId: number, ids?: 
   return query;
 }
 
+/** Versions of the deployment options read at most as changes; a kept list further behind is read whole. */
+const MOST_CHANGED_VERSIONS = 1000;
+
+/**
+ * The deployments whose options changed after version `from` up to `to` (migration
+ * 20261205000000_deployment_option_changes): each as the options now show it, or null when it left
+ * them (terminated, deleted, moved to another organization). Undefined when the whole list must be
+ * read again: a deployment joined it, or the log no longer holds every version of the range.
+ */
+export async function deploymentOptionChanges(db: Db, organizationId: number, from: string, to: string): Promise<Map<string, ScopedDeployment | null> | undefined> {
+  const versions = Number(to) - Number(from);
+  if (versions <= 0 || versions > MOST_CHANGED_VERSIONS) return undefined;
+  const rows = (await db('deployment_option_changes as c')
+    .joinRaw(`left join deployments as d on d.id = c.deployment_id and d.organization_id = c.organization_id and ${notTerminatedSql('d')}`)
+    .where('c.organization_id', organizationId)
+    .where('c.version', '>', from)
+    .where('c.version', '<=', to)
+    .select('c.version', 'c.deployment_id', 'd.id', 'd.model_name', 'd.status')) as Array<{ version: string; deployment_id: string | null; id: string | null } & Omit<ScopedDeployment, 'id'>>;
+  if (new Set(rows.map((row) => row.version)).size !== versions || rows.some((row) => row.deployment_id === null)) return undefined;
+  const changes = new Map<string, ScopedDeployment | null>();
+  for (const { deployment_id, id, model_name, status } of rows) changes.set(deployment_id as string, id ? { id, model_name, status } : null);
+  return changes;
+}
+
 /** The state and scope of the key with this hash, or undefined. */
 export async function findKeyState(db: Db, keyHash: string): Promise<KeyState | undefined> {
   return ApiKeyRow.query(db)

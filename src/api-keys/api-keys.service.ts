@@ -17,6 +17,7 @@ import {
   type ApiKeyView,
   listKeysOf,
   revokeKey,
+  deploymentOptionChanges,
   scopableDeployments,
   scopesInOrganization,
   scopesOf,
@@ -121,10 +122,25 @@ export class ApiKeysService {
 
   async deploymentOptions(principal: SessionPrincipal): Promise<{ items: ApiKeyDeployment[] }> {
     const organizationId = requireOrganization(principal).id;
-    return this.#lists.get(organizationId, 'deployment-options', async () => {
-      const items = await scopableDeployments(this.#db, organizationId);
-      return { body: { items }, size: items.length };
-    });
+    const answer = (items: ApiKeyDeployment[]) => ({ body: { items }, size: items.length });
+    return this.#lists.get(
+      organizationId,
+      'deployment-options',
+      async () => answer(await scopableDeployments(this.#db, organizationId)),
+      // Under churn (a status change between most reads), only the deployments that changed are read.
+      async (kept, from, to) => {
+        const changes = await deploymentOptionChanges(this.#db, organizationId, from, to);
+        if (!changes) return undefined;
+        const keptIds = new Set(kept.items.map((item) => item.id));
+        // A deployment the kept list lacks has no place in it yet (joins are logged as "read whole").
+        if ([...changes].some(([id, changed]) => changed && !keptIds.has(id))) return undefined;
+        const items = kept.items.flatMap((item) => {
+          const changed = changes.get(item.id);
+          return changed === undefined ? [item] : changed === null ? [] : [changed];
+        });
+        return answer(items);
+      },
+    );
   }
 
   async update(principal: SessionPrincipal, id: number, input: UpdateApiKeyRequest): Promise<ApiKey> {

@@ -33,9 +33,11 @@ const MAX_LARGE = 1_000;
  * The large whole-list answers of organizations, kept per process and reused while the list's
  * version (`organization_list_versions`, one per organization and list, raised at the commit of
  * every change that list shows: a deployment's status raises the deployment options, and the keys
- * only when a key's scope names it) is unchanged and no item's status has lapsed. A reuse costs one primary-key
- * read. The version is read before the list, so a list is never kept under an older version than
- * a change it shows. A kept body is shared, never changed, and serialized once (`markReused`).
+ * only when a key's scope names it) is unchanged and no item's status has lapsed. A reuse costs one
+ * primary-key read. The version is read before the list, so a list is never kept under an older
+ * version than a change it shows. A list that logs its changes (the deployment options, whose
+ * version every status change raises) is patched from the kept copy with the items that changed
+ * since its version. A kept body is shared, never changed, and serialized once (`markReused`).
  * Measurements and rules: docs/performance.md, Data at scale.
  */
 export class OrganizationListCache {
@@ -50,7 +52,16 @@ export class OrganizationListCache {
     this.#minItems = options.minItems;
   }
 
-  async get<B extends object>(organizationId: number, list: OrganizationList, load: () => Promise<LoadedList<B>>): Promise<B> {
+  /**
+   * The list's answer: kept while its version holds; otherwise `patch`ed from the kept one when the
+   * list can say what changed between two versions (undefined from it: read whole), or `load`ed.
+   */
+  async get<B extends object>(
+    organizationId: number,
+    list: OrganizationList,
+    load: () => Promise<LoadedList<B>>,
+    patch?: (kept: B, from: string, to: string) => Promise<LoadedList<B> | undefined>,
+  ): Promise<B> {
     const key = `${list}:${organizationId}`;
     if (!this.#large.has(key)) {
       const { body, size } = await load();
@@ -65,7 +76,8 @@ export class OrganizationListCache {
       this.#entries.set(key, entry);
       return entry.body as B;
     }
-    const { body, size, validUntil = Infinity } = await load();
+    const fresh = entry && Date.now() < entry.validUntil;
+    const { body, size, validUntil = Infinity } = (fresh && (await patch?.(entry.body as B, entry.version, version))) || (await load());
     this.#drop(key);
     if (size >= this.#minItems && size <= MAX_ITEMS) this.#keep(key, { version, validUntil, body: markReused(body), size });
     return body;

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SessionPrincipal } from '../../src/principal.ts';
+import { scopableDeployments } from '../../src/api-keys/api-keys.repository.ts';
 import { OrganizationListCache, type LoadedList } from '../../src/organizations/list-cache.ts';
 import { uniqueEmail } from '../factories/accounts.ts';
 import { startServices, type Services } from '../helpers/services.ts';
@@ -161,4 +162,129 @@ describe('OrganizationListCache', () => {
     const other = (await services.owner()).organization?.id as number;
     expect(await cache.get(other, 'deployment-options', counted(7).load)).toHaveLength(7);
   });
+});
+
+describe('the kept deployment options under churn', () => {
+  /** Each statement the database was sent while `work` ran. */
+  async function statementsOf<T>(work: () => Promise<T>): Promise<{ result: T; statements: string[] }> {
+    const statements: string[] = [];
+    const record = (query: { sql: string }) => statements.push(query.sql);
+    services.db.on('query', record);
+    try {
+      return { result: await work(), statements };
+    } finally {
+      services.db.off('query', record);
+    }
+  }
+  const readsWhole = (statements: string[]) => statements.some((sql) => /from "deployments".*order by "created_at" desc/.test(sql));
+  const readsChanges = (statements: string[]) => statements.some((sql) => sql.includes('deployment_option_changes'));
+
+  let principal: SessionPrincipal;
+  let org: number;
+  const options = () => services.container.apiKeys.deploymentOptions(principal);
+  /** The options as a fresh read shows them, and how the kept answer was made. */
+  async function read() {
+    const { result, statements } = await statementsOf(options);
+    const truth = await scopableDeployments(services.db, org);
+    expect(result.items).toEqual(truth);
+    return { items: result.items, whole: readsWhole(statements), patched: readsChanges(statements) && !readsWhole(statements) };
+  }
+  const setStatus = (id: string, status: string) => services.db('deployments').where({ id }).update({ status });
+  const create = async () => (await services.container.deployments.create(principal, { model_name: 'qwen2.5-instruct' })).id;
+
+  beforeAll(async () => {
+    principal = await services.owner();
+    org = principal.organization?.id as number;
+    for (let i = 0; i < 3; i++) await create();
+    await options(); // marks the organization's list as large (the suite keeps every list)
+  });
+
+  it('patches the kept list with the deployments that changed, and reads it whole when one joins', async () => {
+    expect(await read()).toMatchObject({ whole: true });
+    expect(await read()).toMatchObject({ whole: false, patched: false });
+    const [first, second, third] = (await read()).items.map((item) => item.id) as [string, string, string];
+
+    await setStatus(second, 'provisioning');
+    expect(await read()).toMatchObject({ patched: true });
+    // Two transactions, each one version: both changes read.
+    await setStatus(first, 'starting');
+    await setStatus(third, 'failed');
+    expect(await read()).toMatchObject({ patched: true });
+    // Terminated: leaves the options.
+    await setStatus(second, 'terminated');
+    const afterTermination = await read();
+    expect(afterTermination).toMatchObject({ patched: true });
+    expect(afterTermination.items.map((item) => item.id)).toEqual([first, third]);
+
+    // A new deployment has a place of its own in the order: the list is read whole.
+    const fourth = await create();
+    const afterCreation = await read();
+    expect(afterCreation).toMatchObject({ whole: true });
+    expect(afterCreation.items[0]?.id).toBe(fourth);
+    // So is one whose created_at changed.
+    await services.db('deployments').where({ id: third }).update({ created_at: services.db.raw(`now() + interval '1 hour'`) });
+    expect(await read()).toMatchObject({ whole: true });
+  });
+
+  it('reads the whole list when the log no longer holds every version since the kept one', async () => {
+    await read();
+    const [item] = (await read()).items;
+    await setStatus(item?.id as string, 'provisioning');
+    await setStatus(item?.id as string, 'starting');
+    // The older of the two versions, as if the log had been trimmed past it.
+    const { deployment_options: latest } = await services.db('organization_list_versions').where({ organization_id: org }).first('deployment_options');
+    await services.db('deployment_option_changes').where({ organization_id: org }).where('version', '<', latest).delete();
+    expect(await read()).toMatchObject({ whole: true });
+  });
+
+  it('is read whole in the organization a deployment moves to, and patched in the one it leaves', async () => {
+    const other = await services.owner();
+    const otherOrg = other.organization?.id as number;
+    const otherOptions = () => services.container.apiKeys.deploymentOptions(other);
+    await otherOptions();
+    await otherOptions();
+    await read();
+    const moving = (await read()).items[0]?.id as string;
+    await services.db('deployments').where({ id: moving }).update({ organization_id: otherOrg });
+    const left = await read();
+    expect(left).toMatchObject({ patched: true });
+    expect(left.items.map((item) => item.id)).not.toContain(moving);
+    const { result, statements } = await statementsOf(otherOptions);
+    expect(readsWhole(statements)).toBe(true);
+    expect(result.items.map((item) => item.id)).toContain(moving);
+  });
+});
+
+describe('the deployment options change log', () => {
+  it('logs each deployment a transaction changes under the version it raised, keeps the last 1,000 versions, and stands for a bulk change with one "read whole" row', async () => {
+    const principal = await services.owner();
+    const org = principal.organization?.id as number;
+    const ids = await Promise.all([0, 1, 2].map(async () => (await services.container.deployments.create(principal, { model_name: 'qwen2.5-instruct' })).id));
+    const log = () => services.db('deployment_option_changes').where({ organization_id: org }).orderBy(['version', 'position']).select('version', 'position', 'deployment_id');
+    const version = async () => Number((await services.db('organization_list_versions').where({ organization_id: org }).first('deployment_options')).deployment_options);
+
+    await services.db.transaction(async (trx) => {
+      await trx('deployments').where({ id: ids[0] }).update({ status: 'provisioning' });
+      await trx('deployments').where({ id: ids[1] }).update({ status: 'provisioning' });
+    });
+    const raised = await version();
+    expect((await log()).filter((row) => Number(row.version) === raised)).toEqual([
+      { version: String(raised), position: 0, deployment_id: ids[0] },
+      { version: String(raised), position: 1, deployment_id: ids[1] },
+    ]);
+
+    // One transaction changing more than 100 deployments logs 100 of them, then one "read whole" row.
+    await services.db.transaction(async (trx) => {
+      for (let i = 0; i < 101; i++) await trx('deployments').where({ id: ids[i % 3] }).update({ status: i % 2 ? 'starting' : 'provisioning' });
+    });
+    const bulk = (await log()).filter((row) => Number(row.version) === raised + 1);
+    expect(bulk).toHaveLength(101);
+    expect(bulk.at(-1)).toEqual({ version: String(raised + 1), position: 100, deployment_id: null });
+
+    for (let i = 0; i < 1000; i++) await services.db('deployments').where({ id: ids[2] }).update({ status: i % 2 ? 'starting' : 'provisioning' });
+    const versions = new Set((await log()).map((row) => Number(row.version)));
+    const latest = await version();
+    expect(versions.size).toBe(1000);
+    expect(Math.min(...versions)).toBe(latest - 999);
+  }, 60_000);
 });

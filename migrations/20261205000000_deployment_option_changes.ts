@@ -80,7 +80,7 @@ export async function up(knex: Knex): Promise<void> {
           -- raised the list to, and for the deployment options ':' and the changes it logged (-1:
           -- it asked for the whole list). One setting per organization and list: Postgres 15 sorts
           -- all of a session's settings each time one is added, so a second one per organization
-          -- made seeding a million deployments over 10,000 organizations 3.5 times slower.
+          -- made seeding a million deployments over 10,000 organizations take 577 s instead of 198.
           setting := 'mds_list_versions.raised_' || org || '_' || list;
           state := coalesce(current_setting(setting, true), '');
           if state = '' then

@@ -170,18 +170,16 @@ export async function scopableDeployments(db: Db, organizationId: number, ids?: 
   return query;
 }
 
-/** Versions of the deployment options read at most as changes; a kept list further behind is read whole. */
-const MOST_CHANGED_VERSIONS = 1000;
-
 /**
  * The deployments whose options changed after version `from` up to `to` (migration
  * 20261205000000_deployment_option_changes): each as the options now show it, or null when it left
  * them (terminated, deleted, moved to another organization). Undefined when the whole list must be
- * read again: a deployment joined it, or the log no longer holds every version of the range.
+ * read again: a deployment joined it, or the log (its last 1,000 versions) no longer holds every
+ * version of the range.
  */
 export async function deploymentOptionChanges(db: Db, organizationId: number, from: string, to: string): Promise<Map<string, ScopedDeployment | null> | undefined> {
   const versions = Number(to) - Number(from);
-  if (versions <= 0 || versions > MOST_CHANGED_VERSIONS) return undefined;
+  if (versions <= 0) return undefined;
   const rows = (await db('deployment_option_changes as c')
     .joinRaw(`left join deployments as d on d.id = c.deployment_id and d.organization_id = c.organization_id and ${notTerminatedSql('d')}`)
     .where('c.organization_id', organizationId)
